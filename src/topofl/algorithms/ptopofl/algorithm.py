@@ -1,0 +1,247 @@
+"""pTopoFL (paper §3, Algorithm 1): personalised FL guided by persistent homology.
+
+Client: computes its descriptor φ_k (§3.1) when its data change (or on a schedule), augments its
+features with four TDA statistics (§3.2), trains locally from its cluster's personalised model and
+sends the model, n_k and — only when it changed — φ_k.
+
+Server: clusters clients once by descriptor distance (§3.3 Step 1), scores anomalies and trust
+(§3.4, Eq. 8), aggregates each cluster with n_k · exp(−‖φ̂_k − φ̂_C‖) · t_k weights (Eq. 6),
+blends cluster models with the consensus (Eq. 7), tracks descriptor drift (§3.5, Eq. 9) and
+re-assigns drifted clients to their nearest cluster, optionally boosting their step size.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from topofl._validation import check_choice, check_int, check_range
+from topofl.algorithms.base import Algorithm, AlgorithmConfig, ClientContext, hp
+from topofl.algorithms.ptopofl import maths
+from topofl.federation.messages import ClientUpdate, ServerMessage
+from topofl.privacy.risk import client_privacy
+from topofl.tda.descriptor import SCALINGS, descriptor
+from topofl.tda.distances import normalise_rows, pairwise_descriptor_distances, pairwise_diagram_distances
+from topofl.tda.features import N_FEATURES, TopoContext
+
+CLUSTER_DISTANCES = ("l2", "wasserstein", "bottleneck")
+
+
+@dataclass(frozen=True)
+class PTopoFLConfig(AlgorithmConfig):
+    """Hyper-parameters of pTopoFL; defaults are the paper's (Table 3) where it gives one."""
+
+    n_clusters: int = hp(2, "number of topology clusters M (paper: 2 for scenarios A/B)")
+    beta: float = hp(0.3, "inter-cluster blending β in [0, 1] (Eq. 7; 0 = pure cluster models, 1 = consensus)")
+    tau: float = hp(2.0, "anomaly z-score threshold τ for flagging (paper: 2.0; 1.8 in robustness runs)")
+    use_trust: bool = hp(True, "multiply aggregation weights by trust t_k (§3.4)")
+    trust_gate: str = hp("all", "apply t_k = exp(-max(z-1,0)) to 'all' clients (§3.4 as written) or only 'flagged' ones")
+    trust_space: str = hp("raw", "descriptors used for δ_k: 'raw' φ (Eq. 8) or 'normalised' φ̂ (authors' code)")
+    cluster_distance: str = hp("l2", "clustering distance: 'l2' on normalised φ (§3.3/reference code), 'wasserstein' or 'bottleneck' between diagrams (Fig. 1 text)")
+    wasserstein_p: float = hp(2.0, "order p of the Wasserstein clustering distance (>= 1)")
+    augment: bool = hp(True, "append the four per-sample TDA features to local features (§3.2)")
+    n_sub: int = hp(80, "points subsampled per client for PH (Table 3: 80)")
+    n_thresholds: int = hp(20, "Betti-curve resolution L (Table 3: 20, giving a 48-d descriptor)")
+    descriptor_scale: str = hp("none", "scaling before PH: none | standard (authors' code) | unit_box")
+    descriptor_every: int = hp(0, "recompute descriptors every N rounds with a fresh subsample (0: only when a client's data change)")
+    drift_threshold: float = hp(0.25, "normalised drift Δ_k/‖φ_k^(1)‖ above which a client is re-clustered (Eq. 9)")
+    recluster_on_drift: bool = hp(True, "re-assign drifted clients to their nearest cluster (§3.5)")
+    drift_lr_boost: float = hp(1.0, "step-size multiplier for drifted clients (§3.5; 1 = off)")
+    alpha_c: float = hp(0.1, "compression factor α_c of the descriptor-risk proxy (Eq. 11)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_int("n_clusters", self.n_clusters, 1)
+        check_range("beta", self.beta, 0.0, 1.0)
+        check_range("tau", self.tau, 0.0)
+        check_choice("trust_gate", self.trust_gate, ("all", "flagged"))
+        check_choice("trust_space", self.trust_space, ("raw", "normalised"))
+        check_choice("cluster_distance", self.cluster_distance, CLUSTER_DISTANCES)
+        check_range("wasserstein_p", self.wasserstein_p, 1.0)
+        check_int("n_sub", self.n_sub, 3)
+        check_int("n_thresholds", self.n_thresholds, 1, 1000)
+        check_choice("descriptor_scale", self.descriptor_scale, SCALINGS)
+        check_int("descriptor_every", self.descriptor_every, 0)
+        check_range("drift_threshold", self.drift_threshold, 0.0, low_open=True)
+        check_range("drift_lr_boost", self.drift_lr_boost, 0.0, 100.0, low_open=True)
+        check_range("alpha_c", self.alpha_c, 0.0, 1.0)
+
+
+def data_fingerprint(X: np.ndarray) -> str:
+    """Cheap content hash of a client's training features (detects data changes)."""
+    return hashlib.blake2b(np.ascontiguousarray(X).view(np.uint8), digest_size=16).hexdigest() + str(X.shape)
+
+
+class PTopoFL(Algorithm):
+    """Personalised topology-aware federated learning (paper Algorithm 1)."""
+
+    name = "ptopofl"
+    Config = PTopoFLConfig
+    personalised = True
+    config: PTopoFLConfig
+
+    def input_dim(self, n_features: int) -> int:
+        return n_features + (N_FEATURES if self.config.augment else 0)
+
+    # ================================ client side =============================================
+    def ensure_descriptor(self, ctx: ClientContext) -> None:
+        """(Re)compute φ_k when the client's data changed or the schedule says so (§3.5)."""
+        st, c = ctx.state, self.config
+        X = ctx.data.X_train
+        fp = data_fingerprint(X)
+        due = c.descriptor_every > 0 and ctx.round - st.get("desc_round", ctx.round) >= c.descriptor_every
+        if st.get("fingerprint") == fp and not due:
+            return
+        k = st.get("n_descriptors", 0)
+        rng = np.random.default_rng(np.random.SeedSequence([ctx.seed, ctx.client_id, k, 0x70F0]))
+        phi, dgms = descriptor(X, c.n_sub, c.n_thresholds, rng, c.descriptor_scale, return_diagrams=True)
+        st.update(
+            fingerprint=fp, phi=phi, dgms=dgms, desc_round=ctx.round, n_descriptors=k + 1, desc_dirty=True,
+            topo=TopoContext.from_data(X, dgms, min(X.shape[0], c.n_sub)),
+        )
+
+    def client_features(self, ctx: ClientContext, X: np.ndarray) -> np.ndarray:
+        if not self.config.augment:
+            return X
+        self.ensure_descriptor(ctx)
+        return ctx.state["topo"].augment(X)
+
+    def client_fit(self, ctx: ClientContext, message: ServerMessage) -> ClientUpdate:
+        self.ensure_descriptor(ctx)
+        st = ctx.state
+        X = self.client_features(ctx, ctx.data.X_train)
+        theta = self.local_sgd(ctx, message.params, X, lr_scale=float(message.config.get("lr_scale", 1.0)))
+        send = bool(st.pop("desc_dirty", False) or message.config.get("need_descriptor", False))
+        extras = {}
+        if send and self.config.cluster_distance != "l2":
+            extras = {f"dgm{j}": d for j, d in enumerate(st["dgms"])}
+        n, d = ctx.data.X_train.shape
+        metrics = client_privacy(n, d, theta.size, st["phi"].size, self.config.alpha_c)
+        return ClientUpdate(ctx.client_id, theta, n, descriptor=st["phi"] if send else None, metrics=metrics, extras=extras)
+
+    # ================================ server side =============================================
+    def setup(self, model, client_ids, rng) -> None:
+        super().setup(model, client_ids, rng)
+        self.init_params = model.init()
+        self.labels: dict[int, int] = {}
+        self.cluster_raw: dict[int, np.ndarray] = {}
+        self.cluster_models: dict[int, np.ndarray] = {}
+        self.phi: dict[int, np.ndarray] = {}
+        self.dgms: dict[int, list[np.ndarray]] = {}
+        self.history: dict[int, list[np.ndarray]] = {}
+        self.trust: dict[int, float] = {}
+        self.boosted: set[int] = set()
+
+    def _params_for(self, cid: int) -> np.ndarray:
+        if cid in self.labels:
+            return self.cluster_models[self.labels[cid]]
+        if self.cluster_models:  # a client not yet assigned gets the consensus model
+            sizes = self._sizes()
+            K = sum(sizes.values())
+            return sum(sizes[j] / K * self.cluster_raw[j] for j in self.cluster_raw)
+        return self.init_params
+
+    def configure_fit(self, rnd: int, selected: list[int]) -> dict[int, ServerMessage]:
+        boost = self.config.drift_lr_boost
+        return {
+            cid: ServerMessage(
+                self._params_for(cid),
+                config={"lr_scale": boost if cid in self.boosted else 1.0, "need_descriptor": cid not in self.phi},
+            )
+            for cid in selected
+        }
+
+    def message_for(self, client_id: int) -> ServerMessage:
+        return ServerMessage(self._params_for(client_id))
+
+    def _sizes(self) -> dict[int, int]:
+        sizes: dict[int, int] = {}
+        for lab in self.labels.values():
+            sizes[lab] = sizes.get(lab, 0) + 1
+        return sizes
+
+    def _cluster_all(self) -> None:
+        """Round-0 clustering of every client with a descriptor (§3.3 Step 1)."""
+        ids = sorted(self.phi)
+        c = self.config
+        if c.n_clusters > len(ids):
+            raise ValueError(f"n_clusters={c.n_clusters} exceeds the number of clients ({len(ids)})")
+        if c.cluster_distance == "l2":
+            D = pairwise_descriptor_distances(np.vstack([self.phi[i] for i in ids]))
+        else:
+            D = pairwise_diagram_distances([self.dgms[i] for i in ids], c.cluster_distance, c.wasserstein_p)
+        labels = maths.cluster_clients(D, c.n_clusters)
+        self.labels = dict(zip(ids, labels.tolist()))
+        self.cluster_raw = {j: self.init_params.copy() for j in set(self.labels.values())}
+
+    def _assign_nearest(self, cid: int) -> int:
+        others = {k: v for k, v in self.labels.items() if k != cid}
+        cents = maths.cluster_centroids(self.phi, others) or maths.cluster_centroids(self.phi, self.labels)
+        return maths.nearest_cluster(normalise_rows(self.phi[cid])[0], cents)
+
+    def _track_drift(self) -> tuple[dict[int, float], list[int]]:
+        """Eq. 9 per client, normalised by ‖φ^(1)‖; re-assign drifted clients (§3.5)."""
+        c = self.config
+        drift, moved = {}, []
+        self.boosted = set()
+        for cid, hist in self.history.items():
+            first = np.linalg.norm(hist[0])
+            drift[cid] = maths.drift(np.vstack(hist)) / first if first > 0 else 0.0
+            if drift[cid] > c.drift_threshold:
+                self.boosted.add(cid)
+                if c.recluster_on_drift and len(self.cluster_raw) > 1:
+                    new = self._assign_nearest(cid)
+                    if new != self.labels[cid]:
+                        self.labels[cid] = new
+                        moved.append(cid)
+        return drift, moved
+
+    def _trust(self) -> tuple[dict[int, float], dict[int, float], list[int]]:
+        ids = sorted(self.phi)
+        Phi = np.vstack([self.phi[i] for i in ids])
+        if self.config.trust_space == "normalised":
+            Phi = normalise_rows(Phi)
+        _, z = maths.anomaly_scores(Phi)
+        t, flagged = maths.trust_from_z(z, self.config.tau, self.config.trust_gate)
+        if not self.config.use_trust:
+            t = np.ones_like(t)
+        return dict(zip(ids, t.tolist())), dict(zip(ids, z.tolist())), [i for i, f in zip(ids, flagged) if f]
+
+    def aggregate_fit(self, rnd: int, updates: list[ClientUpdate]) -> dict[str, Any]:
+        for u in updates:
+            if u.descriptor is not None:
+                self.phi[u.client_id] = np.asarray(u.descriptor, dtype=np.float64)
+                if u.extras:
+                    self.dgms[u.client_id] = [np.asarray(u.extras[k]) for k in sorted(u.extras)]
+        for cid, phi in self.phi.items():  # signature tracking: φ_k^(r) ← φ_k (Algorithm 1)
+            self.history.setdefault(cid, []).append(phi)
+        if not self.labels:
+            self._cluster_all()
+        for cid in self.phi:
+            if cid not in self.labels:
+                self.labels[cid] = self._assign_nearest(cid)
+        drift, moved = self._track_drift()
+        self.trust, z, flagged = self._trust()
+        centroids = maths.cluster_centroids(self.phi, self.labels)
+        for j in sorted(set(self.labels.values())):
+            members = [u for u in updates if self.labels.get(u.client_id) == j]
+            if not members:
+                continue
+            w = maths.intra_cluster_weights(
+                np.array([u.n_examples for u in members], float),
+                normalise_rows(np.vstack([self.phi[u.client_id] for u in members])),
+                centroids[j],
+                np.array([self.trust[u.client_id] for u in members]),
+            )
+            self.cluster_raw[j] = w @ np.vstack([u.params for u in members])
+        self.cluster_models = maths.blend(self.cluster_raw, self._sizes(), self.config.beta)
+        return {
+            "clusters": {int(k): int(v) for k, v in self.labels.items()},
+            "trust": self.trust,
+            "z": z,
+            "flagged": flagged,
+            "drift": drift,
+            "reclustered": moved,
+        }

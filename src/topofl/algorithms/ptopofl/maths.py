@@ -1,0 +1,97 @@
+"""Pure functions of pTopoFL's server (paper §3.3–3.5). Hand-checked in tests/algorithms."""
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from topofl.tda.distances import normalise_rows, pairwise_euclidean
+
+
+def cluster_clients(D: np.ndarray, n_clusters: int) -> np.ndarray:
+    """Hierarchical agglomerative clustering, average linkage, on a precomputed distance matrix.
+
+    Paper §3.3 Step 1 / Algorithm 1. Labels are renumbered in order of first appearance so the
+    result does not depend on scikit-learn's internal numbering.
+    """
+    K = D.shape[0]
+    if not 1 <= n_clusters <= K:
+        raise ValueError(f"n_clusters must be in [1, {K}] (the number of clients with descriptors); got {n_clusters}")
+    if n_clusters == 1:
+        return np.zeros(K, dtype=int)
+    if n_clusters == K:
+        return np.arange(K)
+    from sklearn.cluster import AgglomerativeClustering
+
+    raw = AgglomerativeClustering(n_clusters=n_clusters, metric="precomputed", linkage="average").fit_predict(D)
+    _, first = np.unique(raw, return_index=True)
+    order = {lab: i for i, lab in enumerate(raw[np.sort(first)])}
+    return np.array([order[lab] for lab in raw])
+
+
+def anomaly_scores(phi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """δ_k = mean distance to the other clients' descriptors (Eq. 8) and its z-score.
+
+    z_k = (δ_k − mean δ) / std δ, with the population standard deviation; when all δ_k are equal
+    (std 0) every z_k is 0. Needs at least 2 clients; with fewer, δ and z are zeros.
+    """
+    K = phi.shape[0]
+    if K < 2:
+        return np.zeros(K), np.zeros(K)
+    delta = pairwise_euclidean(phi).sum(axis=1) / (K - 1)
+    sd = delta.std()
+    z = (delta - delta.mean()) / sd if sd > 1e-12 * max(1.0, abs(delta.mean())) else np.zeros(K)
+    return delta, z
+
+
+def trust_from_z(z: np.ndarray, tau: float, gate: str = "all") -> tuple[np.ndarray, np.ndarray]:
+    """Trust weights t_k = exp(−max(z_k − 1, 0)) and the flags z_k > τ (paper §3.4).
+
+    ``gate="all"`` applies the formula to every client, as written in §3.4 (clients with
+    z ≤ 1 keep t = 1); ``gate="flagged"`` down-weights only clients flagged by z > τ.
+    """
+    flagged = z > tau
+    t = np.exp(-np.maximum(z - 1.0, 0.0))
+    if gate == "flagged":
+        t = np.where(flagged, t, 1.0)
+    return t, flagged
+
+
+def intra_cluster_weights(n: np.ndarray, phi_hat: np.ndarray, centroid: np.ndarray, trust: np.ndarray) -> np.ndarray:
+    """w_k ∝ n_k · exp(−‖φ̂_k − φ̂_C‖) · t_k, normalised to sum to 1 (Eq. 6)."""
+    w = np.asarray(n, float) * np.exp(-np.linalg.norm(phi_hat - centroid, axis=1)) * np.asarray(trust, float)
+    total = w.sum()
+    if total <= 0 or not np.isfinite(total):
+        raise ValueError(f"intra-cluster weights have no positive mass: n={list(n)}, trust={list(trust)}")
+    return w / total
+
+
+def blend(cluster_models: Mapping[int, np.ndarray], sizes: Mapping[int, int], beta: float) -> dict[int, np.ndarray]:
+    """θ*_C = (1 − β) θ_C + β θ̄ with θ̄ = Σ_j |C_j|/K θ_Cj (Eq. 7)."""
+    K = float(sum(sizes.get(j, 0) for j in cluster_models))
+    if K <= 0:
+        raise ValueError(f"blend needs at least one non-empty cluster; sizes={dict(sizes)}")
+    consensus = sum((sizes.get(j, 0) / K) * theta for j, theta in cluster_models.items())
+    return {j: (1.0 - beta) * theta + beta * consensus for j, theta in cluster_models.items()}
+
+
+def drift(history: np.ndarray) -> float:
+    """Δ_k = (1/R) Σ_r ‖φ_k^(r) − φ_k^(1)‖₂ over a (R, m) history of one client (Eq. 9)."""
+    history = np.atleast_2d(history)
+    return float(np.linalg.norm(history - history[0], axis=1).mean())
+
+
+def nearest_cluster(phi_hat: np.ndarray, centroids: Mapping[int, np.ndarray]) -> int:
+    """The cluster whose centroid (in normalised-descriptor space) is closest to ``phi_hat``."""
+    ids = list(centroids)
+    d = [np.linalg.norm(phi_hat - centroids[j]) for j in ids]
+    return ids[int(np.argmin(d))]
+
+
+def cluster_centroids(phi: Mapping[int, np.ndarray], labels: Mapping[int, int]) -> dict[int, np.ndarray]:
+    """Centroid φ̂_C of the l2-normalised descriptors of each cluster's members (Eq. 6)."""
+    out: dict[int, list[np.ndarray]] = {}
+    for cid, lab in labels.items():
+        if cid in phi:
+            out.setdefault(lab, []).append(normalise_rows(phi[cid])[0])
+    return {j: np.mean(v, axis=0) for j, v in out.items()}

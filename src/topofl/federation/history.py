@@ -1,0 +1,78 @@
+"""What a run produces: tidy per-(round, client) records, per-round summaries, server logs."""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+ROUND_FIELDS = ("round", "client", "auc", "accuracy", "loss", "bytes_up", "bytes_down")
+
+
+def nanmean(values) -> float:
+    """Mean ignoring NaN; NaN (not a warning) when nothing is left."""
+    v = np.asarray(list(values), dtype=float)
+    v = v[~np.isnan(v)]
+    return float(v.mean()) if v.size else float("nan")
+
+
+def nanstd(values) -> float:
+    v = np.asarray(list(values), dtype=float)
+    v = v[~np.isnan(v)]
+    return float(v.std()) if v.size else float("nan")
+
+
+@dataclass
+class RoundSummary:
+    """Metrics of one round. ``auc``/``accuracy`` are means over clients of each client's score
+    with the model it would use; ``pooled_*`` are computed on all test predictions together."""
+
+    round: int
+    auc: float
+    auc_std: float
+    accuracy: float
+    accuracy_std: float
+    loss: float
+    pooled_auc: float
+    pooled_accuracy: float
+    n_clients_auc: int
+    bytes_up: int
+    bytes_down: int
+
+    def as_dict(self) -> dict[str, float]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class History:
+    """Result of :func:`topofl.simulate`: ``records`` (a dict per round and client), ``rounds``
+    (a :class:`RoundSummary` per round), ``server_logs`` and ``client_metrics`` (last reported)."""
+
+    method: str
+    seed: int
+    records: list[dict[str, Any]] = field(default_factory=list)
+    rounds: list[RoundSummary] = field(default_factory=list)
+    server_logs: list[dict[str, Any]] = field(default_factory=list)
+    client_metrics: dict[int, dict[str, float]] = field(default_factory=dict)
+
+    @property
+    def final(self) -> dict[str, float]:
+        """Metrics after the last round (see :class:`RoundSummary`)."""
+        if not self.rounds:
+            raise ValueError("the history has no rounds")
+        return self.rounds[-1].as_dict()
+
+    def curve(self, metric: str = "auc") -> np.ndarray:
+        """One metric over rounds."""
+        return np.array([getattr(r, metric) for r in self.rounds], dtype=float)
+
+    def convergence_round(self, metric: str = "auc", fraction: float = 0.95) -> int:
+        """First round whose ``metric`` reaches ``fraction`` × its final value (paper Table 1)."""
+        c = self.curve(metric)
+        if np.isnan(c[-1]):
+            return -1
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            hits = np.nonzero(c >= fraction * c[-1])[0]
+        return int(self.rounds[hits[0]].round)

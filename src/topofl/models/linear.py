@@ -1,0 +1,164 @@
+"""NumPy linear models on flat parameter vectors (the DESIGN contract: algorithms see vectors).
+
+Each model maps a flat ``theta`` to predictions, a mean loss with an L2 penalty on the weights
+(not on the intercepts), and its gradient. Everything is vectorised over samples.
+
+Layouts
+-------
+``BinaryLogistic``      theta = [w (d), b]                      loss: mean log-loss
+``SoftmaxRegression``   theta = [W (d*C, row-major d x C), b (C)]  loss: mean cross-entropy
+``LeastSquares``        theta = [w (d), b]                      loss: mean ½(ŷ − y)²
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import expit, log_expit, logsumexp, softmax
+
+from topofl._validation import check_int, check_range
+
+
+@dataclass(frozen=True)
+class LinearModel:
+    """Common parameter bookkeeping of the linear models.
+
+    Parameters
+    ----------
+    n_features : int
+        Input dimension d.
+    l2 : float
+        Strength of the penalty ``l2/2 * ||weights||²`` added to the mean loss.
+    """
+
+    n_features: int
+    l2: float = 1e-3
+
+    task = "binary"
+    n_outputs = 1
+
+    def __post_init__(self) -> None:
+        check_int("n_features", self.n_features, 1)
+        check_range("l2", self.l2, 0.0)
+
+    @property
+    def n_params(self) -> int:
+        return (self.n_features + 1) * self.n_outputs
+
+    def init(self, rng: np.random.Generator | None = None, scale: float = 0.0) -> np.ndarray:
+        """Initial parameters: zeros, or N(0, scale²) weights when ``scale > 0``."""
+        theta = np.zeros(self.n_params)
+        if scale > 0:
+            rng = rng if rng is not None else np.random.default_rng(0)
+            theta[: self.n_features * self.n_outputs] = rng.normal(0.0, scale, self.n_features * self.n_outputs)
+        return theta
+
+    def _split(self, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        d, c = self.n_features, self.n_outputs
+        if theta.shape != (self.n_params,):
+            raise ValueError(f"theta must have shape ({self.n_params},); got {theta.shape}")
+        W = theta[: d * c].reshape(d, c)
+        return W, theta[d * c :]
+
+    def _logits(self, theta: np.ndarray, X: np.ndarray) -> np.ndarray:
+        W, b = self._split(theta)
+        return X @ W + b
+
+    def _penalty(self, theta: np.ndarray) -> float:
+        w = theta[: self.n_features * self.n_outputs]
+        return 0.5 * self.l2 * float(w @ w)
+
+    def _pack_grad(self, X: np.ndarray, dlogits: np.ndarray, theta: np.ndarray) -> np.ndarray:
+        """Gradient of mean loss given d(loss_i)/d(logits_i) of shape (n, C), plus the L2 term."""
+        n = X.shape[0]
+        gW = X.T @ dlogits / n
+        gb = dlogits.mean(axis=0)
+        g = np.concatenate([gW.ravel(), gb])
+        g[: self.n_features * self.n_outputs] += self.l2 * theta[: self.n_features * self.n_outputs]
+        return g
+
+    def loss_grad(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+        raise NotImplementedError
+
+    def loss(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> float:
+        return self.loss_grad(theta, X, y)[0]
+
+    def grad(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> np.ndarray:
+        return self.loss_grad(theta, X, y)[1]
+
+
+@dataclass(frozen=True)
+class BinaryLogistic(LinearModel):
+    """Binary logistic regression; labels in {0, 1}; ``predict_scores`` gives P(y = 1)."""
+
+    task = "binary"
+    n_outputs = 1
+
+    def loss_grad(self, theta, X, y):
+        z = self._logits(theta, X)[:, 0]
+        # -[y log σ(z) + (1 - y) log σ(-z)], computed stably
+        loss = -float(np.mean(y * log_expit(z) + (1.0 - y) * log_expit(-z))) + self._penalty(theta)
+        return loss, self._pack_grad(X, (expit(z) - y)[:, None], theta)
+
+    def predict_scores(self, theta, X):
+        return expit(self._logits(theta, X)[:, 0])
+
+    def predict(self, theta, X):
+        return (self.predict_scores(theta, X) >= 0.5).astype(np.float64)
+
+
+@dataclass(frozen=True)
+class SoftmaxRegression(LinearModel):
+    """Multinomial logistic regression; labels in {0, …, C−1}; scores are class probabilities."""
+
+    n_classes: int = 3
+    task = "multiclass"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_int("n_classes", self.n_classes, 2)
+        object.__setattr__(self, "n_outputs", self.n_classes)
+
+    def loss_grad(self, theta, X, y):
+        Z = self._logits(theta, X)
+        idx = y.astype(np.int64)
+        lse = logsumexp(Z, axis=1)
+        loss = float(np.mean(lse - Z[np.arange(len(idx)), idx])) + self._penalty(theta)
+        P = np.exp(Z - lse[:, None])
+        P[np.arange(len(idx)), idx] -= 1.0
+        return loss, self._pack_grad(X, P, theta)
+
+    def predict_scores(self, theta, X):
+        return softmax(self._logits(theta, X), axis=1)
+
+    def predict(self, theta, X):
+        return np.argmax(self._logits(theta, X), axis=1).astype(np.float64)
+
+
+@dataclass(frozen=True)
+class LeastSquares(LinearModel):
+    """Least-squares regression with L2 (ridge); scores are the predictions."""
+
+    task = "regression"
+    n_outputs = 1
+
+    def loss_grad(self, theta, X, y):
+        r = self._logits(theta, X)[:, 0] - y
+        return 0.5 * float(r @ r) / len(r) + self._penalty(theta), self._pack_grad(X, r[:, None], theta)
+
+    def predict_scores(self, theta, X):
+        return self._logits(theta, X)[:, 0]
+
+    predict = predict_scores
+
+
+def make_model(task: str, n_features: int, n_classes: int = 2, l2: float = 1e-3) -> LinearModel:
+    """Model for a task: "binary", "multiclass" or "regression"."""
+    factories = {
+        "binary": lambda: BinaryLogistic(n_features, l2),
+        "multiclass": lambda: SoftmaxRegression(n_features, l2, n_classes=n_classes),
+        "regression": lambda: LeastSquares(n_features, l2),
+    }
+    if task not in factories:
+        raise ValueError(f"task must be one of {', '.join(factories)}; got {task!r}")
+    return factories[task]()
