@@ -44,7 +44,7 @@ def check_finite(arr: np.ndarray, field: str) -> None:
     bad = ~np.isfinite(arr)
     if bad.any():
         idx = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise ValueError(f"{field} contains a non-finite value ({arr[idx]!r}) at index {idx}")
+        raise ValueError(f"{field} contains a non-finite value ({float(arr[idx])}) at index {idx}")
 
 
 def as_labels(y: Any, n: int, field: str = "y") -> np.ndarray:
@@ -61,6 +61,13 @@ def as_labels(y: Any, n: int, field: str = "y") -> np.ndarray:
     return arr
 
 
+def show(value: Any) -> str:
+    """A value as a user wrote it: numpy scalars shown as plain Python numbers."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    return repr(value)
+
+
 def check_range(
     name: str,
     value: float,
@@ -75,9 +82,9 @@ def check_range(
     The message names the field, the value and the allowed interval.
     """
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ValueError(f"{name} must be a number; got {value!r}")
+        raise ValueError(f"{name} must be a number; got {show(value)}")
     if not np.isfinite(value):
-        raise ValueError(f"{name} must be finite; got {value!r}")
+        raise ValueError(f"{name} must be finite; got {show(value)}")
     ok = True
     if low is not None:
         ok &= value > low if low_open else value >= low
@@ -87,17 +94,17 @@ def check_range(
         lo = "-inf" if low is None else f"{low}"
         hi = "inf" if high is None else f"{high}"
         interval = f"{'(' if low_open or low is None else '['}{lo}, {hi}{')' if high_open or high is None else ']'}"
-        raise ValueError(f"{name} must be in {interval}; got {value!r}")
+        raise ValueError(f"{name} must be in {interval}; got {show(value)}")
 
 
 def check_int(name: str, value: Any, low: int | None = None, high: int | None = None) -> None:
     """Raise ``ValueError`` unless ``value`` is an integer within ``[low, high]``."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be an integer; got {value!r}")
+        raise ValueError(f"{name} must be an integer; got {show(value)}")
     check_range(name, int(value), low, high)
 
 
 def check_choice(name: str, value: Any, choices: tuple[str, ...] | list[str]) -> None:
     """Raise ``ValueError`` unless ``value`` is one of ``choices``."""
     if value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(map(str, choices))}; got {value!r}")
+        raise ValueError(f"{name} must be one of {', '.join(map(str, choices))}; got {show(value)}")

@@ -124,6 +124,8 @@ class PTopoFL(Algorithm):
     # ================================ server side =============================================
     def setup(self, model, client_ids, rng) -> None:
         super().setup(model, client_ids, rng)
+        if self.config.n_clusters > len(client_ids):
+            raise ValueError(f"n_clusters={self.config.n_clusters} exceeds the number of clients ({len(client_ids)})")
         self.init_params = model.init()
         self.labels: dict[int, int] = {}
         self.cluster_raw: dict[int, np.ndarray] = {}

@@ -1,0 +1,263 @@
+"""The ``topofl`` command line (typer + rich). ``topofl --help`` lists the commands."""
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from topofl.algorithms.registry import REGISTRY, available
+from topofl.cli_parsing import (
+    flatten_hyperparameters,
+    load_toml,
+    method_hyperparameters,
+    parse_assignments,
+    parse_seeds,
+)
+
+os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _hyperparameter_epilog() -> str:
+    lines = ["Hyper-parameters (-p KEY=VALUE, or -p METHOD.KEY=VALUE for one method); `topofl methods` explains each:"]
+    for name, cls in REGISTRY.items():
+        lines.append(f"{name}: " + ", ".join(f"{k}={v[0]}" for k, v in cls.Config.field_help().items()))
+    return "\n\n".join(lines)
+
+
+app = typer.Typer(
+    help="topofl: topological federated learning (pTopoFL, baselines) on synthetic scenarios or your data.",
+    pretty_exceptions_enable=False,
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+
+def friendly_errors(fn: Callable) -> Callable:
+    """Turn bad input into a one-line message and exit code 2, never a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (ValueError, FloatingPointError, FileNotFoundError, PermissionError) as exc:
+            msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            err_console.print(f"[bold red]Error:[/] {msg}", markup=True, highlight=False, soft_wrap=True)
+            raise typer.Exit(2)
+        except KeyboardInterrupt:
+            err_console.print("[yellow]Interrupted[/]: results of finished rounds are already on disk.")
+            raise typer.Exit(130)
+
+    return wrapper
+
+
+ScenarioOpt = typer.Option(None, "--scenario", help="Scenario: healthcare (default), benchmark or continual.")
+RoundsOpt = typer.Option(None, "--rounds", "-r", help="Communication rounds (default 15).")
+OutOpt = typer.Option(None, "--out", "-o", help="Directory for rounds.csv, curves.csv, summary.csv, config.json.")
+ParamOpt = typer.Option(None, "--param", "-p", help="Hyper-parameter KEY=VALUE (repeatable); METHOD.KEY=VALUE targets one method.")
+ScenParamOpt = typer.Option(None, "--scenario-param", "-s", help="Scenario parameter KEY=VALUE (repeatable), e.g. flip_rate=0.5; `topofl scenarios` lists them.")
+ConfigOpt = typer.Option(None, "--config", "-c", help="TOML file with any of: scenario, method(s), seed(s), rounds, client_fraction, [scenario_params], [hyperparameters]; flags override it.")
+FractionOpt = typer.Option(None, "--client-fraction", help="Fraction of clients selected per round, in (0, 1] (default 1).")
+VerboseOpt = typer.Option(False, "--verbose", "-v", help="Log debug messages.")
+
+
+def _resolve(flag: Any, file: dict[str, Any], key: str, default: Any) -> Any:
+    return flag if flag is not None else file.get(key, default)
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+
+def _build_spec(scenario, methods, seeds, rounds, params, scenario_params, config, client_fraction):
+    from topofl.experiments.compare import CompareSpec
+
+    file = load_toml(config) if config else {}
+    flat = flatten_hyperparameters(file.get("hyperparameters", {}))
+    flat.update(parse_assignments(params or [], "--param"))
+    scen = dict(file.get("scenario_params", {}))
+    scen.update(parse_assignments(scenario_params or [], "--scenario-param"))
+    methods = tuple(m.strip().lower() for m in methods if m.strip())
+    if not methods:
+        raise ValueError("--methods must name at least one method")
+    for m in methods:
+        if m not in REGISTRY:
+            raise ValueError(f"unknown method {m!r}; available: {', '.join(available())}")
+    if isinstance(seeds, (list, tuple)):
+        seeds = ",".join(map(str, seeds))
+    return CompareSpec(
+        scenario=scenario,
+        methods=methods,
+        seeds=parse_seeds(seeds),
+        rounds=int(rounds),
+        client_fraction=float(client_fraction),
+        scenario_params=scen,
+        hyperparameters=method_hyperparameters(methods, flat),
+    )
+
+
+def _summary_table(rows: list[dict[str, Any]], title: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    for col in ("method", "AUC (mean ± std)", "accuracy (mean ± std)", "pooled AUC", "conv. round", "s/run"):
+        table.add_column(col, justify="right" if col != "method" else "left")
+    best = max(rows, key=lambda r: r["auc_mean"] if r["auc_mean"] == r["auc_mean"] else -1)["method"]
+    for r in rows:
+        name = f"[bold]{r['method']}[/]" if r["method"] == best and len(rows) > 1 else r["method"]
+        table.add_row(
+            name,
+            f"{r['auc_mean']:.3f} ± {r['auc_std']:.3f}",
+            f"{r['accuracy_mean']:.3f} ± {r['accuracy_std']:.3f}",
+            f"{r['pooled_auc_mean']:.3f}",
+            f"{r['convergence_round_mean']:.1f}",
+            f"{r['seconds_per_run']:.2f}",
+        )
+    return table
+
+
+@app.command()
+@friendly_errors
+def compare(
+    scenario: Optional[str] = ScenarioOpt,
+    methods: Optional[str] = typer.Option(None, "--methods", "-m", help="Comma-separated methods (default: all available)."),
+    seeds: Optional[str] = typer.Option(None, "--seeds", help="Seeds: 0-9 (default), 0,3,7, or 0-4,10."),
+    rounds: Optional[int] = RoundsOpt,
+    out: Optional[Path] = OutOpt,
+    param: Optional[List[str]] = ParamOpt,
+    scenario_param: Optional[List[str]] = ScenParamOpt,
+    config: Optional[Path] = ConfigOpt,
+    client_fraction: Optional[float] = FractionOpt,
+    verbose: bool = VerboseOpt,
+) -> None:
+    """Compare methods over seeds on a scenario: a table of final AUC and accuracy (mean ± std over
+    seeds; each seed's value is the mean over clients of each client's score with the model it
+    would use), pooled AUC and convergence round; writes DIR/rounds.csv and DIR/summary.csv.
+
+    With no flags: the healthcare comparison of all available methods, seeds 0-9, 15 rounds.
+    """
+    _setup_logging(verbose)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from topofl.experiments.compare import run_compare
+
+    file = load_toml(config) if config else {}
+    scenario = _resolve(scenario, file, "scenario", "healthcare")
+    method_list = (methods.split(",") if methods is not None else file.get("methods", available()))
+    spec = _build_spec(
+        scenario, method_list, _resolve(seeds, file, "seeds", "0-9"), _resolve(rounds, file, "rounds", 15),
+        param, scenario_param, config, _resolve(client_fraction, file, "client_fraction", 1.0),
+    )
+    out = out or Path("results") / f"compare-{spec.scenario}"
+    total = len(spec.methods) * len(spec.seeds) * spec.rounds
+    t0 = time.perf_counter()
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err_console, transient=True, disable=not err_console.is_terminal) as bar:
+        task = bar.add_task("comparing", total=total)
+
+        def tick(history, summary) -> None:
+            bar.update(task, advance=1, description=f"{history.method} seed {history.seed} round {summary.round}")
+
+        rows = run_compare(spec, out, on_round=tick)
+    console.print(_summary_table(rows, f"{spec.scenario}: {len(spec.seeds)} seeds × {spec.rounds} rounds"))
+    console.print(f"[dim]{time.perf_counter() - t0:.1f} s · results in {out}/ (rounds.csv, curves.csv, summary.csv, server_log.jsonl, config.json)[/]")
+
+
+compare.__doc__ = (compare.__doc__ or "") + "\n\n" + _hyperparameter_epilog()
+
+
+@app.command()
+@friendly_errors
+def run(
+    scenario: Optional[str] = ScenarioOpt,
+    method: Optional[str] = typer.Option(None, "--method", "-m", help="Method to run (default ptopofl); `topofl methods` lists them."),
+    rounds: Optional[int] = RoundsOpt,
+    seed: Optional[int] = typer.Option(None, "--seed", help="Seed of every random choice (default 0)."),
+    out: Optional[Path] = OutOpt,
+    param: Optional[List[str]] = ParamOpt,
+    scenario_param: Optional[List[str]] = ScenParamOpt,
+    config: Optional[Path] = ConfigOpt,
+    client_fraction: Optional[float] = FractionOpt,
+    verbose: bool = VerboseOpt,
+) -> None:
+    """Run one method with one seed and print its per-round metrics; with --out, write results."""
+    _setup_logging(verbose)
+    from topofl.experiments.compare import run_compare
+
+    file = load_toml(config) if config else {}
+    spec = _build_spec(
+        _resolve(scenario, file, "scenario", "healthcare"), [_resolve(method, file, "method", "ptopofl")],
+        str(_resolve(seed, file, "seed", 0)), _resolve(rounds, file, "rounds", 15), param, scenario_param, config,
+        _resolve(client_fraction, file, "client_fraction", 1.0),
+    )
+    table = Table(title=f"{spec.methods[0]} on {spec.scenario}, seed {spec.seeds[0]}", title_justify="left")
+    for col in ("round", "AUC", "accuracy", "pooled AUC", "KB up", "KB down"):
+        table.add_column(col, justify="right")
+    result: dict[str, Any] = {}
+
+    def row(history, s) -> None:
+        table.add_row(str(s.round), f"{s.auc:.3f}", f"{s.accuracy:.3f}", f"{s.pooled_auc:.3f}", f"{s.bytes_up / 1024:.1f}", f"{s.bytes_down / 1024:.1f}")
+
+    def done(method, seed, history) -> None:
+        result["history"] = history
+
+    run_compare(spec, out, on_round=row, on_run_done=done)
+    console.print(table)
+    history = result["history"]
+    log = history.server_logs[-1]
+    if "clusters" in log:
+        console.print(f"clusters: {log['clusters']}  flagged: {log['flagged']}  re-clustered: {log['reclustered']}")
+    f = history.final
+    console.print(f"[bold]final[/] AUC {f['auc']:.3f} ± {f['auc_std']:.3f} (mean ± std over clients), accuracy {f['accuracy']:.3f}, pooled AUC {f['pooled_auc']:.3f}")
+    if out:
+        console.print(f"[dim]results in {out}/[/]")
+
+
+run.__doc__ = (run.__doc__ or "") + "\n\n" + _hyperparameter_epilog()
+
+
+@app.command()
+def methods() -> None:
+    """List the methods and every hyper-parameter with its default and meaning."""
+    for name, cls in REGISTRY.items():
+        table = Table(title=f"{name} — {(cls.__doc__ or '').strip().splitlines()[0]}", title_justify="left")
+        table.add_column("hyper-parameter")
+        table.add_column("default", justify="right")
+        table.add_column("meaning")
+        for key, (default, help_text) in cls.Config.field_help().items():
+            table.add_row(key, str(default), help_text)
+        console.print(table)
+
+
+@app.command()
+def scenarios() -> None:
+    """List the built-in scenarios and their parameters (override with -s KEY=VALUE)."""
+    import dataclasses
+
+    from topofl.data.scenarios import SCENARIOS
+
+    for name, (fn, cfg) in SCENARIOS.items():
+        doc = (sys.modules[fn.__module__].__doc__ or "").strip().splitlines()[0]
+        table = Table(title=f"{name} — {doc}", title_justify="left")
+        table.add_column("parameter")
+        table.add_column("default", justify="right")
+        for f in dataclasses.fields(cfg):
+            table.add_row(f.name, str(f.default))
+        console.print(table)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

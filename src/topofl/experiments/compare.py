@@ -1,0 +1,149 @@
+"""The comparison experiment: several methods × several seeds on one scenario.
+
+Writes, as rounds finish:
+
+``rounds.csv``      one row per (method, seed, round, client): auc, accuracy, loss, bytes_up, bytes_down
+``curves.csv``      one row per (method, seed, round): client-mean and pooled metrics, bytes
+``server_log.jsonl`` the server's per-round log (clusters, trust weights, flags, drift, ...)
+``summary.csv``     one row per method: final AUC / accuracy mean ± std over seeds (each seed's
+                    value is the mean over clients of each client's score with the model it would
+                    use), pooled AUC, convergence round (first round reaching 95 % of the final
+                    AUC), total bytes per run, seconds per run
+``config.json``     the scenario, methods, hyper-parameters, seeds, rounds and package versions
+"""
+from __future__ import annotations
+
+import json
+import platform
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from topofl.algorithms.registry import build
+from topofl.data.scenarios import make_scenario
+from topofl.experiments.results import CsvAppender, append_jsonl, write_csv
+from topofl.federation.history import ROUND_FIELDS, History, RoundSummary
+from topofl.federation.runner import run_federation
+from topofl.models.linear import make_model
+
+CURVE_FIELDS = ("method", "seed") + tuple(RoundSummary.__dataclass_fields__)
+SUMMARY_FIELDS = (
+    "method", "n_seeds", "auc_mean", "auc_std", "accuracy_mean", "accuracy_std", "pooled_auc_mean",
+    "pooled_auc_std", "convergence_round_mean", "convergence_round_std", "bytes_up_per_run",
+    "bytes_down_per_run", "seconds_per_run",
+)
+
+
+@dataclass(frozen=True)
+class CompareSpec:
+    """What to compare. ``hyperparameters`` maps a method name to its hyper-parameter overrides."""
+
+    scenario: str = "healthcare"
+    methods: tuple[str, ...] = ("ptopofl", "fedavg")
+    seeds: tuple[int, ...] = tuple(range(10))
+    rounds: int = 15
+    client_fraction: float = 1.0
+    scenario_params: Mapping[str, Any] = field(default_factory=dict)
+    hyperparameters: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def validate(self) -> None:
+        """Fail fast (before any run starts) on unknown names or bad values."""
+        if not self.methods:
+            raise ValueError("methods must name at least one method")
+        if not self.seeds:
+            raise ValueError("seeds must hold at least one seed")
+        federation = make_scenario(self.scenario, seed=self.seeds[0], **self.scenario_params)
+        for m in self.methods:
+            algorithm = build(m, self.hyperparameters.get(m, {}))
+            model = make_model(federation.task, algorithm.input_dim(federation.n_features), max(federation.n_classes, 2))
+            algorithm.setup(model, federation.client_ids, np.random.default_rng(0))
+
+
+def summarise(method: str, histories: Sequence[History], seconds: Sequence[float]) -> dict[str, Any]:
+    """One summary row for a method from its per-seed histories."""
+    finals = [h.final for h in histories]
+
+    def ms(key: str) -> tuple[float, float]:
+        v = np.array([f[key] for f in finals], float)
+        v = v[~np.isnan(v)]
+        return (float(v.mean()), float(v.std())) if v.size else (float("nan"), float("nan"))
+
+    conv = np.array([h.convergence_round("auc") for h in histories], float)
+    row = {"method": method, "n_seeds": len(histories)}
+    for key in ("auc", "accuracy", "pooled_auc"):
+        row[f"{key}_mean"], row[f"{key}_std"] = ms(key)
+    row["convergence_round_mean"], row["convergence_round_std"] = float(conv.mean()), float(conv.std())
+    row["bytes_up_per_run"] = float(np.mean([sum(r.bytes_up for r in h.rounds) for h in histories]))
+    row["bytes_down_per_run"] = float(np.mean([sum(r.bytes_down for r in h.rounds) for h in histories]))
+    row["seconds_per_run"] = float(np.mean(seconds))
+    return row
+
+
+def run_compare(
+    spec: CompareSpec,
+    out: Path | None,
+    *,
+    on_run_done: Callable[[str, int, History], None] | None = None,
+    on_round: Callable[[History, RoundSummary], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Run every (method, seed), writing results under ``out`` as rounds finish; return summary rows."""
+    spec.validate()
+    writers = _open_outputs(spec, out) if out is not None else None
+    histories: dict[str, list[History]] = {m: [] for m in spec.methods}
+    seconds: dict[str, list[float]] = {m: [] for m in spec.methods}
+    try:
+        for seed in spec.seeds:
+            federation = make_scenario(spec.scenario, seed=seed, **spec.scenario_params)
+            for method in spec.methods:
+                algorithm = build(method, spec.hyperparameters.get(method, {}))
+
+                def record(history: History, summary: RoundSummary, method=method, seed=seed) -> None:
+                    if writers is not None:
+                        rows = [r for r in history.records if r["round"] == summary.round]
+                        writers["rounds"].write({"method": method, "seed": seed, **r} for r in rows)
+                        writers["curves"].write([{"method": method, "seed": seed, **summary.as_dict()}])
+                        append_jsonl(out / "server_log.jsonl", {"method": method, "seed": seed, **history.server_logs[-1]})
+                    if on_round is not None:
+                        on_round(history, summary)
+
+                t0 = time.perf_counter()
+                history = run_federation(federation, algorithm, spec.rounds, seed, client_fraction=spec.client_fraction, on_round=record)
+                seconds[method].append(time.perf_counter() - t0)
+                histories[method].append(history)
+                if on_run_done is not None:
+                    on_run_done(method, seed, history)
+    finally:
+        if writers is not None:
+            for w in writers.values():
+                w.close()
+    summary = [summarise(m, histories[m], seconds[m]) for m in spec.methods]
+    if out is not None:
+        write_csv(out / "summary.csv", summary, SUMMARY_FIELDS)
+    return summary
+
+
+def _open_outputs(spec: CompareSpec, out: Path) -> dict[str, CsvAppender]:
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("rounds.csv", "curves.csv", "server_log.jsonl", "summary.csv"):
+        (out / name).unlink(missing_ok=True)
+    (out / "config.json").write_text(json.dumps({**asdict(spec), "versions": versions()}, indent=2, default=list))
+    return {
+        "rounds": CsvAppender(out / "rounds.csv", ("method", "seed") + ROUND_FIELDS),
+        "curves": CsvAppender(out / "curves.csv", CURVE_FIELDS),
+    }
+
+
+def versions() -> dict[str, str]:
+    """Versions of Python and the packages that shape the numbers."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version()}
+    for pkg in ("topofl", "numpy", "scipy", "scikit-learn", "giotto-ph", "gudhi"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = "not installed"
+    return out
