@@ -31,17 +31,18 @@ def sgd(
     theta = np.array(theta, dtype=np.float64, copy=True)
     n = X.shape[0]
     bs = max(1, min(batch_size, n))
-    for _ in range(epochs):
-        order = rng.permutation(n)
-        for start in range(0, n, bs):
-            idx = order[start : start + bs]
-            g = model.grad(theta, X[idx], y[idx])
-            if extra_grad is not None:
-                g = g + extra_grad(theta)
-            theta -= lr * g
-    if not np.all(np.isfinite(theta)):
-        raise FloatingPointError(
-            f"local SGD diverged (non-finite parameters) with lr={lr}, epochs={epochs}, batch_size={bs}; "
-            "lower the learning rate"
-        )
+    with np.errstate(over="ignore", invalid="ignore"):  # divergence is reported below, by name
+        for epoch in range(epochs):
+            order = rng.permutation(n)
+            for start in range(0, n, bs):
+                idx = order[start : start + bs]
+                g = model.grad(theta, X[idx], y[idx])
+                if extra_grad is not None:
+                    g = g + extra_grad(theta)
+                theta -= lr * g
+            if not np.isfinite(theta).all():
+                raise FloatingPointError(
+                    f"local SGD diverged (non-finite parameters in epoch {epoch + 1}) with lr={lr}, "
+                    f"epochs={epochs}, batch_size={bs}; lower the learning rate"
+                )
     return theta
