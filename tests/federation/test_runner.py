@@ -11,6 +11,7 @@ def test_fedavg_bytes_are_model_size_each_way(small_federation):
     p = small_federation.n_features + 1
     assert {r["bytes_up"] for r in h.records} == {p * 8}
     assert {r["bytes_down"] for r in h.records} == {p * 8}
+    assert {r["floats_up"] for r in h.records} == {r["floats_down"] for r in h.records} == {p}
     assert h.rounds[0].bytes_up == p * 8 * len(small_federation)
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-ROUND_FIELDS = ("round", "client", "auc", "accuracy", "loss", "bytes_up", "bytes_down")
+ROUND_FIELDS = ("round", "client", "auc", "accuracy", "loss", "bytes_up", "bytes_down", "floats_up", "floats_down")
 
 
 def nanmean(values) -> float:

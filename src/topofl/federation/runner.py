@@ -2,7 +2,7 @@
 
 Per round: select clients → broadcast (``configure_fit``) → local work (``client_fit``) →
 collect → aggregate (``aggregate_fit``) → evaluate every client with the model it would use →
-account bytes up/down → report (progress, ``on_round`` callback for writing results as rounds
+account floats and bytes up/down per client → report (progress, ``on_round`` callback for writing results as rounds
 finish).
 
 Randomness: client k in round r draws from ``SeedSequence([seed, r, k])``, so its work does not
@@ -91,8 +91,8 @@ def run_federation(
                 ctx = ClientContext(data[cid], states[cid], model, client_rng(seed, rnd, cid), rnd, seed)
                 update = algorithm.client_fit(ctx, messages[cid])
                 updates.append(update)
-                down[cid] = messages[cid].n_floats() * BYTES_PER_FLOAT
-                up[cid] = update.n_floats() * BYTES_PER_FLOAT
+                down[cid] = messages[cid].n_floats()
+                up[cid] = update.n_floats()
                 if update.metrics:
                     history.client_metrics[cid] = dict(update.metrics)
             history.server_logs.append({"round": rnd, **algorithm.aggregate_fit(rnd, updates)})
@@ -116,7 +116,12 @@ def _evaluate_round(history, algorithm, model, data, states, rnd, seed, up, down
         ctx = ClientContext(client, states[cid], model, client_rng(seed, rnd, cid), rnd, seed)
         theta = algorithm.client_params(ctx, algorithm.message_for(cid))
         m, s = evaluate(model, theta, algorithm.client_features(ctx, client.X_test), client.y_test)
-        rows.append({"round": rnd, "client": cid, **m, "bytes_up": up.get(cid, 0), "bytes_down": down.get(cid, 0)})
+        f_up, f_down = up.get(cid, 0), down.get(cid, 0)
+        rows.append({
+            "round": rnd, "client": cid, **m,
+            "bytes_up": f_up * BYTES_PER_FLOAT, "bytes_down": f_down * BYTES_PER_FLOAT,
+            "floats_up": f_up, "floats_down": f_down,
+        })
         ys.append(client.y_test)
         scores.append(s)
     history.records.extend(rows)
@@ -132,8 +137,8 @@ def _evaluate_round(history, algorithm, model, data, states, rnd, seed, up, down
         pooled_auc=pool.get("pooled_auc", float("nan")),
         pooled_accuracy=pool.get("pooled_accuracy", float("nan")),
         n_clients_auc=int(np.sum(~np.isnan(aucs))),
-        bytes_up=int(sum(up.values())),
-        bytes_down=int(sum(down.values())),
+        bytes_up=int(sum(up.values())) * BYTES_PER_FLOAT,
+        bytes_down=int(sum(down.values())) * BYTES_PER_FLOAT,
     )
 
 

@@ -36,6 +36,7 @@ def descriptor_risk(m: int, n: int, d: int, alpha_c: float = ALPHA_C) -> float:
 def mi_proxy(dim: int, alpha: float = 1.0) -> float:
     """Mutual-information proxy log2(1 + dim·α) in bits (Fig. 6B; α = 1 for gradients, α_c for φ)."""
     check_int("dim", dim, 0)
+    check_range("alpha", alpha, 0.0)
     return float(np.log2(1.0 + dim * alpha))
 
 

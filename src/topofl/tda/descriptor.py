@@ -119,7 +119,7 @@ def persistence_entropy(pers: np.ndarray) -> float:
     if pers.size == 0 or total <= 0:
         return 0.0
     p = pers[pers > 0] / total
-    return float(-(p * np.log(p)).sum())
+    return max(0.0, float(-(p * np.log(p)).sum()))  # max: a single pair gives 0.0, not -0.0
 
 
 def betti_curve(dgm: np.ndarray, thresholds: np.ndarray) -> np.ndarray:

@@ -4,7 +4,7 @@ Engine: giotto-ph (``gph.ripser_parallel``), a multi-threaded C++ port of Ripser
 the project's 2-core machine (points in R^20, ``maxdim=1``): 1.2 ms at n = 80, 67 ms at n = 500,
 1.8 s at n = 2000, about twice as fast as ripser.py (2.1 ms / 163 ms / 5.3 s) and orders of
 magnitude faster than gudhi's RipsComplex (22 ms at n = 80, 22 s at n = 500). The diagrams agree
-with ripser.py to float32 precision (checked in ``tests/tda/test_diagrams.py``).
+with ripser.py to float32 precision (checked in ``tests/tda/test_tda_diagrams.py``).
 
 Canonical format
 ----------------

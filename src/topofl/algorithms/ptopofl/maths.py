@@ -5,6 +5,7 @@ from typing import Mapping
 
 import numpy as np
 
+from topofl._validation import check_choice
 from topofl.tda.distances import normalise_rows, pairwise_euclidean
 
 
@@ -50,6 +51,7 @@ def trust_from_z(z: np.ndarray, tau: float, gate: str = "all") -> tuple[np.ndarr
     ``gate="all"`` applies the formula to every client, as written in §3.4 (clients with
     z ≤ 1 keep t = 1); ``gate="flagged"`` down-weights only clients flagged by z > τ.
     """
+    check_choice("gate", gate, ("all", "flagged"))
     flagged = z > tau
     t = np.exp(-np.maximum(z - 1.0, 0.0))
     if gate == "flagged":
