@@ -150,15 +150,28 @@ class Algorithm(ABC):
         """Parameters the client would use for prediction (personalised methods override)."""
         return message.params
 
-    # ---- shared helper ------------------------------------------------------------------------
-    def local_sgd(self, ctx: ClientContext, theta: np.ndarray, X: np.ndarray, lr_scale: float = 1.0, extra_grad=None) -> np.ndarray:
+    # ---- shared helpers -----------------------------------------------------------------------
+    def local_sgd(
+        self, ctx: ClientContext, theta: np.ndarray, X: np.ndarray, lr_scale: float = 1.0,
+        extra_grad=None, rng: np.random.Generator | None = None,
+    ) -> np.ndarray:
         """Mini-batch SGD with this algorithm's local hyper-parameters."""
         c = self.config
         return sgd(
             ctx.model, theta, X, ctx.data.y_train,
-            epochs=c.local_epochs, lr=c.lr * lr_scale, batch_size=c.batch_size, rng=ctx.rng,
+            epochs=c.local_epochs, lr=c.lr * lr_scale, batch_size=c.batch_size, rng=ctx.rng if rng is None else rng,
             extra_grad=extra_grad,
         )
+
+    def local_steps(self, n: int) -> int:
+        """Number of SGD steps one client with ``n`` samples takes in one round."""
+        return self.config.local_epochs * int(np.ceil(n / max(1, min(self.config.batch_size, n))))
+
+
+def personal_rng(ctx: ClientContext) -> np.random.Generator:
+    """The generator of a client's *personal-model* training in a round (shared by Local and Ditto,
+    so that Ditto with λ = 0 reproduces local training exactly)."""
+    return np.random.default_rng(np.random.SeedSequence([ctx.seed, ctx.round, ctx.client_id, 0xD1770]))
 
 
 def weighted_average(vectors: list[np.ndarray], weights: np.ndarray) -> np.ndarray:

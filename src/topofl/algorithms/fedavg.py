@@ -1,4 +1,4 @@
-"""FedAvg (McMahan et al., 2017): sample-size-weighted average of locally trained models."""
+"""FedAvg (McMahan et al., 2017) and the global-model server it shares with several baselines."""
 from __future__ import annotations
 
 from typing import Any
@@ -9,25 +9,18 @@ from topofl.algorithms.base import Algorithm, AlgorithmConfig, ClientContext, we
 from topofl.federation.messages import ClientUpdate, ServerMessage
 
 
-class FedAvg(Algorithm):
-    """θ ← Σ_k n_k θ_k / Σ_k n_k over the round's participants (McMahan et al. 2017, Alg. 1)."""
-
-    name = "fedavg"
-    Config = AlgorithmConfig
+class GlobalModelAlgorithm(Algorithm):
+    """Server holding one global model, averaged with sample-size weights (FedAvg's server)."""
 
     def setup(self, model, client_ids, rng) -> None:
         super().setup(model, client_ids, rng)
         self.global_params = model.init()
 
     def configure_fit(self, rnd: int, selected: list[int]) -> dict[int, ServerMessage]:
-        return {cid: ServerMessage(self.global_params) for cid in selected}
+        return {cid: self.message_for(cid) for cid in selected}
 
     def message_for(self, client_id: int) -> ServerMessage:
         return ServerMessage(self.global_params)
-
-    def client_fit(self, ctx: ClientContext, message: ServerMessage) -> ClientUpdate:
-        theta = self.local_sgd(ctx, message.params, ctx.data.X_train)
-        return ClientUpdate(ctx.client_id, theta, ctx.data.n_train)
 
     def aggregate_fit(self, rnd: int, updates: list[ClientUpdate]) -> dict[str, Any]:
         if updates:
@@ -35,3 +28,14 @@ class FedAvg(Algorithm):
                 [u.params for u in updates], np.array([u.n_examples for u in updates], dtype=float)
             )
         return {}
+
+
+class FedAvg(GlobalModelAlgorithm):
+    """θ ← Σ_k n_k θ_k / Σ_k n_k over the round's participants (McMahan et al. 2017, Alg. 1)."""
+
+    name = "fedavg"
+    Config = AlgorithmConfig
+
+    def client_fit(self, ctx: ClientContext, message: ServerMessage) -> ClientUpdate:
+        theta = self.local_sgd(ctx, message.params, ctx.data.X_train)
+        return ClientUpdate(ctx.client_id, theta, ctx.data.n_train)

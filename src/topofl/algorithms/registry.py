@@ -4,12 +4,18 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from topofl.algorithms.base import Algorithm
+from topofl.algorithms.ditto import Ditto
 from topofl.algorithms.fedavg import FedAvg
+from topofl.algorithms.fedprox import FedProx
+from topofl.algorithms.ifca import IFCA
+from topofl.algorithms.local_only import LocalOnly
+from topofl.algorithms.perfedavg import PerFedAvg
+from topofl.algorithms.pfedme import PFedMe
 from topofl.algorithms.ptopofl import PTopoFL
+from topofl.algorithms.scaffold import Scaffold
 
 REGISTRY: dict[str, type[Algorithm]] = {
-    FedAvg.name: FedAvg,
-    PTopoFL.name: PTopoFL,
+    cls.name: cls for cls in (PTopoFL, FedAvg, FedProx, Scaffold, PFedMe, Ditto, PerFedAvg, IFCA, LocalOnly)
 }
 
 

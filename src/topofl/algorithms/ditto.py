@@ -1,0 +1,44 @@
+"""Ditto (Li, Hu, Beirami, Smith, ICML 2021): a FedAvg global model plus personal models
+v_k trained on f_k(v) + λ/2 ‖v − w^t‖² (their Eq. 2, Alg. 1). Clients are evaluated with v_k.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from topofl._validation import check_range
+from topofl.algorithms.base import AlgorithmConfig, ClientContext, hp, personal_rng
+from topofl.algorithms.fedavg import GlobalModelAlgorithm
+from topofl.federation.messages import ClientUpdate, ServerMessage
+
+
+@dataclass(frozen=True)
+class DittoConfig(AlgorithmConfig):
+    lam: float = hp(0.1, "pull λ of the personal model towards the global one (>= 0; 0 = local training)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_range("lam", self.lam, 0.0)
+
+
+class Ditto(GlobalModelAlgorithm):
+    """Global FedAvg update, then a personal update regularised towards the received model."""
+
+    name = "ditto"
+    Config = DittoConfig
+    personalised = True
+    config: DittoConfig
+
+    def client_fit(self, ctx: ClientContext, message: ServerMessage) -> ClientUpdate:
+        w_t = message.params
+        theta = self.local_sgd(ctx, w_t, ctx.data.X_train)
+        v = ctx.state.get("personal", ctx.model.init())
+        lam = self.config.lam
+        ctx.state["personal"] = self.local_sgd(
+            ctx, v, ctx.data.X_train, extra_grad=(lambda th: lam * (th - w_t)) if lam > 0 else None, rng=personal_rng(ctx)
+        )
+        return ClientUpdate(ctx.client_id, theta, ctx.data.n_train)
+
+    def client_params(self, ctx: ClientContext, message: ServerMessage) -> np.ndarray:
+        return ctx.state.get("personal", message.params)

@@ -1,0 +1,31 @@
+"""FedProx (Li et al., 2020): local objective f_k(θ) + μ/2 ‖θ − θ_global‖² (their Eq. 2)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from topofl._validation import check_range
+from topofl.algorithms.base import AlgorithmConfig, ClientContext, hp
+from topofl.algorithms.fedavg import GlobalModelAlgorithm
+from topofl.federation.messages import ClientUpdate, ServerMessage
+
+
+@dataclass(frozen=True)
+class FedProxConfig(AlgorithmConfig):
+    mu: float = hp(0.1, "proximal strength μ (>= 0; pTopoFL paper: 0.1; μ = 0 is FedAvg)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_range("mu", self.mu, 0.0)
+
+
+class FedProx(GlobalModelAlgorithm):
+    """FedAvg whose local SGD adds the proximal gradient μ(θ − θ_global); same server."""
+
+    name = "fedprox"
+    Config = FedProxConfig
+    config: FedProxConfig
+
+    def client_fit(self, ctx: ClientContext, message: ServerMessage) -> ClientUpdate:
+        anchor, mu = message.params, self.config.mu
+        theta = self.local_sgd(ctx, anchor, ctx.data.X_train, extra_grad=lambda th: mu * (th - anchor))
+        return ClientUpdate(ctx.client_id, theta, ctx.data.n_train)

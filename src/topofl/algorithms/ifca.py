@@ -1,0 +1,72 @@
+"""IFCA (Ghosh, Chung, Yin, Ramchandran, NeurIPS 2020), model-averaging variant (their Alg. 2).
+
+The server keeps k cluster models and sends all of them; each client picks the one with the
+lowest loss on its training data, trains it locally and sends it back with its choice; the server
+averages each cluster's returns with sample-size weights. Cluster 0 starts at the zero model (so
+k = 1 is exactly FedAvg); the others start at small N(0, init_scale²) weights: their losses are close to the zero model's, so
+clients split by how their data align with each random direction (random models far from zero are
+never picked, and IFCA then degenerates to FedAvg).
+Clients are evaluated with the cluster model they would pick.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from topofl._validation import check_int, check_range
+from topofl.algorithms.base import Algorithm, AlgorithmConfig, ClientContext, hp, weighted_average
+from topofl.federation.messages import ClientUpdate, ServerMessage
+
+
+@dataclass(frozen=True)
+class IFCAConfig(AlgorithmConfig):
+    k: int = hp(2, "number of cluster models (>= 1; 1 = FedAvg)")
+    init_scale: float = hp(0.05, "std of the random initial weights of clusters 1..k-1 (small: near-zero models split clients by gradient alignment; large random models are never picked)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_int("k", self.k, 1, 100)
+        check_range("init_scale", self.init_scale, 0.0)
+
+
+class IFCA(Algorithm):
+    """Iterative federated clustering algorithm (see module docstring)."""
+
+    name = "ifca"
+    Config = IFCAConfig
+    personalised = True
+    config: IFCAConfig
+
+    def setup(self, model, client_ids, rng) -> None:
+        super().setup(model, client_ids, rng)
+        self.models = np.vstack([model.init()] + [model.init(rng, self.config.init_scale) for _ in range(self.config.k - 1)])
+
+    def message_for(self, client_id: int) -> ServerMessage:
+        return ServerMessage(self.models.ravel())
+
+    def configure_fit(self, rnd: int, selected: list[int]) -> dict[int, ServerMessage]:
+        return {cid: self.message_for(cid) for cid in selected}
+
+    def _choose(self, ctx: ClientContext, models: np.ndarray) -> int:
+        losses = [ctx.model.loss(m, ctx.data.X_train, ctx.data.y_train) for m in models]
+        return int(np.argmin(losses))
+
+    def client_fit(self, ctx: ClientContext, message: ServerMessage) -> ClientUpdate:
+        models = message.params.reshape(self.config.k, -1)
+        j = self._choose(ctx, models)
+        theta = self.local_sgd(ctx, models[j], ctx.data.X_train)
+        return ClientUpdate(ctx.client_id, theta, ctx.data.n_train, extras={"cluster": np.array([float(j)])})
+
+    def aggregate_fit(self, rnd: int, updates: list[ClientUpdate]) -> dict[str, Any]:
+        choice = {u.client_id: int(u.extras["cluster"][0]) for u in updates}
+        for j in range(self.config.k):
+            members = [u for u in updates if choice[u.client_id] == j]
+            if members:
+                self.models[j] = weighted_average([u.params for u in members], np.array([u.n_examples for u in members], float))
+        return {"clusters": choice}
+
+    def client_params(self, ctx: ClientContext, message: ServerMessage) -> np.ndarray:
+        models = message.params.reshape(self.config.k, -1)
+        return models[self._choose(ctx, models)]

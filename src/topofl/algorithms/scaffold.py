@@ -1,0 +1,64 @@
+"""SCAFFOLD (Karimireddy et al., 2020), control variates with option II of their Algorithm 1.
+
+Client i, from the server model x and control variate c, with its own c_i:
+    y ← y − η_l (g_i(y) − c_i + c)             for K local steps
+    c_i⁺ = c_i − c + (x − y) / (K η_l)          (option II)
+    sends Δy = y − x and Δc = c_i⁺ − c_i
+Server:
+    x ← x + η_g · mean(Δy),   c ← c + (|S|/N) · mean(Δc)
+Client control variates live in the client's own state, never on the server.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from topofl._validation import check_range
+from topofl.algorithms.base import Algorithm, AlgorithmConfig, ClientContext, hp
+from topofl.federation.messages import ClientUpdate, ServerMessage
+
+
+@dataclass(frozen=True)
+class ScaffoldConfig(AlgorithmConfig):
+    global_lr: float = hp(1.0, "server step size η_g (> 0)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_range("global_lr", self.global_lr, 0.0, 10.0, low_open=True)
+
+
+class Scaffold(Algorithm):
+    """Stochastic controlled averaging, option II (see module docstring)."""
+
+    name = "scaffold"
+    Config = ScaffoldConfig
+    config: ScaffoldConfig
+
+    def setup(self, model, client_ids, rng) -> None:
+        super().setup(model, client_ids, rng)
+        self.x = model.init()
+        self.c = np.zeros_like(self.x)
+
+    def message_for(self, client_id: int) -> ServerMessage:
+        return ServerMessage(self.x, extras={"c": self.c})
+
+    def configure_fit(self, rnd: int, selected: list[int]) -> dict[int, ServerMessage]:
+        return {cid: self.message_for(cid) for cid in selected}
+
+    def client_fit(self, ctx: ClientContext, message: ServerMessage) -> ClientUpdate:
+        x, c = message.params, message.extras["c"]
+        c_i = ctx.state.get("c_i", np.zeros_like(x))
+        correction = c - c_i
+        y = self.local_sgd(ctx, x, ctx.data.X_train, extra_grad=lambda th: correction)
+        K = self.local_steps(ctx.data.n_train)
+        c_new = c_i - c + (x - y) / (K * self.config.lr)
+        ctx.state["c_i"] = c_new
+        return ClientUpdate(ctx.client_id, y - x, ctx.data.n_train, extras={"dc": c_new - c_i})
+
+    def aggregate_fit(self, rnd: int, updates: list[ClientUpdate]) -> dict[str, Any]:
+        if updates:
+            self.x = self.x + self.config.global_lr * np.mean([u.params for u in updates], axis=0)
+            self.c = self.c + len(updates) / len(self.client_ids) * np.mean([u.extras["dc"] for u in updates], axis=0)
+        return {"control_norm": float(np.linalg.norm(self.c))}
