@@ -16,10 +16,10 @@ from rich.table import Table
 from topofl.algorithms.registry import REGISTRY, available
 from topofl.cli_parsing import (
     flatten_hyperparameters,
+    parse_seeds,
     load_toml,
     method_hyperparameters,
     parse_assignments,
-    parse_seeds,
 )
 
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
@@ -222,6 +222,57 @@ def run(
 
 
 run.__doc__ = (run.__doc__ or "") + "\n\n" + _hyperparameter_epilog()
+
+
+@app.command()
+@friendly_errors
+def experiment(
+    name: str = typer.Argument(..., help="comparison, robustness, continual, privacy, ablation, diagrams, or all (everything, then the report)."),
+    seeds: str = typer.Option("0-9", "--seeds", help="Seeds: 0-9 (default), 0,3,7, or 0-4,10."),
+    out: Path = typer.Option(Path("results/experiments"), "--out", "-o", help="Directory; each experiment writes into DIR/NAME/."),
+    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted experiment: skip finished runs, redo partial ones."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Delete earlier results of this experiment first."),
+    jobs: int = typer.Option(min(2, os.cpu_count() or 1), "--jobs", "-j", help="Runs executed in parallel (processes)."),
+    verbose: bool = VerboseOpt,
+) -> None:
+    """Run one of the pTopoFL paper's experiments (or all of them and the report), writing tidy
+    results as runs finish; --resume continues an interrupted one with identical final results."""
+    _setup_logging(verbose)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from topofl.experiments.driver import ORDER, experiment_names, run_experiment, total_runs
+    from topofl.experiments.report import build_report
+
+    if name not in experiment_names():
+        raise ValueError(f"unknown experiment {name!r}; available: {', '.join(experiment_names())}")
+    if jobs < 1:
+        raise ValueError(f"--jobs must be at least 1; got {jobs}")
+    seed_list = parse_seeds(seeds)
+    names = list(ORDER) if name == "all" else [name]
+    t0 = time.perf_counter()
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
+                  console=err_console, transient=False) as bar:
+        task = bar.add_task("runs", total=max(1, total_runs(names, seed_list)))
+        for n in names:
+            bar.update(task, description=f"{n}")
+
+            def tick(spec, done) -> None:
+                bar.update(task, advance=1, description=f"{spec.experiment}: {spec.label or spec.method} seed {spec.seed}")
+
+            exp_dir = run_experiment(n, seed_list, out, resume=resume, overwrite=overwrite, jobs=jobs, on_done=tick)
+            console.print(f"[green]✓[/] {n}: results in {exp_dir}/")
+    if name == "all":
+        console.print(f"report: {build_report(out)}")
+    console.print(f"[dim]{time.perf_counter() - t0:.1f} s[/]")
+
+
+@app.command()
+@friendly_errors
+def report(out: Path = typer.Argument(Path("results/experiments"), help="Experiments directory (as given to --out).")) -> None:
+    """Write DIR/report.html (self-contained: every table and figure, configuration, versions)."""
+    from topofl.experiments.report import build_report
+
+    console.print(f"report: {build_report(out)}")
 
 
 @app.command()

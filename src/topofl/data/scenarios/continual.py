@@ -1,8 +1,11 @@
 """Continual scenario (pTopoFL paper §4.5): 6 clients whose data drift over 20 rounds.
 
-Each client has a fixed latent sample; at round r the features of the drifting clients are that
-sample scaled by ``1 + drift_scale·t`` and shifted by ``drift_magnitude·t`` along a client-specific
-unit direction, with t = (r−1)/(rounds−1) going from 0 to 1. Labels follow one logistic rule of
+Each client has a fixed latent sample Z (a full-dimensional cloud). At round r, with
+t = (r−1)/(rounds−1) going from 0 to 1, a drifting client's features are
+``((1 − t)·Z + t·Z_low)·(1 + drift_scale·t) + drift_magnitude·t·u``: the cloud morphs towards a
+low-rank version Z_low of itself (a few correlated factors — its *shape* changes, which persistent
+homology sees; a pure shift would be invisible to it, PH being translation-invariant), grows in
+spread and moves along a client-specific unit direction u. Labels follow one logistic rule of
 the current features with fixed per-sample noise, so a drifting client's task changes with its
 data. Test data drift the same way: a client is scored on its current distribution.
 """
@@ -28,6 +31,7 @@ class ContinualConfig:
     drifting: tuple = (3, 4, 5)
     drift_magnitude: float = 3.0
     drift_scale: float = 0.5
+    drift_rank: int = 2
     signal: float = 2.0
     test_fraction: float = 0.3
 
@@ -41,6 +45,7 @@ class ContinualConfig:
             check_int("drifting client", k, 0, self.n_clients - 1)
         check_range("drift_magnitude", self.drift_magnitude, 0.0)
         check_range("drift_scale", self.drift_scale, 0.0)
+        check_int("drift_rank", self.drift_rank, 1, self.n_features)
         check_range("signal", self.signal, 0.0)
         check_range("test_fraction", self.test_fraction, 0.0, 1.0, low_open=True, high_open=True)
 
@@ -54,6 +59,11 @@ class DriftingFederation(Federation):
         w = rng.standard_normal(cfg.n_informative)
         self._w = w / np.linalg.norm(w)
         self._latent = [rng.standard_normal((n, d)) + rng.standard_normal(d) * 0.5 for _ in range(cfg.n_clients)]
+        q = cfg.drift_rank
+        self._low = [
+            Z.mean(axis=0) + (Z - Z.mean(axis=0))[:, :q] @ (rng.standard_normal((q, d)) / np.sqrt(q)) + rng.standard_normal((n, d)) * 0.1
+            for Z in self._latent
+        ]
         self._noise = [rng.random(n) for _ in range(cfg.n_clients)]
         dirs = rng.standard_normal((cfg.n_clients, d))
         self._dirs = dirs / np.linalg.norm(dirs, axis=1, keepdims=True)
@@ -73,7 +83,7 @@ class DriftingFederation(Federation):
             X = self._latent[k]
             drifting = k in cfg.drifting
             if drifting:
-                X = X * (1.0 + cfg.drift_scale * t) + cfg.drift_magnitude * t * self._dirs[k]
+                X = ((1.0 - t) * X + t * self._low[k]) * (1.0 + cfg.drift_scale * t) + cfg.drift_magnitude * t * self._dirs[k]
             y = (self._noise[k] < expit(cfg.signal * X[:, : cfg.n_informative] @ self._w)).astype(np.float64)
             te, tr = self._split[k][:n_test], self._split[k][n_test:]
             meta = {"drifting": drifting, "adversarial": False, "t": t}

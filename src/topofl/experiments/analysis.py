@@ -1,0 +1,69 @@
+"""Aggregations of tidy results into tables (pure functions over rows of dicts)."""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+
+def num(v: Any) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def group_curves(rows: Iterable[Mapping[str, str]], by: Sequence[str], metric: str = "auc") -> dict[tuple, dict[str, np.ndarray]]:
+    """``{group: {"round", "mean", "std", "n", "se"}}``: the metric over rounds — mean, std and
+    standard error over seeds — for each combination of the ``by`` columns."""
+    acc: dict[tuple, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        acc[tuple(r[b] for b in by)][int(r["round"])].append(num(r[metric]))
+    out = {}
+    for g, per_round in acc.items():
+        rounds = sorted(per_round)
+        vals = [np.array(per_round[k]) for k in rounds]
+        out[g] = {
+            "round": np.array(rounds),
+            "mean": np.array([np.nanmean(v) for v in vals]),
+            "std": np.array([np.nanstd(v) for v in vals]),
+            "n": np.array([np.sum(~np.isnan(v)) for v in vals]),
+        }
+        out[g]["se"] = out[g]["std"] / np.sqrt(np.maximum(out[g]["n"], 1))
+    return out
+
+
+def final_table(done: Sequence[Mapping[str, Any]], by: Sequence[str], metrics: Sequence[str] = ("auc", "accuracy", "pooled_auc")) -> list[dict[str, Any]]:
+    """One row per group: mean and std over seeds of each final metric and of the convergence round."""
+    groups: dict[tuple, list[Mapping[str, Any]]] = defaultdict(list)
+    for d in done:
+        groups[tuple(d[b] for b in by)].append(d)
+    rows = []
+    for g, ds in groups.items():
+        row: dict[str, Any] = dict(zip(by, g))
+        row["n_seeds"] = len(ds)
+        for m in metrics:
+            v = np.array([num(d["final"][m]) for d in ds])
+            v = v[~np.isnan(v)]
+            row[f"{m}_mean"] = float(v.mean()) if v.size else float("nan")
+            row[f"{m}_std"] = float(v.std()) if v.size else float("nan")
+        conv = np.array([d["convergence_round"] for d in ds], float)
+        row["convergence_round_mean"] = float(conv.mean())
+        row["seconds_per_run"] = float(np.mean([d["seconds"] for d in ds]))
+        rows.append(row)
+    return rows
+
+
+def detection_scores(flagged: Iterable[int], adversarial: Iterable[int]) -> dict[str, float]:
+    """Precision and recall of flagged clients against the truly adversarial ones.
+
+    Precision is NaN when nothing is flagged; recall is NaN when there is no adversary.
+    """
+    f, a = set(flagged), set(adversarial)
+    tp = len(f & a)
+    return {
+        "precision": tp / len(f) if f else float("nan"),
+        "recall": tp / len(a) if a else float("nan"),
+        "n_flagged": float(len(f)),
+    }

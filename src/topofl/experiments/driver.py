@@ -1,0 +1,58 @@
+"""Run an experiment end to end: plan → execute (resumable, parallel) → analyse → manifest."""
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from topofl.experiments.compare import versions
+from topofl.experiments.results import _json_default
+from topofl.experiments.runs import RunSpec, execute
+from topofl.experiments.suite import EXPERIMENTS
+
+ORDER = ("comparison", "robustness", "continual", "privacy", "ablation", "diagrams")
+
+
+def experiment_names() -> list[str]:
+    return list(EXPERIMENTS) + ["all"]
+
+
+def plan_for(name: str, seeds: Sequence[int]) -> list[RunSpec]:
+    if name not in EXPERIMENTS:
+        raise ValueError(f"unknown experiment {name!r}; available: {', '.join(experiment_names())}")
+    return EXPERIMENTS[name].plan(list(seeds))
+
+
+def run_experiment(
+    name: str,
+    seeds: Sequence[int],
+    out: Path,
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    jobs: int = 1,
+    on_done: Callable[[RunSpec, dict[str, Any]], None] | None = None,
+) -> Path:
+    """Run experiment ``name`` into ``out/name`` and return that directory."""
+    specs = plan_for(name, seeds)
+    exp_dir = Path(out) / name
+    if overwrite and exp_dir.exists():
+        shutil.rmtree(exp_dir)
+    exp_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    done = execute(specs, exp_dir, resume=resume, jobs=jobs, on_done=on_done) if specs else []
+    manifest = EXPERIMENTS[name].analyse(exp_dir, done)
+    manifest.write(exp_dir)
+    config = {
+        "experiment": name, "seeds": list(seeds), "n_runs": len(specs), "seconds": time.perf_counter() - t0,
+        "runs": [{k: v for k, v in spec.__dict__.items()} for spec in specs[: len(specs) // max(1, len(seeds))]],
+        "versions": versions(),
+    }
+    (exp_dir / "config.json").write_text(json.dumps(config, indent=2, default=_json_default))
+    return exp_dir
+
+
+def total_runs(names: Sequence[str], seeds: Sequence[int]) -> int:
+    return sum(len(plan_for(n, seeds)) for n in names)

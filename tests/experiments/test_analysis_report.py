@@ -1,0 +1,76 @@
+import math
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from topofl.cli import app
+from topofl.experiments.analysis import detection_scores, final_table, group_curves
+from topofl.experiments.driver import run_experiment
+from topofl.experiments.report import build_report
+from topofl.experiments.suite.robustness import adversaries
+
+
+def test_detection_scores_by_hand():
+    assert detection_scores([1, 2], [2, 5, 6]) == {"precision": 0.5, "recall": 1 / 3, "n_flagged": 2.0}
+    s = detection_scores([], [1])
+    assert math.isnan(s["precision"]) and s["recall"] == 0.0
+    assert math.isnan(detection_scores([3], [])["recall"])
+
+
+def test_group_curves_mean_std_se():
+    rows = [{"m": "a", "round": r, "auc": v} for r, v in ((1, "0.5"), (1, "0.7"), (2, "0.8"), (2, "0.8"))]
+    g = group_curves(rows, ("m",))[("a",)]
+    np.testing.assert_allclose(g["mean"], [0.6, 0.8])
+    np.testing.assert_allclose(g["std"], [0.1, 0.0])
+    np.testing.assert_allclose(g["se"], [0.1 / np.sqrt(2), 0.0])
+
+
+def test_final_table_by_hand():
+    done = [{"method": "x", "final": {"auc": a, "accuracy": 0.5, "pooled_auc": 0.6}, "convergence_round": c, "seconds": 1.0} for a, c in ((0.8, 1), (0.6, 3))]
+    (row,) = final_table(done, ("method",))
+    assert row["auc_mean"] == pytest.approx(0.7) and row["auc_std"] == pytest.approx(0.1)
+    assert row["convergence_round_mean"] == 2.0 and row["n_seeds"] == 2
+
+
+def test_adversaries_are_nested_and_sized():
+    levels = [adversaries(r, 3) for r in (0.0, 0.125, 0.25, 0.375, 0.5)]
+    assert [len(a) for a in levels] == [0, 1, 2, 3, 4]
+    assert all(set(a) <= set(b) for a, b in zip(levels, levels[1:]))
+
+
+def test_report_embeds_tables_and_figures(tmp_path):
+    run_experiment("privacy", [0], tmp_path)
+    run_experiment("diagrams", [0], tmp_path)
+    html = build_report(tmp_path).read_text()
+    assert "Privacy: reconstruction risk" in html and "Persistence diagrams" in html
+    assert html.count("data:image/png;base64,") == 2
+    assert "ρ_grad" in html and "<table>" in html and "Package versions" in html
+    assert (tmp_path / "privacy" / "privacy.svg").exists()
+
+
+def test_privacy_numbers_match_the_equations(tmp_path):
+    from topofl.experiments.results import read_csv
+
+    run_experiment("privacy", [0], tmp_path)
+    row = next(r for r in read_csv(tmp_path / "privacy" / "grid.csv") if r["n"] == "100" and r["d"] == "20")
+    assert float(row["risk_gradient"]) == pytest.approx(21 / 2000)
+    assert float(row["risk_descriptor"]) == pytest.approx(48 / 2000 * 0.1)
+
+
+def test_report_of_an_empty_directory_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="holds no experiment results"):
+        build_report(tmp_path)
+
+
+def test_cli_experiment_and_report(tmp_path):
+    runner = CliRunner()
+    res = runner.invoke(app, ["experiment", "continual", "--seeds", "0", "--out", str(tmp_path), "--jobs", "1"])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "continual" / "signatures.png").exists() and (tmp_path / "continual" / "drift.csv").exists()
+    res = runner.invoke(app, ["report", str(tmp_path)])
+    assert res.exit_code == 0 and (tmp_path / "report.html").exists()
+    res = runner.invoke(app, ["experiment", "everything"])
+    assert res.exit_code == 2 and "unknown experiment 'everything'" in res.output
+    res = runner.invoke(app, ["experiment", "continual", "--seeds", "0", "--out", str(tmp_path)])
+    assert res.exit_code == 2 and "already holds results" in " ".join(res.output.split())
