@@ -83,7 +83,7 @@ def test_binary_labels_must_be_zero_one():
 @pytest.mark.parametrize(
     "method, hp, message",
     [
-        ("sgd-magic", {}, "unknown method 'sgd-magic'; available: fedavg, ptopofl"),
+        ("sgd-magic", {}, "unknown method 'sgd-magic'; available: ptopofl, fedavg, fedprox, scaffold, pfedme, ditto, perfedavg, ifca, local"),
         ("ptopofl", {"beta": 1.5}, "beta must be in [0.0, 1.0]; got 1.5"),
         ("ptopofl", {"n_clusters": 5}, "n_clusters=5 exceeds the number of clients (3)"),
         ("ptopofl", {"tau": -1.0}, "tau must be in [0.0, inf); got -1.0"),

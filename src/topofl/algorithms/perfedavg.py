@@ -17,6 +17,7 @@ import numpy as np
 from topofl._validation import check_choice, check_range
 from topofl.algorithms.base import AlgorithmConfig, ClientContext, hp
 from topofl.algorithms.fedavg import GlobalModelAlgorithm
+from topofl.federation.local import ensure_finite
 from topofl.federation.messages import ClientUpdate, ServerMessage
 
 
@@ -57,8 +58,7 @@ class PerFedAvg(GlobalModelAlgorithm):
                     hv = (model.grad(w + c.delta * g, X[D[2]], y[D[2]]) - model.grad(w - c.delta * g, X[D[2]], y[D[2]])) / (2 * c.delta)
                     g = g - c.alpha * hv
                 w -= c.lr * g
-        if not np.isfinite(w).all():
-            raise FloatingPointError(f"Per-FedAvg diverged with lr={c.lr}, alpha={c.alpha}; lower the step sizes")
+        ensure_finite("Per-FedAvg", w, lr=c.lr, alpha=c.alpha)
         return ClientUpdate(ctx.client_id, w, n)
 
     def client_params(self, ctx: ClientContext, message: ServerMessage) -> np.ndarray:

@@ -16,6 +16,7 @@ import numpy as np
 from topofl._validation import check_int, check_range
 from topofl.algorithms.base import AlgorithmConfig, ClientContext, hp
 from topofl.algorithms.fedavg import GlobalModelAlgorithm
+from topofl.federation.local import ensure_finite
 from topofl.federation.messages import ClientUpdate, ServerMessage
 
 
@@ -60,10 +61,7 @@ class PFedMe(GlobalModelAlgorithm):
                     for _ in range(c.inner_steps):
                         theta -= c.personal_lr * (model.grad(theta, X[idx], y[idx]) + c.lam * (theta - w))
                     w -= c.lr * c.lam * (w - theta)
-        if not (np.isfinite(w).all() and np.isfinite(theta).all()):
-            raise FloatingPointError(
-                f"pFedMe diverged with lr={c.lr}, lam={c.lam}, personal_lr={c.personal_lr}; lower the step sizes"
-            )
+        ensure_finite("pFedMe", w, theta, lr=c.lr, lam=c.lam, personal_lr=c.personal_lr)
         ctx.state["personal"] = theta
         return ClientUpdate(ctx.client_id, w, n)
 

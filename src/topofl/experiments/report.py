@@ -32,6 +32,10 @@ def _cell(v: str) -> str:
         return "–"
     if "." not in v and "e" not in v.lower():
         return v  # an integer as written
+    if f.is_integer() and abs(f) < 1e9:
+        return f"{f:.0f}"
+    if f != 0 and abs(f) < 0.01:
+        return f"{f:.3g}"  # small values keep three significant figures, not "0.000"
     return f"{f:.3f}"
 
 

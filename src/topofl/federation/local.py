@@ -10,6 +10,13 @@ from topofl.models.linear import LinearModel
 ExtraGrad = Callable[[np.ndarray], np.ndarray]
 
 
+def ensure_finite(method: str, *params: np.ndarray, **step_sizes: float) -> None:
+    """Raise ``FloatingPointError`` naming the method and its step sizes if training diverged."""
+    if not all(np.isfinite(p).all() for p in params):
+        sizes = ", ".join(f"{k}={v}" for k, v in step_sizes.items())
+        raise FloatingPointError(f"{method} diverged (non-finite parameters) with {sizes}; lower the step sizes")
+
+
 def sgd(
     model: LinearModel,
     theta: np.ndarray,
@@ -40,9 +47,5 @@ def sgd(
                 if extra_grad is not None:
                     g = g + extra_grad(theta)
                 theta -= lr * g
-            if not np.isfinite(theta).all():
-                raise FloatingPointError(
-                    f"local SGD diverged (non-finite parameters in epoch {epoch + 1}) with lr={lr}, "
-                    f"epochs={epochs}, batch_size={bs}; lower the learning rate"
-                )
+            ensure_finite(f"local SGD (epoch {epoch + 1})", theta, lr=lr, epochs=epochs, batch_size=bs)
     return theta
