@@ -1,0 +1,180 @@
+"""Restriction maps of Sheaf-FMTL, dense or exactly compact (issue 4, item 10).
+
+Node i holds its maps P_ij (d_ij × d_i) for every neighbour j; they are stacked into one block
+matrix P_i = [P_ij₁; P_ij₂; …] of (Σ_j d_ij) × d_i rows, so that projecting θ_i onto every edge
+space, back-projecting the residuals and updating all maps are one operation each per node.
+
+Every update of Algorithm 1 (paper Eq. 28) is rank one,
+    P_ij ← P_ij − ηλ r_ij θ_i^{k+1}ᵀ,   r_ij = P_ij θ_i^{k+1} − P_ji θ_j^{k+1},
+and its right factor θ_i^{k+1} is the same for all of node i's maps. After t updates,
+    P_i = P⁰_i − Uᵀ V,
+with V (t × d_i) node i's iterates and U (t × Σ_j d_ij) the scaled residuals ηλ r_ij. With a
+compactly stored P⁰ this is exact, not an approximation, and costs
+O(nnz(P⁰) + t·(Σ_j d_ij + d_i)) memory per node instead of Σ_j d_ij·d_i.
+
+Compact initial map: ``sparse_sign`` — in each block, column c holds one entry s_c·σ at row h(c),
+h and s drawn from the seed (a CountSketch; E[PᵀP] = σ² I). Dense-only initial maps: ``gaussian``
+(N(0, σ²); the paper initialises with N(0, 1)), ``uniform`` (U(−σ, σ)), ``orthogonal``
+(orthonormal rows times σ), ``identity_noise`` (first d_ij rows of I plus N(0, σ²) noise) and
+``scaled_identity`` (σ·I with d_ij = d_i; σ = √a_ij gives dFedU). A zero initial map is refused
+(paper Remark 3: its gradient would stay zero and no interaction would ever be learnt).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from topofl._validation import check_choice
+
+INITS = ("gaussian", "uniform", "orthogonal", "identity_noise", "scaled_identity", "sparse_sign")
+FLOAT = 8  # bytes per stored float64
+
+
+class StackedSparseSign:
+    """Stacked CountSketch blocks: in block b, column c holds ``signs[b, c]·scale`` at row
+    ``offset_b + rows[b, c]``."""
+
+    def __init__(self, sizes: Sequence[int], d_i: int, scale: float, rng: np.random.Generator) -> None:
+        self.sizes = list(sizes)
+        offsets = np.concatenate([[0], np.cumsum(self.sizes)[:-1]]).astype(np.int64)
+        self.rows = np.vstack([rng.integers(0, s, size=d_i) for s in self.sizes]).astype(np.int32) + offsets[:, None].astype(np.int32)
+        self.signs = (rng.integers(0, 2, size=(len(self.sizes), d_i)) * 2 - 1).astype(np.int8)
+        self.scale = float(scale)
+        self.shape = (int(sum(self.sizes)), d_i)
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        return np.bincount(self.rows.ravel(), weights=(self.signs * x).ravel(), minlength=self.shape[0]) * self.scale
+
+    def apply_t(self, y: np.ndarray) -> np.ndarray:
+        return self.scale * (self.signs * y[self.rows]).sum(axis=0)
+
+    def dense(self) -> np.ndarray:
+        P = np.zeros(self.shape)
+        cols = np.broadcast_to(np.arange(self.shape[1]), self.rows.shape)
+        P[self.rows.ravel(), cols.ravel()] = self.signs.ravel() * self.scale
+        return P
+
+    @property
+    def nbytes(self) -> int:
+        return self.rows.nbytes + self.signs.nbytes
+
+
+def initial_maps(kind: str, sizes: Sequence[int], d_i: int, scale: float, rng: np.random.Generator):
+    """Node i's stacked initial maps: a dense array, or a :class:`StackedSparseSign`."""
+    check_choice("map_init", kind, INITS)
+    if not scale > 0:
+        raise ValueError(f"map_scale must be > 0: a zero initial restriction map never learns (paper Remark 3); got {scale}")
+    if kind == "sparse_sign":
+        return StackedSparseSign(sizes, d_i, scale, rng)
+    blocks = []
+    for d_e in sizes:
+        if kind == "gaussian":
+            blocks.append(rng.normal(0.0, scale, (d_e, d_i)))
+        elif kind == "uniform":
+            blocks.append(rng.uniform(-scale, scale, (d_e, d_i)))
+        elif kind == "orthogonal":
+            if d_e > d_i:
+                raise ValueError(f"orthogonal maps need d_ij <= d_i; got {d_e} > {d_i}")
+            q, _ = np.linalg.qr(rng.standard_normal((d_i, d_e)))
+            blocks.append(scale * q.T)
+        elif kind == "identity_noise":
+            blocks.append(np.eye(d_e, d_i) + rng.normal(0.0, scale, (d_e, d_i)))
+        else:
+            if d_e != d_i:
+                raise ValueError(f"scaled_identity maps need d_ij = d_i (gamma = 1, equal model sizes); got {d_e} x {d_i}")
+            blocks.append(scale * np.eye(d_i))
+    return np.vstack(blocks)
+
+
+class NodeMaps:
+    """All of one node's restriction maps, stacked; dense or compact (module docstring)."""
+
+    def __init__(self, P0, sizes: Sequence[int], compact: bool) -> None:
+        self.sizes = list(sizes)
+        self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(int)
+        self.compact = compact
+        if compact:
+            if not isinstance(P0, StackedSparseSign):
+                raise ValueError("compact restriction maps need a compact initial map (map_init='sparse_sign')")
+            self.P0 = P0
+            self._U = np.empty((8, P0.shape[0]))
+            self._V = np.empty((8, P0.shape[1]))
+            self.rank = 0
+        else:
+            self.P = P0.dense() if isinstance(P0, StackedSparseSign) else np.array(P0, dtype=np.float64, copy=True)
+
+    @property
+    def U(self) -> np.ndarray:
+        return self._U[: self.rank]
+
+    @property
+    def V(self) -> np.ndarray:
+        return self._V[: self.rank]
+
+    def project(self, x: np.ndarray) -> np.ndarray:
+        """[P_ij x]_j stacked (Σ_j d_ij)."""
+        if not self.compact:
+            return self.P @ x
+        return self.P0.apply(x) - self.U.T @ (self.V @ x)
+
+    def back_project(self, y: np.ndarray) -> np.ndarray:
+        """Σ_j P_ijᵀ y_j for stacked y."""
+        if not self.compact:
+            return self.P.T @ y
+        return self.P0.apply_t(y) - self.V.T @ (self.U @ y)
+
+    def update(self, u: np.ndarray, v: np.ndarray) -> None:
+        """P_i ← P_i − u vᵀ, i.e. every block P_ij ← P_ij − u_j vᵀ (Eq. 28 with u = ηλ r)."""
+        if not self.compact:
+            self.P -= np.outer(u, v)
+            return
+        if self.rank == self._U.shape[0]:
+            self._U = np.vstack([self._U, np.empty_like(self._U)])
+            self._V = np.vstack([self._V, np.empty_like(self._V)])
+        self._U[self.rank] = u
+        self._V[self.rank] = v
+        self.rank += 1
+
+    def recompress(self, k: int) -> float:
+        """Opt-in *approximate* re-compression of the low-rank part to rank k (compact only).
+
+        With V = A S Bᵀ (thin SVD), Uᵀ V = (Uᵀ A S) Bᵀ ≈ (Uᵀ A_k S_k) B_kᵀ. Exact while k ≥ rank;
+        returns the discarded share of the spectrum Σ_{>k} s² / Σ s² (0 when exact).
+        """
+        if not self.compact or self.rank <= k:
+            return 0.0
+        A, s, Bt = np.linalg.svd(self.V, full_matrices=False)
+        lost = float((s[k:] ** 2).sum() / max((s**2).sum(), 1e-300))
+        newU = (A[:, :k] * s[:k]).T @ self.U  # k × Σd_ij
+        self._U, self._V, self.rank = newU.copy(), Bt[:k].copy(), k
+        return lost
+
+    def dense(self) -> np.ndarray:
+        return self.P if not self.compact else self.P0.dense() - self.U.T @ self.V
+
+    def block_frobenius(self) -> list[float]:
+        """‖P_ij‖_F for each neighbour block, without forming compact maps."""
+        if not self.compact:
+            return [float(np.linalg.norm(self.P[a:b])) for a, b in zip(self.offsets[:-1], self.offsets[1:])]
+        out = []
+        U, V, P0 = self.U, self.V, self.P0
+        G = V @ V.T
+        for blk, (a, b) in enumerate(zip(self.offsets[:-1], self.offsets[1:])):
+            Ub = U[:, a:b]
+            p0 = P0.scale**2 * P0.shape[1]
+            # <P0_b, Ub^T V> = Σ_t Σ_c U[t, rows[b,c]] · signs[b,c]·σ · V[t,c]
+            cross = float(np.einsum("tc,tc->", U[:, P0.rows[blk]], V * (P0.signs[blk] * P0.scale)))
+            low = float(np.sum((Ub @ Ub.T) * G))
+            out.append(float(np.sqrt(max(p0 - 2 * cross + low, 0.0))))
+        return out
+
+    @property
+    def nbytes(self) -> int:
+        if not self.compact:
+            return self.P.size * FLOAT
+        return self.P0.nbytes + self.rank * (self.P0.shape[0] + self.P0.shape[1]) * FLOAT
+
+    def bytes_per_update(self) -> int:
+        """Storage one more iteration adds (compact), 0 for dense maps."""
+        return (sum(self.sizes) + self.P0.shape[1]) * FLOAT if self.compact else 0

@@ -1,0 +1,211 @@
+"""Sheaf-FMTL and the decentralised runtime: special cases (paper §3.3), exact compact maps,
+accounting, bad input."""
+import networkx as nx
+import numpy as np
+import pytest
+
+from topofl.data.federation import ClientData
+from topofl.decentralised import build, make_graph, run_decentralised
+from topofl.decentralised.algorithms import SheafFMTL, edge_dim
+
+
+def regression_clients(n_clients=4, d=3, n=40, seed=0, dims=None):
+    rng = np.random.default_rng(seed)
+    out = []
+    for k in range(n_clients):
+        dk = dims[k] if dims else d
+        X = rng.standard_normal((n, dk))
+        y = X @ rng.standard_normal(dk) + rng.normal(0, 0.1, n)
+        out.append(ClientData(X[:30], y[:30], X[30:], y[30:], client_id=k))
+    return out
+
+
+def classification_clients(n_clients=6, d=5, n=60, seed=0, dims=None):
+    rng = np.random.default_rng(seed)
+    out = []
+    for k in range(n_clients):
+        dk = dims[k] if dims else d
+        X = rng.standard_normal((n, dk))
+        y = np.argmax(X[:, :2] @ rng.standard_normal((2, 3)) + rng.normal(0, 0.3, (n, 3)), axis=1).astype(float)
+        out.append(ClientData(X[:45], y[:45], X[45:], y[45:], client_id=k))
+    return out
+
+
+def thetas(algo):
+    return [p.theta.copy() for p in algo.peers]
+
+
+def spread(algo) -> float:
+    th = thetas(algo)
+    return max(np.linalg.norm(t - th[0]) for t in th)
+
+
+def test_identity_maps_with_large_lambda_reach_consensus():
+    """P_ij = I: the disagreement between connected clients shrinks like 1/λ (Remark 1)."""
+    clients = regression_clients()
+    g = make_graph("ring", 4)
+    local = build("local", {"lr": 0.05, "batch_size": 1000, "l2": 0.0})
+    run_decentralised(clients, g, local, 1500, seed=0, task="regression")
+    spreads = []
+    for lam in (2.0, 8.0, 32.0):
+        algo = build("sheaf", {"gamma": 1.0, "map_init": "scaled_identity", "eta": 0.0, "lam": lam, "lr": 0.2 / lam, "batch_size": 1000, "l2": 0.0})
+        run_decentralised(clients, g, algo, 1500, seed=0, task="regression")
+        spreads.append(spread(algo))
+    assert spreads[0] > 3 * spreads[1] > 9 * spreads[2]
+    assert spreads[2] < 0.05 * spread(local)
+
+
+def test_scaled_identity_maps_reproduce_dfedu_exactly():
+    """P_ij = √a·I makes Eq. 27 the dFedU update θ_i − α(∇f_i + λ a Σ_j (θ_i − θ_j))."""
+    clients = classification_clients()
+    g = make_graph("erdos_renyi", 6, seed=1, p=0.5)
+    a, lam = 1.0, 0.3
+    sheaf = build("sheaf", {"gamma": 1.0, "map_init": "scaled_identity", "map_scale": np.sqrt(a), "eta": 0.0, "lam": lam, "lr": 0.1})
+    dfedu = build("dfedu", {"lam": lam * a, "lr": 0.1})
+    hs = run_decentralised(clients, g, sheaf, 25, seed=3, n_classes=3)
+    hd = run_decentralised(clients, g, dfedu, 25, seed=3, n_classes=3)
+    for a_, b_ in zip(thetas(sheaf), thetas(dfedu)):
+        np.testing.assert_allclose(a_, b_, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(hs.curve("loss"), hd.curve("loss"), atol=1e-12)
+
+
+def test_server_node_with_identity_maps_solves_the_personalised_objective():
+    """Star graph, data-less server node 0... here the last node, P = I, η = 0: the fixed point
+    minimises Σ f_i(θ_i) + λ/2 Σ ‖θ_i − θ̄‖² (paper Eq. 24, Hanzely et al. 2020)."""
+    clients = regression_clients(n_clients=3, d=2)
+    n = len(clients)
+    g = nx.star_graph(n)  # node 0 is the hub; relabel so the server is node n
+    g = nx.relabel_nodes(g, {0: n, **{k: k - 1 for k in range(1, n + 1)}})
+    lam = 0.7
+    algo = build("sheaf", {"gamma": 1.0, "map_init": "scaled_identity", "map_scale": 1.0, "eta": 0.0, "lam": lam, "lr": 0.05, "batch_size": 1000, "l2": 0.0})
+    run_decentralised(clients, g, algo, 6000, seed=0, task="regression", server_node=True)
+    # analytic optimum of Eq. 24 for least squares f_i(θ) = ½ mean((Zθ − y)²)
+    d = 3
+    A = np.zeros(((n + 1) * d, (n + 1) * d))
+    b = np.zeros((n + 1) * d)
+    for k, c in enumerate(clients):
+        Z = np.hstack([c.X_train, np.ones((c.n_train, 1))])
+        s = slice(k * d, (k + 1) * d)
+        A[s, s] += Z.T @ Z / c.n_train + lam * np.eye(d)
+        b[s] += Z.T @ c.y_train / c.n_train
+        srv = slice(n * d, (n + 1) * d)
+        A[s, srv] -= lam * np.eye(d)
+        A[srv, s] -= lam * np.eye(d)
+        A[srv, srv] += lam * np.eye(d)
+    opt = np.linalg.solve(A, b).reshape(n + 1, d)
+    np.testing.assert_allclose(np.vstack(thetas(algo)), opt, atol=1e-6)
+
+
+@pytest.mark.parametrize("dims", [None, [5, 7, 6, 9, 5, 8]])
+def test_compact_maps_give_the_same_iterates_as_dense(dims):
+    clients = classification_clients(dims=dims)
+    g = make_graph("erdos_renyi", 6, seed=2, p=0.6)
+    hp = {"gamma": 0.5, "map_init": "sparse_sign", "map_scale": 0.5, "eta": 0.05, "lam": 0.2, "lr": 0.05}
+    dense, compact = build("sheaf", {**hp, "maps": "dense"}), build("sheaf", {**hp, "maps": "compact"})
+    run_decentralised(clients, g, dense, 40, seed=5, n_classes=3)
+    run_decentralised(clients, g, compact, 40, seed=5, n_classes=3)
+    assert compact.compact and not dense.compact
+    for a, b in zip(thetas(dense), thetas(compact)):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-9)
+    for i in dense.maps:
+        np.testing.assert_allclose(dense.maps[i].dense(), compact.maps[i].dense(), atol=1e-9)
+    np.testing.assert_allclose(dense.frobenius_matrix(), compact.frobenius_matrix(), atol=1e-9)
+
+
+def test_maps_are_learned_and_heterogeneous_sizes_are_supported():
+    clients = classification_clients(dims=[4, 8, 6, 10, 4, 6])
+    g = make_graph("complete", 6)
+    algo = build("sheaf", {"gamma": 0.5, "eta": 0.05, "lam": 0.05})
+    h = run_decentralised(clients, g, algo, 1, seed=0, n_classes=3)
+    before = algo.frobenius_matrix()
+    algo = build("sheaf", {"gamma": 0.5, "eta": 0.05, "lam": 0.05})
+    h = run_decentralised(clients, g, algo, 30, seed=0, n_classes=3)
+    assert not np.allclose(before, algo.frobenius_matrix())
+    dims = sorted({r["dim"] for r in h.records})
+    assert dims == [15, 21, 27, 33]  # (d + 1) * 3 classes for d in {4, 6, 8, 10}
+    assert algo.sizes[0][0] == edge_dim(0.5, 15, 27, 0, 1) == 7
+
+
+def test_bits_count_every_directed_message():
+    clients = classification_clients()
+    g = make_graph("ring", 6)
+    algo = build("sheaf", {"gamma": 0.2})
+    h = run_decentralised(clients, g, algo, 3, seed=0, n_classes=3)
+    d = 18  # (5 + 1) * 3
+    d_e = int(0.2 * d)
+    assert h.rounds[0]["bits"] == 2 * (2 * 6) * d_e * 32  # two exchanges × 12 directed edges
+    hd = run_decentralised(clients, g, build("dfedu"), 3, seed=0, n_classes=3)
+    assert hd.rounds[0]["bits"] == 12 * d * 32
+    hl = run_decentralised(clients, g, build("local"), 3, seed=0, n_classes=3)
+    assert hl.final["cumulative_bits"] == 0
+
+
+def test_memory_budget_errors_or_recompresses():
+    clients = classification_clients()
+    g = make_graph("complete", 6)
+    hp = {"gamma": 0.5, "map_init": "sparse_sign", "maps": "compact", "memory_budget": 30_000}
+    with pytest.raises(MemoryError, match="above memory_budget"):
+        run_decentralised(clients, g, build("sheaf", hp), 50, seed=0, n_classes=3)
+    algo = build("sheaf", {**hp, "on_budget": "recompress", "recompress_rank": 2})
+    run_decentralised(clients, g, algo, 50, seed=0, n_classes=3)
+    assert len(algo.recompressions) >= 2  # re-compressed each time the history outgrew the budget
+    assert algo.state_bytes() <= 30_000
+    assert all(0.0 <= lost < 1.0 for _, lost in algo.recompressions)
+
+
+def test_divergence_is_reported_with_the_step_sizes():
+    clients = classification_clients()
+    g = make_graph("complete", 6)
+    with pytest.raises(FloatingPointError, match=r"sheaf diverged at iteration \d+.*eta=5.0, lam=5.0"):
+        run_decentralised(clients, g, build("sheaf", {"eta": 5.0, "lam": 5.0, "lr": 1.0, "gamma": 0.5}), 200, seed=0, n_classes=3)
+
+
+@pytest.mark.parametrize(
+    "kind, kw, message",
+    [
+        ("edges", {"edges": [(0, 1), (2, 3)]}, "disconnected graph with 2 components"),
+        ("edges", {"edges": [(0, 9)]}, "names a node outside 0..3"),
+        ("erdos_renyi", {"p": 0.0}, "p must be in (0.0, 1.0]"),
+        ("erdos_renyi", {"p": 0.01, "max_tries": 3}, "no connected erdos_renyi graph on 4 nodes"),
+        ("hypercube", {}, "graph kind must be one of"),
+    ],
+)
+def test_graph_errors(kind, kw, message):
+    with pytest.raises(ValueError) as err:
+        make_graph(kind, 4, **kw)
+    assert message in str(err.value)
+
+
+def test_graphs_are_seeded_and_connected():
+    for kind in ("erdos_renyi", "watts_strogatz", "barabasi_albert", "complete", "ring"):
+        a, b = make_graph(kind, 12, seed=3), make_graph(kind, 12, seed=3)
+        assert nx.is_connected(a) and sorted(a.edges) == sorted(b.edges)
+
+
+@pytest.mark.parametrize(
+    "hp, message",
+    [
+        ({"gamma": 0.0}, "gamma must be in (0.0, 1.0]"),
+        ({"gamma": 1.5}, "gamma must be in (0.0, 1.0]"),
+        ({"lr": -0.1}, "lr must be in (0.0, 100.0]; got -0.1"),
+        ({"eta": -1.0}, "eta must be in [0.0, inf); got -1.0"),
+        ({"map_scale": 0.0}, "map_scale must be in (0.0, inf); got 0.0"),
+        ({"maps": "compact", "map_init": "gaussian"}, "maps='compact' needs map_init='sparse_sign'"),
+    ],
+)
+def test_bad_sheaf_hyperparameters(hp, message):
+    with pytest.raises(ValueError) as err:
+        build("sheaf", hp)
+    assert message in str(err.value)
+
+
+def test_empty_edge_space_and_size_mismatches_are_refused():
+    clients = classification_clients(dims=[2, 2, 2, 2, 2, 2])
+    g = make_graph("ring", 6)
+    with pytest.raises(ValueError, match=r"gets d_ij = floor\(0.01 \* min\(9, 9\)\) = 0; raise gamma"):
+        run_decentralised(clients, g, build("sheaf", {"gamma": 0.01}), 1, seed=0, n_classes=3)
+    mixed = classification_clients(dims=[3, 4, 3, 4, 3, 4])
+    with pytest.raises(ValueError, match="dfedu needs equal model sizes"):
+        run_decentralised(mixed, g, build("dfedu"), 1, seed=0, n_classes=3)
+    with pytest.raises(ValueError, match="the graph must have nodes 0..5"):
+        run_decentralised(clients, make_graph("ring", 5), build("local"), 1, seed=0, n_classes=3)
