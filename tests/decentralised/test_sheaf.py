@@ -209,3 +209,16 @@ def test_empty_edge_space_and_size_mismatches_are_refused():
         run_decentralised(mixed, g, build("dfedu"), 1, seed=0, n_classes=3)
     with pytest.raises(ValueError, match="the graph must have nodes 0..5"):
         run_decentralised(clients, make_graph("ring", 5), build("local"), 1, seed=0, n_classes=3)
+
+
+def test_float32_compact_factors_track_float64_to_float32_precision():
+    clients = classification_clients()
+    g = make_graph("erdos_renyi", 6, seed=2, p=0.6)
+    hp = {"gamma": 0.5, "map_init": "sparse_sign", "map_scale": 0.5, "eta": 0.05, "lam": 0.2, "lr": 0.05, "maps": "compact"}
+    a, b = build("sheaf", hp), build("sheaf", {**hp, "map_precision": "float32"})
+    run_decentralised(clients, g, a, 40, seed=5, n_classes=3)
+    run_decentralised(clients, g, b, 40, seed=5, n_classes=3)
+    for x, y in zip(thetas(a), thetas(b)):
+        np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5)
+        assert not np.array_equal(x, y)
+    assert b.state_bytes() < 0.6 * a.state_bytes()

@@ -166,6 +166,7 @@ class SheafConfig(PeerConfig):
     on_budget: str = hp("error", "when compact maps would outgrow the budget: error | recompress (opt-in, approximate)")
     recompress_rank: int = hp(8, "rank kept by recompress (approximate once the history rank exceeds it)")
     local_steps: int = hp(1, "mini-batch steps per coupling step (1 = Algorithm 1; >1 = public code's variant)")
+    map_precision: str = hp("float64", "storage of compact map factors: float64 (exact to rounding) | float32 (half the memory, float32-accurate)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -180,6 +181,7 @@ class SheafConfig(PeerConfig):
         check_choice("on_budget", self.on_budget, ("error", "recompress"))
         check_int("recompress_rank", self.recompress_rank, 1)
         check_int("local_steps", self.local_steps, 1, 10_000)
+        check_choice("map_precision", self.map_precision, ("float64", "float32"))
         if self.maps == "compact" and self.map_init != "sparse_sign":
             raise ValueError(f"maps='compact' needs map_init='sparse_sign' (a compactly stored initial map); got map_init={self.map_init!r}")
 
@@ -220,7 +222,7 @@ class SheafFMTL(PeerAlgorithm):
         self.maps = {}
         for i in sorted(self.nbrs):
             child = np.random.default_rng(np.random.SeedSequence([int(rng.integers(2**31)), i]))
-            self.maps[i] = NodeMaps(initial_maps(c.map_init, self.sizes[i], dim[i], c.map_scale, child), self.sizes[i], compact)
+            self.maps[i] = NodeMaps(initial_maps(c.map_init, self.sizes[i], dim[i], c.map_scale, child), self.sizes[i], compact, c.map_precision)
         self.recompressions: list[tuple[int, float]] = []
 
     def _exchange(self, transport, tag: str, proj: dict[int, np.ndarray]) -> dict[int, np.ndarray]:

@@ -37,11 +37,18 @@ class StackedSparseSign:
 
     def __init__(self, sizes: Sequence[int], d_i: int, scale: float, rng: np.random.Generator) -> None:
         self.sizes = list(sizes)
-        offsets = np.concatenate([[0], np.cumsum(self.sizes)[:-1]]).astype(np.int64)
-        self.rows = np.vstack([rng.integers(0, s, size=d_i) for s in self.sizes]).astype(np.int32) + offsets[:, None].astype(np.int32)
+        self.offsets = np.concatenate([[0], np.cumsum(self.sizes)[:-1]]).astype(np.int64)
+        # block-local row indices in the narrowest integer type (int16 for edge spaces < 32768)
+        itype = np.int16 if max(self.sizes) < 2**15 else np.int32
+        self.local_rows = np.vstack([rng.integers(0, s, size=d_i) for s in self.sizes]).astype(itype)
         self.signs = (rng.integers(0, 2, size=(len(self.sizes), d_i)) * 2 - 1).astype(np.int8)
         self.scale = float(scale)
         self.shape = (int(sum(self.sizes)), d_i)
+
+    @property
+    def rows(self) -> np.ndarray:
+        """Global row index of each block's entry in each column (computed on demand)."""
+        return self.local_rows.astype(np.int64) + self.offsets[:, None]
 
     def apply(self, x: np.ndarray) -> np.ndarray:
         return np.bincount(self.rows.ravel(), weights=(self.signs * x).ravel(), minlength=self.shape[0]) * self.scale
@@ -57,7 +64,7 @@ class StackedSparseSign:
 
     @property
     def nbytes(self) -> int:
-        return self.rows.nbytes + self.signs.nbytes
+        return self.local_rows.nbytes + self.signs.nbytes
 
 
 def initial_maps(kind: str, sizes: Sequence[int], d_i: int, scale: float, rng: np.random.Generator):
@@ -87,10 +94,64 @@ def initial_maps(kind: str, sizes: Sequence[int], d_i: int, scale: float, rng: n
     return np.vstack(blocks)
 
 
-class NodeMaps:
-    """All of one node's restriction maps, stacked; dense or compact (module docstring)."""
+class ChunkedRows:
+    """A matrix that grows by rows, stored in fixed-size chunks: appending never copies (so no
+    transient doubling of memory), and products run chunk by chunk."""
 
-    def __init__(self, P0, sizes: Sequence[int], compact: bool) -> None:
+    CHUNK = 8
+
+    def __init__(self, width: int, dtype=np.float64) -> None:
+        self.width, self.dtype = width, np.dtype(dtype)
+        self.chunks: list[np.ndarray] = []
+        self.rank = 0
+
+    def append(self, row: np.ndarray) -> None:
+        if self.rank == len(self.chunks) * self.CHUNK:
+            self.chunks.append(np.empty((self.CHUNK, self.width), dtype=self.dtype))
+        self.chunks[-1][self.rank % self.CHUNK] = row
+        self.rank += 1
+
+    def _parts(self):
+        for c, chunk in enumerate(self.chunks):
+            yield chunk[: min(self.CHUNK, self.rank - c * self.CHUNK)]
+
+    def matvec(self, x: np.ndarray) -> np.ndarray:
+        """M x (length rank)."""
+        if self.rank == 0:
+            return np.zeros(0)
+        return np.concatenate([p @ x for p in self._parts()]).astype(np.float64, copy=False)
+
+    def rmatvec(self, y: np.ndarray) -> np.ndarray:
+        """Mᵀ y (length width)."""
+        out = np.zeros(self.width)
+        start = 0
+        for p in self._parts():
+            out += p.T @ y[start : start + p.shape[0]]
+            start += p.shape[0]
+        return out
+
+    def array(self) -> np.ndarray:
+        return np.vstack(list(self._parts())).astype(np.float64) if self.rank else np.zeros((0, self.width))
+
+    def replace(self, M: np.ndarray) -> None:
+        self.chunks, self.rank = [], 0
+        for row in M:
+            self.append(row)
+
+    @property
+    def nbytes(self) -> int:
+        return self.rank * self.width * self.dtype.itemsize
+
+
+class NodeMaps:
+    """All of one node's restriction maps, stacked; dense or compact (module docstring).
+
+    ``precision`` sets the storage type of the compact low-rank factors: float64 (default; the
+    compact iterates equal the dense ones to rounding, ~1e-12) or float32 (half the memory; the
+    iterates then agree with the float64 computation to float32 precision, ~1e-6 relative).
+    """
+
+    def __init__(self, P0, sizes: Sequence[int], compact: bool, precision: str = "float64") -> None:
         self.sizes = list(sizes)
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(int)
         self.compact = compact
@@ -98,43 +159,42 @@ class NodeMaps:
             if not isinstance(P0, StackedSparseSign):
                 raise ValueError("compact restriction maps need a compact initial map (map_init='sparse_sign')")
             self.P0 = P0
-            self._U = np.empty((8, P0.shape[0]))
-            self._V = np.empty((8, P0.shape[1]))
-            self.rank = 0
+            self._U = ChunkedRows(P0.shape[0], precision)
+            self._V = ChunkedRows(P0.shape[1], precision)
         else:
             self.P = P0.dense() if isinstance(P0, StackedSparseSign) else np.array(P0, dtype=np.float64, copy=True)
 
     @property
+    def rank(self) -> int:
+        return self._U.rank if self.compact else 0
+
+    @property
     def U(self) -> np.ndarray:
-        return self._U[: self.rank]
+        return self._U.array()
 
     @property
     def V(self) -> np.ndarray:
-        return self._V[: self.rank]
+        return self._V.array()
 
     def project(self, x: np.ndarray) -> np.ndarray:
         """[P_ij x]_j stacked (Σ_j d_ij)."""
         if not self.compact:
             return self.P @ x
-        return self.P0.apply(x) - self.U.T @ (self.V @ x)
+        return self.P0.apply(x) - self._U.rmatvec(self._V.matvec(x))
 
     def back_project(self, y: np.ndarray) -> np.ndarray:
         """Σ_j P_ijᵀ y_j for stacked y."""
         if not self.compact:
             return self.P.T @ y
-        return self.P0.apply_t(y) - self.V.T @ (self.U @ y)
+        return self.P0.apply_t(y) - self._V.rmatvec(self._U.matvec(y))
 
     def update(self, u: np.ndarray, v: np.ndarray) -> None:
         """P_i ← P_i − u vᵀ, i.e. every block P_ij ← P_ij − u_j vᵀ (Eq. 28 with u = ηλ r)."""
         if not self.compact:
             self.P -= np.outer(u, v)
             return
-        if self.rank == self._U.shape[0]:
-            self._U = np.vstack([self._U, np.empty_like(self._U)])
-            self._V = np.vstack([self._V, np.empty_like(self._V)])
-        self._U[self.rank] = u
-        self._V[self.rank] = v
-        self.rank += 1
+        self._U.append(u)
+        self._V.append(v)
 
     def recompress(self, k: int) -> float:
         """Opt-in *approximate* re-compression of the low-rank part to rank k (compact only).
@@ -147,7 +207,8 @@ class NodeMaps:
         A, s, Bt = np.linalg.svd(self.V, full_matrices=False)
         lost = float((s[k:] ** 2).sum() / max((s**2).sum(), 1e-300))
         newU = (A[:, :k] * s[:k]).T @ self.U  # k × Σd_ij
-        self._U, self._V, self.rank = newU.copy(), Bt[:k].copy(), k
+        self._U.replace(newU)
+        self._V.replace(Bt[:k])
         return lost
 
     def dense(self) -> np.ndarray:
@@ -173,8 +234,8 @@ class NodeMaps:
     def nbytes(self) -> int:
         if not self.compact:
             return self.P.size * FLOAT
-        return self.P0.nbytes + self.rank * (self.P0.shape[0] + self.P0.shape[1]) * FLOAT
+        return self.P0.nbytes + self._U.nbytes + self._V.nbytes
 
     def bytes_per_update(self) -> int:
         """Storage one more iteration adds (compact), 0 for dense maps."""
-        return (sum(self.sizes) + self.P0.shape[1]) * FLOAT if self.compact else 0
+        return (sum(self.sizes) + self.P0.shape[1]) * self._U.dtype.itemsize if self.compact else 0
