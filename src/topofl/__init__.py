@@ -1,6 +1,6 @@
 """topofl — topological federated learning: pTopoFL, Sheaf-FMTL and their baselines."""
-from topofl.api import simulate
+from topofl.api import simulate, simulate_decentralised
 from topofl.data import Federation, make_scenario
 
 __version__ = "0.1.0"
-__all__ = ["Federation", "make_scenario", "simulate", "__version__"]
+__all__ = ["Federation", "make_scenario", "simulate", "simulate_decentralised", "__version__"]

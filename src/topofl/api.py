@@ -50,3 +50,51 @@ def simulate(
     else:
         algorithm = build(method, hyperparameters)
     return run_federation(federation, algorithm, rounds, seed, client_fraction=client_fraction, on_round=on_round, progress=progress)
+
+
+def simulate_decentralised(
+    clients: Any,
+    method: str = "sheaf",
+    rounds: int = 200,
+    seed: int = 0,
+    *,
+    graph: Any = "erdos_renyi",
+    graph_params: dict[str, Any] | None = None,
+    task: str | None = None,
+    n_classes: int | None = None,
+    **hyperparameters: Any,
+):
+    """Run a decentralised method (``sheaf``, ``dfedu``, ``dpsgd``, ``local``) on a graph.
+
+    Parameters
+    ----------
+    clients
+        A :class:`Federation`, a ``LoadedData`` from :mod:`topofl.data.loaders`, or a list of
+        ``ClientData`` / ``(X_train, y_train, X_test, y_test)`` tuples — feature counts may differ
+        between clients (Sheaf-FMTL then learns maps between models of different sizes).
+    graph
+        A graph kind for :func:`topofl.decentralised.make_graph` (seeded with ``seed``) or a
+        ready ``networkx.Graph`` on nodes 0..N-1.
+    **hyperparameters
+        The method's hyper-parameters (``topofl methods`` lists the federated ones; see
+        :class:`topofl.decentralised.algorithms.SheafConfig`).
+    """
+    import networkx as nx
+
+    from topofl.data.federation import ClientData, _validated_client, infer_task
+    from topofl.decentralised import build, make_graph, run_decentralised
+
+    if isinstance(clients, Federation):
+        data, task, n_classes = clients.clients, task or clients.task, n_classes or clients.n_classes
+    elif hasattr(clients, "clients") and hasattr(clients, "task"):
+        data, task, n_classes = clients.clients, task or clients.task, n_classes or clients.n_classes
+    else:
+        data = [c if isinstance(c, ClientData) else _validated_client(k, c) for k, c in enumerate(clients)]
+        data = [_validated_client(k, c) for k, c in enumerate(data)]
+    if not data:
+        raise ValueError("clients must hold at least one client")
+    if task is None:
+        task, inferred = infer_task([c.y_train for c in data] + [c.y_test for c in data])
+        n_classes = n_classes or inferred
+    g = graph if isinstance(graph, nx.Graph) else make_graph(graph, len(data), seed=seed, **(graph_params or {}))
+    return run_decentralised(data, g, build(method, hyperparameters), rounds, seed, task=task, n_classes=n_classes or 2)

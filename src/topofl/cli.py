@@ -227,8 +227,8 @@ run.__doc__ = (run.__doc__ or "") + "\n\n" + _hyperparameter_epilog()
 @app.command()
 @friendly_errors
 def experiment(
-    name: str = typer.Argument(..., help="comparison, robustness, continual, privacy, ablation, diagrams, or all (everything, then the report)."),
-    seeds: str = typer.Option("0-9", "--seeds", help="Seeds: 0-9 (default), 0,3,7, or 0-4,10."),
+    name: str = typer.Argument(..., help="pTopoFL: comparison, robustness, continual, privacy, ablation, diagrams, all (all of them + report). Sheaf-FMTL: sheaf-digits, sheaf-hetero, sheaf-topology, sheaf-init, sheaf-all."),
+    seeds: Optional[str] = typer.Option(None, "--seeds", help="Seeds: 0-9, 0,3,7, or 0-4,10 (default: 0-9 for pTopoFL experiments, 0-4 — the paper's five runs — for Sheaf-FMTL ones)."),
     out: Path = typer.Option(Path("results/experiments"), "--out", "-o", help="Directory; each experiment writes into DIR/NAME/."),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted experiment: skip finished runs, redo partial ones."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Delete earlier results of this experiment first."),
@@ -240,15 +240,15 @@ def experiment(
     _setup_logging(verbose)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    from topofl.experiments.driver import ORDER, experiment_names, run_experiment, total_runs
+    from topofl.experiments.driver import GROUPS, default_seeds, experiment_names, run_experiment, total_runs
     from topofl.experiments.report import build_report
 
     if name not in experiment_names():
         raise ValueError(f"unknown experiment {name!r}; available: {', '.join(experiment_names())}")
     if jobs < 1:
         raise ValueError(f"--jobs must be at least 1; got {jobs}")
-    seed_list = parse_seeds(seeds)
-    names = list(ORDER) if name == "all" else [name]
+    seed_list = parse_seeds(seeds) if seeds is not None else default_seeds(name)
+    names = list(GROUPS.get(name, (name,)))
     t0 = time.perf_counter()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
                   console=err_console, transient=False) as bar:
@@ -261,7 +261,7 @@ def experiment(
 
             exp_dir = run_experiment(n, seed_list, out, resume=resume, overwrite=overwrite, jobs=jobs, on_done=tick)
             console.print(f"[green]✓[/] {n}: results in {exp_dir}/")
-    if name == "all":
+    if name in GROUPS:
         console.print(f"report: {build_report(out)}")
     console.print(f"[dim]{time.perf_counter() - t0:.1f} s[/]")
 

@@ -13,10 +13,17 @@ from topofl.experiments.runs import RunSpec, execute
 from topofl.experiments.suite import EXPERIMENTS
 
 ORDER = ("comparison", "robustness", "continual", "privacy", "ablation", "diagrams")
+SHEAF_ORDER = ("sheaf-digits", "sheaf-hetero", "sheaf-topology", "sheaf-init")
+GROUPS = {"all": ORDER, "sheaf-all": SHEAF_ORDER}
 
 
 def experiment_names() -> list[str]:
-    return list(EXPERIMENTS) + ["all"]
+    return list(EXPERIMENTS) + list(GROUPS)
+
+
+def default_seeds(name: str) -> tuple[int, ...]:
+    first = GROUPS.get(name, (name,))[0]
+    return EXPERIMENTS[first].default_seeds if first in EXPERIMENTS else tuple(range(10))
 
 
 def plan_for(name: str, seeds: Sequence[int]) -> list[RunSpec]:

@@ -47,6 +47,8 @@ class RunSpec:
     hyperparameters: Mapping[str, Any] = field(default_factory=dict)
     scenario_params: Mapping[str, Any] = field(default_factory=dict)
     setting: Mapping[str, Any] = field(default_factory=dict)
+    runtime: str = "federated"  # or "decentralised" (scenario names a peer dataset, see decentralised_run)
+    graph: Mapping[str, Any] = field(default_factory=dict)  # decentralised: make_graph arguments
 
     @property
     def key(self) -> dict[str, Any]:
@@ -69,6 +71,10 @@ def run_paths(run_dir: Path, spec: RunSpec) -> dict[str, Path]:
 
 def execute_run(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
     """Run one spec, writing its files as rounds finish; return its done-record."""
+    if spec.runtime == "decentralised":
+        from topofl.experiments.decentralised_run import execute_decentralised
+
+        return execute_decentralised(spec, run_paths(run_dir, spec))
     from topofl.algorithms.registry import build
     from topofl.data.scenarios import make_scenario
     from topofl.federation.runner import run_federation
@@ -95,10 +101,15 @@ def execute_run(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
         "convergence_round": history.convergence_round("auc"),
         "adversarial": [c.client_id for c in fed if c.meta.get("adversarial")],
     }
-    tmp = paths["done"].with_suffix(".tmp")
-    tmp.write_text(json.dumps(done, default=_json_default))
-    os.replace(tmp, paths["done"])  # atomic: a run is either done or not
+    write_done(paths["done"], done)
     return done
+
+
+def write_done(path: Path, done: Mapping[str, Any]) -> None:
+    """Atomically write a run's done-record: a run is either complete or not."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(done, default=_json_default))
+    os.replace(tmp, path)
 
 
 def _worker(spec: RunSpec, run_dir: str) -> dict[str, Any]:

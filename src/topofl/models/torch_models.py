@@ -56,7 +56,7 @@ FC layer (3×3 "same" gives 104,746 / 133,978).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np

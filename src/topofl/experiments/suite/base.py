@@ -41,3 +41,4 @@ class Experiment:
     title: str
     plan: Callable[[Sequence[int]], list[RunSpec]]
     analyse: Callable[[Path, list[dict[str, Any]]], Manifest]
+    default_seeds: tuple[int, ...] = tuple(range(10))

@@ -1,0 +1,111 @@
+"""Loaders of the real data sets of the Sheaf-FMTL experiments, plus offline built-ins.
+
+Every loader reads files that the user has already downloaded (nothing is fetched at run time)
+and returns a :class:`LoadedData`: a plain list of :class:`~topofl.data.federation.ClientData`
+plus the task, the number of classes, a name and an ``info`` dict recording the source and the
+protocol applied. Clients may have *different* feature counts (heterogeneous model sizes, e.g.
+:func:`synthetic_tabular`), which is why the loaders do not build a
+:class:`~topofl.data.federation.Federation` themselves; call :meth:`LoadedData.to_federation`
+when all clients share one feature space.
+
+The split protocol of the paper (Sheaf-FMTL, Ben Issaid et al., TMLR 2025, Appendix F) lives in
+:mod:`topofl.data.loaders.protocol`: a seeded 75/25 train/test split of every client, then, for a
+seeded half of the clients, the training data are reduced by 80 % (20 % kept).
+
+==========================  =====================================  ==========  ===========
+loader                      source                                 task        clients
+==========================  =====================================  ==========  ===========
+:func:`load_vehicle`        Vehicle Sensor ``.mat`` (cell arrays)  binary      23
+:func:`load_school`         School ``.mat`` (cell arrays)          regression  139
+:func:`load_gleam`          GLEAM ``.mat`` (cell arrays)           binary      38
+:func:`load_har`            UCI HAR Dataset directory              multiclass  30 subjects
+:func:`rotated_mnist`       MNIST IDX files                        multiclass  ``n_clients``
+:func:`load_cifar10`        CIFAR-10 python pickles                multiclass  ``n_clients``
+:func:`rotated_digits`      scikit-learn ``load_digits`` (bundled) multiclass  ``n_clients``
+:func:`synthetic_tabular`   generated (no files)                   multiclass  ``n_clients``
+==========================  =====================================  ==========  ===========
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from topofl.data.federation import ClientData, Federation
+
+
+@dataclass(frozen=True)
+class LoadedData:
+    """Clients of a loaded data set, before they are assembled into a :class:`Federation`.
+
+    Attributes
+    ----------
+    clients : list of ClientData
+        One entry per client, ``client_id`` equal to its position. Feature counts may differ
+        between clients.
+    task : str
+        ``"binary"``, ``"multiclass"`` or ``"regression"``.
+    n_classes : int
+        Number of classes (0 for regression).
+    name : str
+        Short name of the data set, e.g. ``"vehicle"``.
+    info : dict
+        Provenance: ``source`` (files read or generator), ``protocol`` (split / reduction applied
+        and its seed) and loader-specific facts.
+    """
+
+    clients: list[ClientData]
+    task: str
+    n_classes: int
+    name: str
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n_clients(self) -> int:
+        """Number of clients."""
+        return len(self.clients)
+
+    @property
+    def feature_counts(self) -> list[int]:
+        """Number of features of each client (they may differ)."""
+        return [c.n_features for c in self.clients]
+
+    def to_federation(self) -> Federation:
+        """Validate the clients and build a :class:`~topofl.data.federation.Federation`.
+
+        Raises
+        ------
+        ValueError
+            If the clients do not share one feature count (heterogeneous model sizes cannot form
+            a single-feature-space federation), or any array fails the federation's checks.
+        """
+        return Federation(self.clients, task=self.task, n_classes=self.n_classes, name=self.name, info=self.info)
+
+
+# The loaders import LoadedData from this module, so they are imported after its definition.
+from topofl.data.loaders.protocol import reduce_half, split_client  # noqa: E402
+from topofl.data.loaders.matfiles import load_gleam, load_school, load_vehicle  # noqa: E402
+from topofl.data.loaders.har import load_har  # noqa: E402
+from topofl.data.loaders.images import (  # noqa: E402
+    load_cifar10,
+    load_mnist_idx,
+    read_idx,
+    rotated_digits,
+    rotated_mnist,
+)
+from topofl.data.loaders.synthetic import synthetic_tabular  # noqa: E402
+
+__all__ = [
+    "LoadedData",
+    "load_cifar10",
+    "load_gleam",
+    "load_har",
+    "load_mnist_idx",
+    "load_school",
+    "load_vehicle",
+    "read_idx",
+    "reduce_half",
+    "rotated_digits",
+    "rotated_mnist",
+    "split_client",
+    "synthetic_tabular",
+]

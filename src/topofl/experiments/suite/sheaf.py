@@ -1,0 +1,207 @@
+"""Sheaf-FMTL experiments (Ben Issaid, Vepakomma, Bennis, TMLR 2025), offline data.
+
+``sheaf-digits``   rotated handwritten digits (scikit-learn's bundled 8×8 digits, 4 rotation groups,
+                   40 clients, the paper's protocol: 75/25 split, 80 % of the training data removed
+                   from half the clients); Sheaf-FMTL at γ ∈ {0.01, 0.03, 0.1, 0.3} against dFedU,
+                   D-PSGD and Local: accuracy vs rounds and vs transmitted bits (paper Figs 2, 6),
+                   costs in bits, FLOPs and restriction-map memory (Tables 3–4).
+``sheaf-hetero``   clients observing different feature subsets, so model sizes differ: Sheaf-FMTL
+                   vs Local (Fig. 3) and the Frobenius norms of the learned maps (Fig. 4).
+``sheaf-topology`` λ × topology (Erdős–Rényi, Watts–Strogatz, Barabási–Albert, complete) (Table 5).
+``sheaf-init``     initialisation of the maps (Table 6).
+The paper reports 5 runs; these experiments default to seeds 0–4.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from topofl.experiments.analysis import group_curves, num
+from topofl.experiments.figures import pyplot, save
+from topofl.experiments.runs import RunSpec, load_curves
+from topofl.experiments.suite.base import Experiment, Manifest
+
+SEEDS = tuple(range(5))
+ROUNDS = 400
+GAMMAS = (0.01, 0.03, 0.1, 0.3)
+GRAPH = {"kind": "erdos_renyi", "p": 0.15}
+# Step sizes and λ from a grid search on held-out seeds 100–101 (not the reported seeds), as the
+# paper tunes on a validation set (docs/REPRODUCTION.md lists the grid): lr ∈ {0.1, 0.5};
+# dFedU λ ∈ {0.005, 0.01, 0.05, 0.2}; Sheaf-FMTL λ ∈ {0.001, 0.003, 0.01} with the paper's N(0, 1)
+# maps (λ·lr·‖P‖² must stay below ~1, and ‖P‖² ≈ 900 here), η ∈ {0.01, 0.05, 0.1}. Sheaf-FMTL keeps
+# the paper's own λ = 0.001 (Table 1, R-MNIST): no value in the grid did better.
+SHEAF_HP = {"lr": 0.5, "lam": 0.001, "eta": 0.05, "batch_size": 32}
+DFEDU_HP = {"lr": 0.5, "lam": 0.05, "batch_size": 32}
+BASE_HP = {"lr": 0.5, "batch_size": 32}
+
+
+def _sheaf_label(gamma: float) -> str:
+    return f"Sheaf-FMTL γ={gamma:g}"
+
+
+def plan_digits(seeds: Sequence[int]) -> list[RunSpec]:
+    specs = []
+    for s in seeds:
+        for g in GAMMAS:
+            specs.append(RunSpec("sheaf-digits", "digits", "sheaf", s, ROUNDS, label=_sheaf_label(g), hyperparameters={**SHEAF_HP, "gamma": g},
+                                 setting={"gamma": g}, runtime="decentralised", graph=GRAPH))
+        for m, label, hp in (("dfedu", "dFedU", DFEDU_HP), ("dpsgd", "D-PSGD", BASE_HP), ("local", "Local", BASE_HP)):
+            specs.append(RunSpec("sheaf-digits", "digits", m, s, ROUNDS, label=label, hyperparameters=hp, setting={"gamma": float("nan")},
+                                 runtime="decentralised", graph=GRAPH))
+    return specs
+
+
+def _final_rows(done: list[dict[str, Any]], by: Sequence[str]) -> list[dict[str, Any]]:
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for d in done:
+        groups.setdefault(tuple(str(d[b]) for b in by), []).append(d)
+    rows = []
+    for g, ds in groups.items():
+        acc = np.array([num(d["final"]["accuracy"]) for d in ds])
+        row = dict(zip(by, g))
+        row.update({
+            "n_seeds": len(ds), "accuracy_mean": float(acc.mean()), "accuracy_std": float(acc.std()),
+            "transmitted_MB": float(np.mean([d["final"]["cumulative_bits"] for d in ds]) / 8e6),
+            "TFLOPs": float(np.mean([d["final"]["cumulative_flops"] for d in ds]) / 1e12),
+            "map_storage_MB": float(np.mean([d["final"]["map_storage_bytes"] for d in ds]) / 1e6),
+            "seconds_per_run": float(np.mean([d["seconds"] for d in ds])),
+        })
+        rows.append(row)
+    return rows
+
+
+def _curve_figure(out: Path, curves, labels: Sequence[str], stem: str, caption: str, man: Manifest, x_bits: bool = True) -> None:
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2 if x_bits else 1, figsize=(12 if x_bits else 6.5, 4.2), squeeze=False)
+    axes = axes[0]
+    for i, lab in enumerate(labels):
+        c = curves.get((lab,))
+        if c is None:
+            continue
+        style = "-" if lab.startswith("Sheaf") else "--"
+        axes[0].plot(c["round"], c["mean"], style, label=lab, color=f"C{i}")
+        axes[0].fill_between(c["round"], c["mean"] - c["se"], c["mean"] + c["se"], color=f"C{i}", alpha=0.15, lw=0)
+        if x_bits and "bits" in c:
+            axes[1].plot(np.maximum(c["bits"], 1.0) / 8e6, c["mean"], style, label=lab, color=f"C{i}")
+    axes[0].set(xlabel="round", ylabel="mean client test accuracy", title="Accuracy vs rounds (± s.e. over seeds)")
+    if x_bits:
+        axes[1].set(xscale="log", xlabel="transmitted (MB, all directed messages; log)", ylabel="mean client test accuracy", title="Accuracy vs transmitted bits")
+    axes[-1].legend(fontsize=8)
+    man.figure(save(fig, out, stem), caption)
+
+
+def _curves_with_bits(out: Path) -> dict:
+    rows = load_curves(out)
+    curves = group_curves(rows, ("method",), "accuracy")
+    bits = group_curves(rows, ("method",), "cumulative_bits")
+    for k, c in curves.items():
+        c["bits"] = bits[k]["mean"]
+    return curves
+
+
+def analyse_digits(out: Path, done: list[dict[str, Any]]) -> Manifest:
+    man = Manifest("sheaf-digits", "Sheaf-FMTL on rotated digits",
+                   "40 clients in 4 rotation groups (0/90/180/270°) of scikit-learn's 8×8 digits, the paper's protocol (75/25 split, "
+                   "80 % of training data removed from half the clients), multinomial logistic regression (d = 650), Erdős–Rényi p = 0.15, "
+                   f"{ROUNDS} rounds (one mini-batch step and two exchanges per round) (paper Figs 2, 6; Tables 3–4).")
+    rows = _final_rows(done, ("method", "gamma"))
+    man.table(out, "summary", "Final mean test accuracy (mean ± std over seeds), transmitted data, FLOPs and restriction-map storage per run", rows)
+    labels = [r["method"] for r in rows]
+    _curve_figure(out, _curves_with_bits(out), labels, "accuracy", "Accuracy against rounds and against transmitted data (paper Figs 2 and 6).", man)
+    by = {r["method"]: r for r in rows}
+    local = by["Local"]["accuracy_mean"]
+    notes = []
+    for lab in labels:
+        if lab != "Local":
+            notes.append(f"{lab}: {by[lab]['accuracy_mean'] - local:+.3f} vs Local")
+    man.notes.append("Final accuracy against Local: " + "; ".join(notes) + ".")
+    if "dFedU" in by:
+        ratios = [f"γ={r['gamma']}: {by['dFedU']['transmitted_MB'] / r['transmitted_MB']:.0f}× fewer bits than dFedU"
+                  for r in rows if r["method"].startswith("Sheaf") and float(r["gamma"]) <= 0.1]
+        man.notes.append("Communication: " + "; ".join(ratios) + ".")
+    return man
+
+
+# ---- heterogeneous model sizes ---------------------------------------------------------------
+HETERO_HP = {"lr": 0.5, "lam": 0.001, "eta": 0.05, "batch_size": 32, "gamma": 0.3}
+
+
+def plan_hetero(seeds: Sequence[int]) -> list[RunSpec]:
+    g = {"kind": "erdos_renyi", "p": 0.3}
+    return [spec for s in seeds for spec in (
+        RunSpec("sheaf-hetero", "tabular", "sheaf", s, ROUNDS, label="Sheaf-FMTL", hyperparameters=HETERO_HP, runtime="decentralised", graph=g),
+        RunSpec("sheaf-hetero", "tabular", "local", s, ROUNDS, label="Local", hyperparameters=BASE_HP, runtime="decentralised", graph=g),
+    )]
+
+
+def analyse_hetero(out: Path, done: list[dict[str, Any]]) -> Manifest:
+    man = Manifest("sheaf-hetero", "Sheaf-FMTL with different model sizes",
+                   "Synthetic tabular tasks; each client observes its own subset of the features, so model sizes differ (paper §4.3, Figs 3–4).")
+    rows = _final_rows(done, ("method",))
+    man.table(out, "summary", "Final mean test accuracy (mean ± std over seeds)", rows)
+    _curve_figure(out, _curves_with_bits(out), [r["method"] for r in rows], "accuracy", "Accuracy against rounds (paper Fig. 3).", man, x_bits=False)
+    sheaf = [d for d in done if d["method"] == "Sheaf-FMTL"]
+    if sheaf:
+        F = np.array(sheaf[0]["frobenius"])
+        dims = sheaf[0]["client_dims"]
+        plt = pyplot()
+        fig, ax = plt.subplots(figsize=(6, 5))
+        im = ax.imshow(np.where(F > 0, F, np.nan), cmap="viridis")
+        fig.colorbar(im, ax=ax, label="‖P_ij‖_F")
+        ax.set(title=f"Learned restriction maps, seed {sheaf[0]['seed']}", xlabel="neighbour j", ylabel="client i")
+        ax.grid(False)
+        man.figure(save(fig, out, "frobenius"), f"Frobenius norms of the final restriction maps (paper Fig. 4); client feature counts: {dims}.")
+    by = {r["method"]: r["accuracy_mean"] for r in rows}
+    if "Local" in by and "Sheaf-FMTL" in by:
+        man.notes.append(f"Sheaf-FMTL − Local: {by['Sheaf-FMTL'] - by['Local']:+.3f} mean test accuracy.")
+    return man
+
+
+# ---- λ × topology ----------------------------------------------------------------------------
+TOPOLOGIES = {"Erdős–Rényi": {"kind": "erdos_renyi", "p": 0.15}, "Watts–Strogatz": {"kind": "watts_strogatz", "k": 4, "p": 0.1},
+              "Barabási–Albert": {"kind": "barabasi_albert", "m": 2}, "complete": {"kind": "complete"}}
+LAMBDAS = (0.0001, 0.001, 0.01)
+
+
+def plan_topology(seeds: Sequence[int]) -> list[RunSpec]:
+    return [RunSpec("sheaf-topology", "digits", "sheaf", s, ROUNDS // 2, label=f"{name} λ={lam:g}",
+                    hyperparameters={**SHEAF_HP, "gamma": 0.03, "lam": lam}, setting={"topology": name, "lam": lam},
+                    runtime="decentralised", graph=g)
+            for s in seeds for name, g in TOPOLOGIES.items() for lam in LAMBDAS]
+
+
+def analyse_topology(out: Path, done: list[dict[str, Any]]) -> Manifest:
+    man = Manifest("sheaf-topology", "Sheaf-FMTL: λ × topology", f"Rotated digits, γ = 0.03, {ROUNDS // 2} rounds (paper Table 5).")
+    rows = _final_rows(done, ("topology", "lam"))
+    man.table(out, "summary", "Final mean test accuracy by topology and λ (mean ± std over seeds)", rows,
+              ["topology", "lam", "n_seeds", "accuracy_mean", "accuracy_std", "transmitted_MB"])
+    return man
+
+
+# ---- initialisation ----------------------------------------------------------------------------
+INITS = {"gaussian N(0,1) (paper)": {"map_init": "gaussian", "map_scale": 1.0}, "uniform U(−1,1)": {"map_init": "uniform", "map_scale": 1.0},
+         "orthogonal": {"map_init": "orthogonal", "map_scale": 1.0}, "identity + noise": {"map_init": "identity_noise", "map_scale": 0.1},
+         "sparse sign (compact)": {"map_init": "sparse_sign", "map_scale": 1.0}}
+
+
+def plan_init(seeds: Sequence[int]) -> list[RunSpec]:
+    return [RunSpec("sheaf-init", "digits", "sheaf", s, ROUNDS // 2, label=name, hyperparameters={**SHEAF_HP, "gamma": 0.03, **hp},
+                    runtime="decentralised", graph=GRAPH) for s in seeds for name, hp in INITS.items()]
+
+
+def analyse_init(out: Path, done: list[dict[str, Any]]) -> Manifest:
+    man = Manifest("sheaf-init", "Sheaf-FMTL: initialisation of the restriction maps", f"Rotated digits, γ = 0.03, {ROUNDS // 2} rounds (paper Table 6).")
+    rows = _final_rows(done, ("method",))
+    man.table(out, "summary", "Final mean test accuracy by map initialisation (mean ± std over seeds)", rows,
+              ["method", "n_seeds", "accuracy_mean", "accuracy_std", "map_storage_MB"])
+    return man
+
+
+EXPERIMENTS = (
+    Experiment("sheaf-digits", "Sheaf-FMTL on rotated digits", plan_digits, analyse_digits, SEEDS),
+    Experiment("sheaf-hetero", "Sheaf-FMTL with different model sizes", plan_hetero, analyse_hetero, SEEDS),
+    Experiment("sheaf-topology", "Sheaf-FMTL: λ × topology", plan_topology, analyse_topology, SEEDS),
+    Experiment("sheaf-init", "Sheaf-FMTL: map initialisation", plan_init, analyse_init, SEEDS),
+)
