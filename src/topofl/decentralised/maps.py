@@ -191,7 +191,7 @@ class NodeMaps:
     def update(self, u: np.ndarray, v: np.ndarray) -> None:
         """P_i ← P_i − u vᵀ, i.e. every block P_ij ← P_ij − u_j vᵀ (Eq. 28 with u = ηλ r)."""
         if not self.compact:
-            self.P -= np.outer(u, v)
+            self.P -= np.outer(u, v)  # (measured faster here than an in-place BLAS dger)
             return
         self._U.append(u)
         self._V.append(v)

@@ -8,7 +8,8 @@ from typing import Any, Callable, Mapping
 from topofl.experiments.results import CsvAppender, append_jsonl
 from topofl.experiments.runs import RunSpec, write_done
 
-CURVE_FIELDS = ("round", "accuracy", "accuracy_std", "loss", "bits", "cumulative_bits", "cumulative_flops", "map_storage_bytes", "seconds")
+# no wall-clock column: results must be identical however often a run is resumed (timings go to the done-record)
+CURVE_FIELDS = ("round", "accuracy", "accuracy_std", "loss", "bits", "cumulative_bits", "cumulative_flops", "map_storage_bytes")
 RECORD_FIELDS = ("round", "client", "accuracy", "loss", "dim")
 
 

@@ -12,18 +12,16 @@ The split protocol of the paper (Sheaf-FMTL, Ben Issaid et al., TMLR 2025, Appen
 :mod:`topofl.data.loaders.protocol`: a seeded 75/25 train/test split of every client, then, for a
 seeded half of the clients, the training data are reduced by 80 % (20 % kept).
 
-==========================  =====================================  ==========  ===========
-loader                      source                                 task        clients
-==========================  =====================================  ==========  ===========
-:func:`load_vehicle`        Vehicle Sensor ``.mat`` (cell arrays)  binary      23
-:func:`load_school`         School ``.mat`` (cell arrays)          regression  139
-:func:`load_gleam`          GLEAM ``.mat`` (cell arrays)           binary      38
-:func:`load_har`            UCI HAR Dataset directory              multiclass  30 subjects
-:func:`rotated_mnist`       MNIST IDX files                        multiclass  ``n_clients``
-:func:`load_cifar10`        CIFAR-10 python pickles                multiclass  ``n_clients``
-:func:`rotated_digits`      scikit-learn ``load_digits`` (bundled) multiclass  ``n_clients``
-:func:`synthetic_tabular`   generated (no files)                   multiclass  ``n_clients``
-==========================  =====================================  ==========  ===========
+Loaders (task, clients in the real data):
+
+* :func:`load_vehicle` -- Vehicle Sensor ``.mat`` cell arrays; binary; 23 clients.
+* :func:`load_school` -- School ``.mat`` cell arrays; regression; 139 clients.
+* :func:`load_gleam` -- GLEAM ``.mat`` cell arrays; binary; 38 clients.
+* :func:`load_har` -- UCI HAR Dataset directory; multiclass (6); 30 subjects.
+* :func:`rotated_mnist` -- MNIST IDX files (read by :func:`load_mnist_idx`); multiclass (10).
+* :func:`load_cifar10` -- CIFAR-10 python pickles, 5 classes per client; multiclass (10).
+* :func:`rotated_digits` -- scikit-learn's bundled ``load_digits``, no files; multiclass (10).
+* :func:`synthetic_tabular` -- generated, clients observe different feature subsets; multiclass (3).
 """
 from __future__ import annotations
 
