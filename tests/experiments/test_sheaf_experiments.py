@@ -38,7 +38,7 @@ def test_digits_plan_covers_the_paper_comparison():
 
 
 def test_sheaf_experiments_default_to_the_papers_five_runs():
-    for name in ("sheaf-digits", "sheaf-hetero", "sheaf-topology", "sheaf-init"):
+    for name in ("sheaf-digits", "sheaf-centralised", "sheaf-hetero", "sheaf-topology", "sheaf-init"):
         assert EXPERIMENTS[name].default_seeds == (0, 1, 2, 3, 4)
     assert EXPERIMENTS["comparison"].default_seeds == tuple(range(10))
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from topofl.experiments.results import read_csv
 
-ORDER = ("comparison", "robustness", "continual", "privacy", "ablation", "diagrams", "sheaf-digits", "sheaf-hetero", "sheaf-topology", "sheaf-init")
+ORDER = ("comparison", "robustness", "continual", "privacy", "ablation", "diagrams", "sheaf-digits", "sheaf-centralised", "sheaf-hetero", "sheaf-topology", "sheaf-init")
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1180px;margin:2em auto;padding:0 1em;color:#222;line-height:1.45}

@@ -99,6 +99,7 @@ def execute_run(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
         **key, "final": history.final, "seconds": time.perf_counter() - t0,
         "client_metrics": {str(k): v for k, v in history.client_metrics.items()},
         "convergence_round": history.convergence_round("auc"),
+        "total_bytes": int(sum(r.bytes_up + r.bytes_down for r in history.rounds)),
         "adversarial": [c.client_id for c in fed if c.meta.get("adversarial")],
     }
     write_done(paths["done"], done)

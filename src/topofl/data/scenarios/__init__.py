@@ -1,6 +1,7 @@
 """Seeded synthetic scenarios of the pTopoFL paper, by name."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from topofl.data.federation import Federation
@@ -8,10 +9,30 @@ from topofl.data.scenarios.benchmark import BenchmarkConfig, make_benchmark
 from topofl.data.scenarios.continual import ContinualConfig, make_continual
 from topofl.data.scenarios.healthcare import HealthcareConfig, make_healthcare
 
+@dataclass(frozen=True)
+class DigitsConfig:
+    """Rotated digits (scikit-learn's bundled 8×8 digits, 4 rotation groups), the Sheaf-FMTL
+    paper's protocol; see :func:`topofl.data.loaders.rotated_digits`."""
+
+    n_clients: int = 40
+    groups: int = 4
+    protocol: bool = True
+
+
+def make_digits(seed: int = 0, **overrides) -> Federation:
+    """The rotated-digits federation (10 classes, 40 clients), for the federated baselines."""
+    from topofl.data.loaders import rotated_digits
+    from topofl.data.scenarios.common import build_config
+
+    cfg = build_config(DigitsConfig, overrides)
+    return rotated_digits(n_clients=cfg.n_clients, groups=cfg.groups, seed=seed, protocol=cfg.protocol).to_federation()
+
+
 SCENARIOS: dict[str, tuple[Callable[..., Federation], type]] = {
     "healthcare": (make_healthcare, HealthcareConfig),
     "benchmark": (make_benchmark, BenchmarkConfig),
     "continual": (make_continual, ContinualConfig),
+    "digits": (make_digits, DigitsConfig),
 }
 
 
