@@ -23,7 +23,7 @@ import numpy as np
 from topofl._validation import check_int, check_range
 from topofl.data.federation import ClientData
 from topofl.federation.local import sgd
-from topofl.federation.messages import ClientUpdate, ServerMessage
+from topofl.federation.messages import ClientUpdate, ServerMessage, validate_update
 from topofl.models.linear import LinearModel
 
 
@@ -136,6 +136,22 @@ class Algorithm(ABC):
     @abstractmethod
     def message_for(self, client_id: int) -> ServerMessage:
         """The message the server would send ``client_id`` now."""
+
+    def update_size(self) -> int:
+        """Length of the parameter vector a client sends back (the model's size by default)."""
+        assert self.model is not None, "setup() first"
+        return self.model.n_params
+
+    def descriptor_size(self) -> int | None:
+        """Length of the descriptor clients send, or ``None`` when the method sends none."""
+        return None
+
+    def check_update(self, update: ClientUpdate) -> str | None:
+        """Why a client's reply must be dropped before aggregation, or ``None`` (see
+        :func:`topofl.federation.messages.validate_update`); also rejects unknown client ids."""
+        if update.client_id not in self.client_ids:
+            return f"client_id {update.client_id!r} is not a client of this run"
+        return validate_update(update, self.update_size(), self.descriptor_size())
 
     # ---- client side --------------------------------------------------------------------------
     def client_features(self, ctx: ClientContext, X: np.ndarray) -> np.ndarray:

@@ -32,5 +32,8 @@ class LocalOnly(Algorithm):
     def aggregate_fit(self, rnd: int, updates: list[ClientUpdate]) -> dict[str, Any]:
         return {}
 
+    def update_size(self) -> int:
+        return 0
+
     def client_params(self, ctx: ClientContext, message: ServerMessage) -> np.ndarray:
         return ctx.state.get("personal", ctx.model.init())

@@ -139,18 +139,24 @@ def run_decentralised(
     return history
 
 
+def peer_metrics(p: Peer) -> dict[str, float]:
+    """Test accuracy (NaN for regression) and loss without the L2 penalty (MSE for least squares) of one peer."""
+    X, y = p.data.X_test, p.data.y_test
+    loss = p.model.loss(p.theta, X, y) - p.model._penalty(p.theta) if hasattr(p.model, "_penalty") else p.model.loss(p.theta, X, y)
+    acc = float(np.mean(p.model.predict(p.theta, X) == y)) if p.model.task != "regression" else float("nan")
+    return {"accuracy": acc, "loss": float(loss)}
+
+
+def summarise_peers(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Mean and spread over clients of one iteration's per-client rows."""
+    a = np.array([r["accuracy"] for r in rows], dtype=float)
+    has = bool(np.any(~np.isnan(a)))
+    return {"accuracy": float(np.nanmean(a)) if has else float("nan"),
+            "accuracy_std": float(np.nanstd(a)) if has else float("nan"),
+            "loss": float(np.mean([r["loss"] for r in rows])) if rows else float("nan")}
+
+
 def _evaluate(history: DecentralisedHistory, peers: Sequence[Peer], k: int) -> dict[str, float]:
-    accs, losses = [], []
-    for p in peers:
-        if p.data is None:
-            continue
-        X, y = p.data.X_test, p.data.y_test
-        loss = p.model.loss(p.theta, X, y) - p.model._penalty(p.theta) if hasattr(p.model, "_penalty") else p.model.loss(p.theta, X, y)
-        acc = float(np.mean(p.model.predict(p.theta, X) == y)) if p.model.task != "regression" else float("nan")
-        history.records.append({"round": k, "client": p.node, "accuracy": acc, "loss": float(loss), "dim": p.dim})
-        accs.append(acc)
-        losses.append(float(loss))
-    a = np.array(accs)
-    return {"accuracy": float(np.nanmean(a)) if np.any(~np.isnan(a)) else float("nan"),
-            "accuracy_std": float(np.nanstd(a)) if np.any(~np.isnan(a)) else float("nan"),
-            "loss": float(np.mean(losses))}
+    rows = [{"round": k, "client": p.node, **peer_metrics(p), "dim": p.dim} for p in peers if p.data is not None]
+    history.records.extend(rows)
+    return summarise_peers(rows)

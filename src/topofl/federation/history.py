@@ -47,7 +47,8 @@ class RoundSummary:
 @dataclass
 class History:
     """Result of :func:`topofl.simulate`: ``records`` (a dict per round and client), ``rounds``
-    (a :class:`RoundSummary` per round), ``server_logs`` and ``client_metrics`` (last reported)."""
+    (a :class:`RoundSummary` per round), ``server_logs``, ``client_metrics`` (last reported) and
+    ``failures`` (clients that failed or sent an invalid payload, with the reason)."""
 
     method: str
     seed: int
@@ -55,6 +56,7 @@ class History:
     rounds: list[RoundSummary] = field(default_factory=list)
     server_logs: list[dict[str, Any]] = field(default_factory=list)
     client_metrics: dict[int, dict[str, float]] = field(default_factory=dict)
+    failures: list[Any] = field(default_factory=list)  # topofl.federation.pool.Failure, per round
 
     @property
     def final(self) -> dict[str, float]:

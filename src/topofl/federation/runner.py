@@ -1,9 +1,9 @@
 """The round loop, written once for every algorithm (DESIGN: "one round loop").
 
-Per round: select clients → broadcast (``configure_fit``) → local work (``client_fit``) →
-collect → aggregate (``aggregate_fit``) → evaluate every client with the model it would use →
-account floats and bytes up/down per client → report (progress, ``on_round`` callback for writing results as rounds
-finish).
+Per round: select clients → broadcast (``configure_fit``) → local work (a :class:`ClientPool`:
+in process, or Flower SuperNodes) → validate and collect → aggregate (``aggregate_fit``) →
+evaluate every client with the model it would use → account floats and bytes up/down per client
+→ report (progress, ``on_round`` callback for writing results as rounds finish).
 
 Randomness: client k in round r draws from ``SeedSequence([seed, r, k])``, so its work does not
 depend on which other clients ran or in which order (the same numbers in any runtime).
@@ -16,21 +16,17 @@ from typing import Any, Callable
 import numpy as np
 
 from topofl._validation import check_int, check_range
-from topofl.algorithms.base import Algorithm, ClientContext
+from topofl.algorithms.base import Algorithm
 from topofl.data.federation import Federation
 from topofl.federation.history import History, RoundSummary, nanmean, nanstd
 from topofl.federation.messages import BYTES_PER_FLOAT
-from topofl.metrics import evaluate, pooled
-from topofl.models.linear import make_model
+from topofl.federation.pool import ClientEvaluation, ClientPool, Failure, InProcessPool, client_rng  # noqa: F401 (re-export)
+from topofl.metrics import pooled
+from topofl.models.linear import LinearModel, make_model
 
 log = logging.getLogger(__name__)
 
 OnRound = Callable[[History, RoundSummary], None]
-
-
-def client_rng(seed: int, rnd: int, client_id: int) -> np.random.Generator:
-    """Generator of client ``client_id`` in round ``rnd`` of a run seeded with ``seed``."""
-    return np.random.default_rng(np.random.SeedSequence([int(seed), int(rnd), int(client_id)]))
 
 
 def select_clients(rng: np.random.Generator, client_ids: list[int], fraction: float) -> list[int]:
@@ -72,31 +68,69 @@ def run_federation(
     """
     check_int("rounds", rounds, 1, 1_000_000)
     check_int("seed", seed, 0)
-    check_range("client_fraction", client_fraction, 0.0, 1.0, low_open=True)
     model = make_model(federation.task, algorithm.input_dim(federation.n_features), max(federation.n_classes, 2), algorithm.config.l2)
-    ids = federation.client_ids
+    pool = InProcessPool(federation, algorithm, model, seed)
+    return run_rounds(pool, algorithm, model, rounds, seed, client_fraction=client_fraction, on_round=on_round, progress=progress)
+
+
+def run_rounds(
+    pool: ClientPool,
+    algorithm: Algorithm,
+    model: LinearModel,
+    rounds: int,
+    seed: int = 0,
+    *,
+    client_fraction: float = 1.0,
+    min_replies: int = 1,
+    on_round: OnRound | None = None,
+    progress: bool = False,
+) -> History:
+    """The round loop of every runtime: select → broadcast → local work (``pool.fit``) → validate
+    → aggregate → evaluate (``pool.evaluate``) → account → report.
+
+    A client that fails or sends an invalid payload is left out of the round and recorded in
+    ``history.failures`` with the reason (never aggregated). When fewer than ``min_replies``
+    valid updates arrive, the server state is left unchanged for that round (logged as
+    ``skipped`` in the server log) and the run goes on.
+    """
+    check_int("rounds", rounds, 1, 1_000_000)
+    check_int("seed", seed, 0)
+    check_range("client_fraction", client_fraction, 0.0, 1.0, low_open=True)
+    check_int("min_replies", min_replies, 0)
+    ids = list(pool.client_ids)
     rng = np.random.default_rng(np.random.SeedSequence([int(seed), 0x5E1EC7]))
     algorithm.setup(model, ids, rng)
-    states: dict[int, dict[str, Any]] = {cid: {} for cid in ids}
     history = History(method=algorithm.name, seed=seed)
     bar = _progress(progress, f"{algorithm.name} seed {seed}", rounds)
     try:
         for rnd in range(1, rounds + 1):
-            fed = federation.at_round(rnd)
-            data = {c.client_id: c for c in fed}
             selected = select_clients(rng, ids, client_fraction)
             messages = algorithm.configure_fit(rnd, selected)
-            updates, down, up = [], {}, {}
-            for cid in selected:
-                ctx = ClientContext(data[cid], states[cid], model, client_rng(seed, rnd, cid), rnd, seed)
-                update = algorithm.client_fit(ctx, messages[cid])
-                updates.append(update)
-                down[cid] = messages[cid].n_floats()
-                up[cid] = update.n_floats()
-                if update.metrics:
-                    history.client_metrics[cid] = dict(update.metrics)
-            history.server_logs.append({"round": rnd, **algorithm.aggregate_fit(rnd, updates)})
-            summary = _evaluate_round(history, algorithm, model, data, states, rnd, seed, up, down)
+            updates, failures = pool.fit(rnd, messages)
+            valid = []
+            for update in updates:
+                reason = algorithm.check_update(update)
+                if reason is None:
+                    valid.append(update)
+                else:
+                    failures.append(Failure(rnd, update.client_id, "fit", f"invalid payload: {reason}"))
+            up = {u.client_id: u.n_floats() for u in valid}
+            down = {cid: messages[cid].n_floats() for cid in selected}
+            for u in valid:
+                if u.metrics:
+                    history.client_metrics[u.client_id] = dict(u.metrics)
+            if len(valid) >= min_replies:
+                log_entry = algorithm.aggregate_fit(rnd, valid)
+            else:
+                log_entry = {"skipped": f"{len(valid)} valid update(s) < min_replies={min_replies}"}
+                log.warning("round %d: %s; server state unchanged", rnd, log_entry["skipped"])
+            history.server_logs.append({"round": rnd, **log_entry})
+            evaluations, eval_failures = pool.evaluate(rnd, {cid: algorithm.message_for(cid) for cid in ids})
+            failures.extend(eval_failures)
+            for f in failures:
+                log.warning("round %d: client %s (node %s) failed in %s: %s", f.round, f.client, f.node_id, f.stage, f.reason)
+            history.failures.extend(failures)
+            summary = _summarise_round(history, model, evaluations, rnd, up, down)
             history.rounds.append(summary)
             log.debug("round %d: auc=%.4f acc=%.4f", rnd, summary.auc, summary.accuracy)
             if on_round is not None:
@@ -109,23 +143,21 @@ def run_federation(
     return history
 
 
-def _evaluate_round(history, algorithm, model, data, states, rnd, seed, up, down) -> RoundSummary:
-    """Score each client on its test split with the model it would use now."""
-    rows, ys, scores = [], [], []
-    for cid, client in data.items():
-        ctx = ClientContext(client, states[cid], model, client_rng(seed, rnd, cid), rnd, seed)
-        theta = algorithm.client_params(ctx, algorithm.message_for(cid))
-        m, s = evaluate(model, theta, algorithm.client_features(ctx, client.X_test), client.y_test)
-        f_up, f_down = up.get(cid, 0), down.get(cid, 0)
+def _summarise_round(history: History, model: LinearModel, evaluations: list[ClientEvaluation], rnd: int, up, down) -> RoundSummary:
+    """Per-client rows (each client scored on its own test split) and the round's summary."""
+    rows = []
+    for ev in evaluations:
+        f_up, f_down = up.get(ev.client_id, 0), down.get(ev.client_id, 0)
         rows.append({
-            "round": rnd, "client": cid, **m,
+            "round": rnd, "client": ev.client_id, **ev.metrics,
             "bytes_up": f_up * BYTES_PER_FLOAT, "bytes_down": f_down * BYTES_PER_FLOAT,
             "floats_up": f_up, "floats_down": f_down,
         })
-        ys.append(client.y_test)
-        scores.append(s)
     history.records.extend(rows)
-    pool = pooled(model, np.concatenate(ys), np.concatenate(scores))
+    shared = [ev for ev in evaluations if ev.scores is not None and ev.y_true is not None]
+    pool = {}
+    if shared and len(shared) == len(evaluations):
+        pool = pooled(model, np.concatenate([ev.y_true for ev in shared]), np.concatenate([ev.scores for ev in shared]))
     aucs = [r["auc"] for r in rows]
     return RoundSummary(
         round=rnd,
@@ -136,7 +168,7 @@ def _evaluate_round(history, algorithm, model, data, states, rnd, seed, up, down
         loss=nanmean(r["loss"] for r in rows),
         pooled_auc=pool.get("pooled_auc", float("nan")),
         pooled_accuracy=pool.get("pooled_accuracy", float("nan")),
-        n_clients_auc=int(np.sum(~np.isnan(aucs))),
+        n_clients_auc=int(np.sum(~np.isnan(aucs))) if aucs else 0,
         bytes_up=int(sum(up.values())) * BYTES_PER_FLOAT,
         bytes_down=int(sum(down.values())) * BYTES_PER_FLOAT,
     )

@@ -126,6 +126,10 @@ class PTopoFL(Algorithm):
         return ClientUpdate(ctx.client_id, theta, n, descriptor=st["phi"] if send else None, metrics=metrics, extras=extras)
 
     # ================================ server side =============================================
+    def descriptor_size(self) -> int:
+        """8 scalars + two Betti curves of ``n_thresholds`` points (48 with the paper's L = 20)."""
+        return 8 + 2 * self.config.n_thresholds
+
     def setup(self, model, client_ids, rng) -> None:
         super().setup(model, client_ids, rng)
         if self.config.n_clusters > len(client_ids):

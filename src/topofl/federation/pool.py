@@ -1,0 +1,112 @@
+"""Where the clients' local work happens: the one seam between the round loop and a runtime.
+
+The round loop (:func:`topofl.federation.runner.run_rounds`) hands a :class:`ClientPool` the
+round's server messages and gets back client updates and evaluations. :class:`InProcessPool` runs
+the algorithm's client side in this process; ``topofl.flower`` has a pool that sends the same
+messages to Flower SuperNodes. Either way the algorithm object, the client's generator
+``SeedSequence([seed, round, client])`` and the client's persistent state are the same, so a run
+gives the same numbers in every runtime.
+
+A pool never raises for one client's failure: it returns a :class:`Failure` naming the client and
+the reason, and the round goes on with what arrived.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from topofl.algorithms.base import Algorithm, ClientContext
+from topofl.data.federation import ClientData, Federation
+from topofl.federation.messages import ClientUpdate, ServerMessage
+from topofl.metrics import evaluate
+from topofl.models.linear import LinearModel
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A client that did not deliver in a round: ``stage`` is ``"fit"`` or ``"evaluate"``."""
+
+    round: int
+    client: int | None
+    stage: str
+    reason: str
+    node_id: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class ClientEvaluation:
+    """One client's test metrics with the model it would use; ``y_true``/``scores`` only when
+    the runtime shares predictions for pooled metrics."""
+
+    client_id: int
+    metrics: dict[str, float]
+    y_true: np.ndarray | None = None
+    scores: np.ndarray | None = None
+
+
+def client_rng(seed: int, rnd: int, client_id: int) -> np.random.Generator:
+    """Generator of client ``client_id`` in round ``rnd`` of a run seeded with ``seed``."""
+    return np.random.default_rng(np.random.SeedSequence([int(seed), int(rnd), int(client_id)]))
+
+
+def client_context(data: ClientData, state: dict[str, Any], model: LinearModel, rnd: int, seed: int) -> ClientContext:
+    """The context a client's code runs in, identical in every runtime."""
+    return ClientContext(data, state, model, client_rng(seed, rnd, data.client_id), rnd, seed)
+
+
+def evaluate_client(algorithm: Algorithm, ctx: ClientContext, message: ServerMessage) -> tuple[dict[str, float], np.ndarray]:
+    """Score a client on its own test split with the model it would use (DESIGN: evaluation is explicit)."""
+    theta = algorithm.client_params(ctx, message)
+    return evaluate(ctx.model, theta, algorithm.client_features(ctx, ctx.data.X_test), ctx.data.y_test)
+
+
+class ClientPool(ABC):
+    """The clients of a run, wherever they live."""
+
+    client_ids: list[int]
+
+    @abstractmethod
+    def fit(self, rnd: int, messages: dict[int, ServerMessage]) -> tuple[list[ClientUpdate], list[Failure]]:
+        """Local work of the addressed clients; updates in client order, and who failed."""
+
+    @abstractmethod
+    def evaluate(self, rnd: int, messages: dict[int, ServerMessage]) -> tuple[list[ClientEvaluation], list[Failure]]:
+        """Test metrics of the addressed clients; evaluations in client order, and who failed."""
+
+    def close(self) -> None:
+        """Release resources (nothing by default)."""
+
+
+class InProcessPool(ClientPool):
+    """Clients as Python objects in this process; their state dicts persist between rounds.
+
+    Exceptions propagate (an in-process error is a bug or bad input, not a network fault).
+    """
+
+    def __init__(self, federation: Federation, algorithm: Algorithm, model: LinearModel, seed: int) -> None:
+        self.federation, self.algorithm, self.model, self.seed = federation, algorithm, model, seed
+        self.client_ids = federation.client_ids
+        self.states: dict[int, dict[str, Any]] = {cid: {} for cid in self.client_ids}
+
+    def fit(self, rnd, messages):
+        data = {c.client_id: c for c in self.federation.at_round(rnd)}
+        updates = [
+            self.algorithm.client_fit(client_context(data[cid], self.states[cid], self.model, rnd, self.seed), messages[cid])
+            for cid in sorted(messages)
+        ]
+        return updates, []
+
+    def evaluate(self, rnd, messages):
+        data = {c.client_id: c for c in self.federation.at_round(rnd)}
+        out = []
+        for cid in sorted(messages):
+            ctx = client_context(data[cid], self.states[cid], self.model, rnd, self.seed)
+            metrics, scores = evaluate_client(self.algorithm, ctx, messages[cid])
+            out.append(ClientEvaluation(cid, metrics, ctx.data.y_test, scores))
+        return out, []

@@ -1,0 +1,40 @@
+"""The topofl ClientApp: each SuperNode runs the algorithm's own client-side methods on its data.
+
+Message types: ``query`` (discovery), ``train`` and ``evaluate`` (federated methods),
+``query.peer`` / ``train.peer`` (decentralised methods through the relay). The work itself is
+in :mod:`topofl.flower.node` and :mod:`topofl.flower.peer`; client state persists in
+``context.state`` on the node.
+"""
+from __future__ import annotations
+
+from flwr.app import Context, Message
+from flwr.clientapp import ClientApp
+
+from topofl.flower import node, peer
+
+app = ClientApp()
+
+
+@app.query()
+def query(msg: Message, context: Context) -> Message:
+    return Message(node.describe(context.node_config, msg.content), reply_to=msg)
+
+
+@app.train()
+def train(msg: Message, context: Context) -> Message:
+    return Message(node.fit(context.node_config, context.state, msg.content), reply_to=msg)
+
+
+@app.evaluate()
+def evaluate(msg: Message, context: Context) -> Message:
+    return Message(node.evaluate(context.node_config, context.state, msg.content), reply_to=msg)
+
+
+@app.query("peer")
+def peer_setup(msg: Message, context: Context) -> Message:
+    return Message(peer.setup(context.node_config, context.state, msg.content), reply_to=msg)
+
+
+@app.train("peer")
+def peer_step(msg: Message, context: Context) -> Message:
+    return Message(peer.step(context.node_config, context.state, msg.content), reply_to=msg)

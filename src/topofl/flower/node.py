@@ -1,0 +1,125 @@
+"""What a Flower SuperNode does for topofl, as plain functions of (node config, state, content).
+
+The ClientApp (:mod:`topofl.flower.client_app`) only wires these to Flower's decorators, so they
+are testable without a running Flower. Each node builds the same algorithm object, model and
+client context as the in-process runner and calls the algorithm's own client-side methods:
+there is no second implementation of any algorithm.
+
+A node's data come from its node config: ``data-path`` (an ``.npz`` with ``X_train``,
+``y_train``, ``X_test``, ``y_test``: a real site's own data) or else partition ``partition-id`` of
+the built-in scenario named in the run (simulation and trials).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+from flwr.app import ConfigRecord, RecordDict
+
+from topofl.algorithms.registry import build
+from topofl.data.federation import ClientData, Federation, _validated_client, infer_task
+from topofl.federation.pool import ClientEvaluation, client_context, evaluate_client
+from topofl.flower.records import (
+    decode_server_message, encode_evaluation, encode_update, load_state, save_state,
+)
+from topofl.models.linear import make_model
+
+
+def job_key(job: Mapping[str, Any]) -> str:
+    """A short fingerprint of the job (method, hyper-parameters, data, seed): state of another job is ignored."""
+    keys = ("method", "hyperparameters", "scenario", "scenario_params", "seed")
+    return hashlib.blake2b(json.dumps({k: job.get(k) for k in keys}, sort_keys=True).encode(), digest_size=8).hexdigest()
+
+
+@lru_cache(maxsize=4)
+def _scenario(name: str, seed: int, params_json: str) -> Federation:
+    from topofl.data.scenarios import make_scenario
+
+    return make_scenario(name, seed, **json.loads(params_json))
+
+
+@lru_cache(maxsize=4)
+def _npz(path: str, partition: int) -> ClientData:
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"node config data-path={path!r} is not a file")
+    with np.load(p, allow_pickle=False) as z:
+        missing = [k for k in ("X_train", "y_train", "X_test", "y_test") if k not in z]
+        if missing:
+            raise ValueError(f"data-path={path!r} lacks array(s) {', '.join(missing)}")
+        return _validated_client(partition, (z["X_train"], z["y_train"], z["X_test"], z["y_test"]))
+
+
+def partition_id(node_config: Mapping[str, Any]) -> int:
+    pid = node_config.get("partition-id")
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid < 0:
+        raise ValueError(f"node config partition-id must be a non-negative integer; got {pid!r}")
+    return pid
+
+
+def node_data(node_config: Mapping[str, Any], job: Mapping[str, Any], rnd: int = 1) -> tuple[ClientData, str, int]:
+    """This node's data at round ``rnd``, with the task and number of classes it implies."""
+    pid = partition_id(node_config)
+    if node_config.get("data-path"):
+        data = _npz(str(node_config["data-path"]), pid)
+        task, n_classes = infer_task([data.y_train, data.y_test])
+        return data, task, n_classes
+    fed = _scenario(str(job["scenario"]), int(job["seed"]), str(job.get("scenario_params", "{}")))
+    ids = fed.client_ids
+    if pid not in ids:
+        raise ValueError(
+            f"partition-id={pid} but scenario {job['scenario']!r} has clients {ids[0]}..{ids[-1]}; "
+            "use as many SuperNodes as clients (or set scenario-params n_clients)"
+        )
+    current = fed.at_round(rnd)
+    return current.clients[ids.index(pid)], fed.task, fed.n_classes
+
+
+@lru_cache(maxsize=8)
+def _algorithm(method: str, hyperparameters: str):
+    return build(method, json.loads(hyperparameters))
+
+
+def describe(node_config: Mapping[str, Any], content: RecordDict) -> RecordDict:
+    """Reply to the server's discovery query: partition id, data sizes, task."""
+    job = dict(content["config"])
+    data, task, n_classes = node_data(node_config, job)
+    return RecordDict({"info": ConfigRecord({
+        "client": data.client_id, "n_train": data.n_train, "n_test": int(data.X_test.shape[0]),
+        "n_features": data.n_features, "task": task, "n_classes": int(n_classes),
+    })})
+
+
+def _context(node_config, state: RecordDict, content: RecordDict):
+    message, config = decode_server_message(content)
+    rnd = int(config["round"])
+    data, _, _ = node_data(node_config, config, rnd)
+    if data.n_features != int(config["n_features"]):
+        raise ValueError(f"this node has {data.n_features} features but the run's model expects {config['n_features']}")
+    algorithm = _algorithm(str(config["method"]), str(config["hyperparameters"]))
+    model = make_model(str(config["task"]), algorithm.input_dim(data.n_features), max(int(config["n_classes"]), 2), algorithm.config.l2)
+    key = job_key(config)
+    st = load_state(state, key)
+    return algorithm, client_context(data, st, model, rnd, int(config["seed"])), message, config, key
+
+
+def fit(node_config: Mapping[str, Any], state: RecordDict, content: RecordDict) -> RecordDict:
+    """Local work of one round: ``algorithm.client_fit`` on this node's data and state."""
+    algorithm, ctx, message, _, key = _context(node_config, state, content)
+    update = algorithm.client_fit(ctx, message)
+    save_state(state, key, ctx.state)
+    return encode_update(update)
+
+
+def evaluate(node_config: Mapping[str, Any], state: RecordDict, content: RecordDict) -> RecordDict:
+    """Test metrics with the model this client would use; predictions only if the run asks for pooled metrics."""
+    algorithm, ctx, message, config, key = _context(node_config, state, content)
+    metrics, scores = evaluate_client(algorithm, ctx, message)
+    save_state(state, key, ctx.state)
+    share = bool(config.get("pooled", False))
+    ev = ClientEvaluation(ctx.client_id, metrics, ctx.data.y_test if share else None, scores if share else None)
+    return encode_evaluation(ev)

@@ -1,0 +1,92 @@
+"""What a SuperNode does for a decentralised method (Sheaf-FMTL, dFedU, D-PSGD, Local) behind the relay.
+
+The node runs the algorithm's own node-local protocol (:class:`topofl.decentralised.PeerNode`):
+``setup`` builds the node from the :class:`~topofl.decentralised.NodeSpec` the relay computed
+(sizes, seeds, weights; never anyone's data or model); each ``step`` first consumes the payloads
+its neighbours sent in the previous phase (``incoming``), then returns what it sends in the next
+(``outgoing``). The node object — model and restriction maps — stays on the node, pickled into
+``context.state`` between messages.
+
+Randomness is the in-process runner's: node ``i`` draws its mini-batches in iteration ``k`` from
+``SeedSequence([seed, k, i])``, one generator for all phases of the iteration.
+"""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import Any, Mapping
+
+import numpy as np
+from flwr.app import ConfigRecord, MetricRecord, RecordDict
+
+from topofl.decentralised import NodeSpec, Peer
+from topofl.decentralised import build as build_peer_algorithm
+from topofl.decentralised.runner import peer_metrics
+from topofl.flower.node import job_key, node_data
+from topofl.flower.records import arrays_record, record_arrays, load_state, save_state
+from topofl.models.linear import make_model
+
+
+@lru_cache(maxsize=8)
+def peer_algorithm(method: str, hyperparameters: str):
+    """The decentralised algorithm object of a job (configuration only; nodes hold the state)."""
+    return build_peer_algorithm(method, json.loads(hyperparameters))
+
+
+def peer_model(task: str, n_features: int, n_classes: int, l2: float):
+    """The model of a node with ``n_features`` features (sizes may differ between nodes)."""
+    return make_model(task, n_features, max(int(n_classes), 2), l2)
+
+
+def _reply(node, client: int, report: Mapping[str, float], outbox: Mapping[int, np.ndarray] | None = None) -> RecordDict:
+    rd = RecordDict({
+        "report": MetricRecord({"norm": float(np.linalg.norm(node.peer.theta)), "state_bytes": int(node.state_bytes()), **report}),
+        "meta": ConfigRecord({"client": int(client)}),
+    })
+    if outbox is not None:
+        rd["outbox"] = arrays_record({str(j): v for j, v in outbox.items()})
+    return rd
+
+
+def setup(node_config: Mapping[str, Any], state: RecordDict, content: RecordDict) -> RecordDict:
+    """Build this node's peer (data, model, initial θ) and its algorithm state from the relay's spec."""
+    config = dict(content["config"])
+    data, _, _ = node_data(node_config, config)
+    algorithm = peer_algorithm(str(config["method"]), str(config["hyperparameters"]))
+    spec = NodeSpec.from_dict(json.loads(str(config["spec"])))
+    model = peer_model(str(config["task"]), data.n_features, int(config["n_classes"]), algorithm.config.l2)
+    if model.n_params != spec.dim:
+        raise ValueError(f"node {spec.node}: its model has {model.n_params} parameters but the relay's spec says dim={spec.dim}")
+    node = algorithm.make_node(spec, Peer(spec.node, data, model, model.init()))
+    save_state(state, job_key(config), {"node": node, "rng": None, "rng_k": 0})
+    return _reply(node, data.client_id, {})
+
+
+def step(node_config: Mapping[str, Any], state: RecordDict, content: RecordDict) -> RecordDict:
+    """Consume phase ``apply`` of iteration ``apply_k`` (its inbox), then emit phase ``emit``.
+
+    After the last phase of an iteration the node also reports its test accuracy and loss.
+    """
+    config = dict(content["config"])
+    key = job_key(config)
+    st = load_state(state, key)
+    if not st:
+        raise RuntimeError("this node holds no peer state for the job (it missed the relay's setup, or restarted)")
+    node = st["node"]
+    algorithm = peer_algorithm(str(config["method"]), str(config["hyperparameters"]))
+    report: dict[str, float] = {}
+    apply = str(config.get("apply", ""))
+    if apply:
+        k = int(config["apply_k"])
+        if st["rng_k"] != k:
+            st["rng"] = np.random.default_rng(np.random.SeedSequence([int(config["seed"]), k, node.node]))
+            st["rng_k"] = k
+        inbox = {int(j): v for j, v in record_arrays(content, "inbox", required=False).items()}
+        with np.errstate(over="ignore", invalid="ignore"):  # divergence is reported by the relay from the norms
+            node.incoming(apply, inbox, st["rng"])
+        if apply == algorithm.phases[-1] and node.peer.data is not None:
+            report.update(peer_metrics(node.peer))
+    emit = str(config.get("emit", ""))
+    outbox = node.outgoing(emit) if emit else {}
+    save_state(state, key, st)
+    return _reply(node, node.peer.data.client_id, report, outbox)

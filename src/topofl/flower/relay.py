@@ -1,0 +1,191 @@
+"""A relay ServerApp for decentralised methods: it forwards each node's payloads to its graph
+neighbours and never aggregates (issue 5; Sheaf-FMTL paper §3: no server).
+
+What the relay does:
+
+1. discovers the SuperNodes (partition ids, feature counts, task), builds the communication graph
+   (``graph`` / ``graph-params``, seeded) and the per-node specs with the algorithm's own
+   ``node_specs`` (sizes d_ij, seeds, mixing weights) — exactly as the in-process runner does;
+2. per iteration and phase sends node *i* a ``train.peer`` message holding the payloads its
+   neighbours sent it in the previous phase, and collects what *i* sends next;
+3. counts the bits of every directed payload (float32 on the wire, as the paper counts), checks
+   the reported norms for divergence, and writes per-iteration results.
+
+The relay sees the projections (it is a star transport, as any Flower run is) but never the data,
+the models or the restriction maps.
+
+Faults. A node that fails (error reply, no reply within ``round-timeout``, or an invalid payload:
+one addressed to a non-neighbour, non-finite, or of the wrong size) is dropped for the rest of
+the run and logged. Its neighbours then receive their own payload back in its place, which makes
+every coupling term on those edges zero — for Sheaf-FMTL P_ijᵀ(P_ij θ_i − P_ij θ_i) = 0 in Eq. 27
+and no map change in Eq. 28, for dFedU θ_i − θ_i = 0, for D-PSGD the edge's weight stays with the
+node — i.e. exactly the graph without the dead node.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import numpy as np
+from flwr.app import MessageType, RecordDict
+from flwr.serverapp import Grid
+
+from topofl.decentralised import make_graph
+from topofl.decentralised.runner import DecentralisedHistory, _divergence_error, summarise_peers
+from topofl.federation.pool import Failure
+from topofl.flower.exchange import exchange
+from topofl.flower.outputs import RunOutputs
+from topofl.flower.peer import peer_algorithm, peer_model
+from topofl.flower.records import arrays_record, config_record, record_arrays
+from topofl.flower.settings import FlowerSettings
+
+log = logging.getLogger(__name__)
+
+BITS_PER_FLOAT = 32
+RECORD_FIELDS = ("round", "client", "accuracy", "loss", "dim")
+CURVE_FIELDS = ("round", "accuracy", "accuracy_std", "loss", "bits", "cumulative_bits", "map_storage_bytes", "n_clients", "n_failures")
+
+
+def _decode_step(content: RecordDict) -> dict[str, Any]:
+    report = dict(content["report"])
+    return {"client": int(content["meta"]["client"]), "report": report,
+            "outbox": {int(j): v for j, v in record_arrays(content, "outbox", required=False).items()}}
+
+
+class Relay:
+    """State of one relayed run: who is alive, what each node sent last, bits."""
+
+    def __init__(self, grid: Grid, settings: FlowerSettings) -> None:
+        from topofl.flower.server_app import discover
+
+        self.grid, self.settings = grid, settings
+        self.algorithm = peer_algorithm(settings.job()["method"], settings.job()["hyperparameters"])
+        nodes, infos, self.failures = discover(grid, settings)
+        self.clients = sorted(nodes)  # graph node k = k-th client (node k = client k in process)
+        self.flwr_node = {k: nodes[cid] for k, cid in enumerate(self.clients)}
+        tasks = {str(i["task"]) for i in infos.values()}
+        if len(tasks) > 1 and "regression" in tasks:
+            raise ValueError(f"clients disagree on the task ({sorted(tasks)})")
+        self.task = "regression" if tasks == {"regression"} else ("multiclass" if "multiclass" in tasks else "binary")
+        self.n_classes = max(int(i["n_classes"]) for i in infos.values())
+        l2 = self.algorithm.config.l2
+        self.dims = {k: peer_model(self.task, int(infos[cid]["n_features"]), self.n_classes, l2).n_params for k, cid in enumerate(self.clients)}
+        self.graph = make_graph(settings.graph, len(self.clients), seed=settings.seed, **dict(settings.graph_params))
+        rng = np.random.default_rng(np.random.SeedSequence([int(settings.seed), 0xDEC]))  # as run_decentralised
+        self.specs = self.algorithm.node_specs(self.dims, self.graph, rng)
+        self.job = {**settings.job(), "task": self.task, "n_classes": self.n_classes}
+        self.alive = set(self.flwr_node)
+        self.sizes: dict[tuple[int, int, str], int] = {}
+        self.bits = 0
+
+    # ---- one exchange ----------------------------------------------------------------------
+    def _send(self, rnd: int, stage: str, message_type: str, contents: dict[int, RecordDict]) -> dict[int, dict[str, Any]]:
+        """Send to graph nodes ``contents``' keys; failed nodes are dropped; replies by graph node."""
+        nodes = {k: self.flwr_node[k] for k in contents}
+        got, failures = exchange(self.grid, nodes, contents, message_type, rnd, stage, self.settings.round_timeout, _decode_step)
+        for k in [k for k, v in got.items() if v["client"] != self.clients[k]]:
+            failures.append(Failure(rnd, k, stage, "invalid payload: reply claims another client", nodes[k]))
+            del got[k]
+        for f in failures:
+            self._drop(f.client, f.round, f.stage, f.reason)
+        return got
+
+    def _drop(self, k: int, rnd: int, stage: str, reason: str) -> None:
+        failure = Failure(rnd, self.clients[k], stage, reason, self.flwr_node[k])
+        if k in self.alive:
+            self.alive.discard(k)
+            log.warning("node %s (client %s) dropped in iteration %d: %s; its edges are removed", failure.node_id, failure.client, rnd, reason)
+        self.round_failures.append(failure)
+
+    def _check_outbox(self, k: int, phase: str, outbox: dict[int, np.ndarray]) -> str | None:
+        nbrs = set(self.specs[k].neighbours)
+        if set(outbox) - nbrs:
+            return f"payloads addressed to non-neighbours {sorted(set(outbox) - nbrs)}"
+        for j, v in outbox.items():
+            if v.ndim != 1 or v.dtype.kind != "f" or not np.isfinite(v).all():
+                return f"payload to {j} in phase {phase!r} must be a finite 1-D float vector"
+            size = self.sizes.setdefault((k, j, phase), v.size)
+            if v.size != size:
+                return f"payload to {j} in phase {phase!r} has {v.size} values; earlier {size}"
+        return None
+
+    # ---- the run ---------------------------------------------------------------------------
+    def setup(self) -> None:
+        """Send every node its spec; it builds its peer and algorithm state."""
+        contents = {k: RecordDict({"config": config_record({**self.job, "spec": json.dumps(self.specs[k].to_dict())})}) for k in sorted(self.alive)}
+        got = self._send(0, "setup", f"{MessageType.QUERY}.peer", contents)
+        self.start_norm = max([1.0, *(float(v["report"]["norm"]) for v in got.values())])
+
+    def _route(self, got: dict[int, dict[str, Any]]) -> dict[int, dict[int, np.ndarray]]:
+        """Node j's inbox: each live neighbour's payload to j; for a dropped (or silent) neighbour,
+        j's own payload to it (which zeroes that edge's coupling terms). Counts relayed bits."""
+        inbox: dict[int, dict[int, np.ndarray]] = {}
+        for j in sorted(self.alive):
+            inbox[j] = {}
+            for i in self.specs[j].neighbours:
+                payload = got[i]["outbox"].get(j) if i in self.alive and i in got else None
+                if payload is not None:
+                    inbox[j][i] = payload
+                    self.bits += payload.size * BITS_PER_FLOAT
+                elif j in got and i in got[j]["outbox"]:
+                    inbox[j][i] = got[j]["outbox"][i]
+        return inbox
+
+    def _screen(self, rnd: int, it: int, phase: str, got: dict[int, dict[str, Any]]) -> None:
+        """Divergence check on the reported norms; drop nodes whose payloads are invalid."""
+        for i, v in list(got.items()):
+            norm = float(v["report"]["norm"])
+            if not np.isfinite(norm) or norm > 1e6 * self.start_norm:
+                raise _divergence_error(self.algorithm, it, i, norm)
+            reason = self._check_outbox(i, phase, v["outbox"]) if phase else None
+            if reason is not None:
+                self._drop(i, rnd, "step", f"invalid payload: {reason}")
+                del got[i]
+
+    def run(self) -> DecentralisedHistory:
+        """Setup, then per iteration one message per phase to every live node, then a final one."""
+        s, phases = self.settings, self.algorithm.phases
+        history = DecentralisedHistory(self.algorithm.name, s.seed)
+        out = RunOutputs(s.out_dir, RECORD_FIELDS, CURVE_FIELDS)
+        self.round_failures: list[Failure] = []
+        self.setup()
+        schedule = [(k, p) for k in range(1, s.rounds + 1) for p in phases] + [(s.rounds, "")]
+        inbox: dict[int, dict[int, np.ndarray]] = {}
+        prev: tuple[int, str] = (0, "")
+        cumulative = 0
+        for k, phase in schedule:
+            contents = {
+                i: RecordDict({
+                    "config": config_record({**self.job, "apply": prev[1], "apply_k": prev[0], "emit": phase}),
+                    "inbox": arrays_record({str(j): v for j, v in inbox.get(i, {}).items()}),
+                })
+                for i in sorted(self.alive)
+            }
+            got = self._send(k, "step", f"{MessageType.TRAIN}.peer", contents)
+            self._screen(k, prev[0], phase, got)
+            if prev[1] and prev[1] == phases[-1]:  # iteration prev[0] just completed on every live node
+                rows = [{"round": prev[0], "client": self.clients[i], "accuracy": v["report"].get("accuracy", float("nan")),
+                         "loss": v["report"]["loss"], "dim": self.dims[i]} for i, v in sorted(got.items()) if "loss" in v["report"]]
+                cumulative += self.bits
+                summary = {"round": prev[0], **summarise_peers(rows), "bits": self.bits, "cumulative_bits": cumulative,
+                           "map_storage_bytes": int(sum(v["report"]["state_bytes"] for v in got.values())),
+                           "n_clients": len(rows), "n_failures": len(self.round_failures)}
+                history.records.extend(rows)
+                history.rounds.append(summary)
+                out.round(rows, summary, None, self.round_failures)
+                log.info("iteration %d: accuracy %.4f over %d node(s), %d bits", prev[0], summary["accuracy"], len(rows), self.bits)
+                self.failures.extend(self.round_failures)
+                self.bits, self.round_failures = 0, []
+            inbox = self._route(got) if phase else {}
+            prev = (k, phase)
+        self.failures.extend(self.round_failures)
+        history.failures = self.failures  # type: ignore[attr-defined]
+        out.failures = list(self.failures)
+        out.finish(s.method, s.as_dict(), {"graph_edges": sorted(map(list, self.graph.edges)), "dropped": sorted(self.clients[k] for k in set(self.flwr_node) - self.alive)})
+        return history
+
+
+def relay_main(grid: Grid, settings: FlowerSettings) -> DecentralisedHistory:
+    """Run a decentralised method on the connected SuperNodes through the relay."""
+    return Relay(grid, settings).run()

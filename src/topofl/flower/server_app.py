@@ -1,0 +1,131 @@
+"""The topofl ServerApp: federated methods through the one round loop, decentralised ones through a relay.
+
+``flwr run`` loads :data:`app`; its settings come from the run config (:mod:`topofl.flower.settings`).
+For a federated method the server discovers the SuperNodes (a query message: partition id, data
+sizes, task), builds the same algorithm object as the in-process runner and runs
+:func:`topofl.federation.runner.run_rounds` with a :class:`~topofl.flower.pool.FlowerPool`.
+Sheaf-FMTL, dFedU and D-PSGD go through :func:`topofl.flower.relay.relay_main`, which only
+forwards each node's messages to its graph neighbours and never aggregates.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable
+
+from flwr.app import Context, MessageType, RecordDict
+from flwr.serverapp import Grid, ServerApp
+
+from topofl.algorithms.registry import build
+from topofl.federation.history import ROUND_FIELDS, History, RoundSummary
+from topofl.federation.runner import run_rounds
+from topofl.flower.exchange import exchange
+from topofl.flower.outputs import RunOutputs
+from topofl.flower.pool import FlowerPool
+from topofl.flower.records import config_record
+from topofl.flower.settings import FlowerSettings
+from topofl.models.linear import make_model
+
+log = logging.getLogger(__name__)
+
+CURVE_FIELDS = ("round", "auc", "auc_std", "accuracy", "accuracy_std", "loss", "pooled_auc", "pooled_accuracy",
+                "n_clients_auc", "bytes_up", "bytes_down", "n_clients", "n_failures")
+
+
+def wait_for_nodes(grid: Grid, settings: FlowerSettings) -> list[int]:
+    """Node ids once at least ``min-nodes`` are connected; a clear error after ``node-wait`` seconds."""
+    deadline = time.monotonic() + settings.node_wait
+    while True:
+        ids = sorted(grid.get_node_ids())
+        if len(ids) >= settings.min_nodes:
+            return ids
+        if time.monotonic() >= deadline:
+            raise RuntimeError(f"only {len(ids)} SuperNode(s) connected after node-wait={settings.node_wait:g} s; min-nodes={settings.min_nodes}")
+        time.sleep(0.5)
+
+
+def discover(grid: Grid, settings: FlowerSettings) -> tuple[dict[int, int], dict[int, dict[str, Any]], list]:
+    """Ask every connected node which client it is: ``({client: node_id}, {client: info}, failures)``."""
+    node_ids = wait_for_nodes(grid, settings)
+    contents = {nid: RecordDict({"config": config_record(settings.job())}) for nid in node_ids}
+
+    def decode(content: RecordDict) -> dict[str, Any]:
+        return dict(content["info"])
+
+    infos, failures = exchange(grid, {n: n for n in node_ids}, contents, MessageType.QUERY, 0, "discover", settings.node_wait or settings.round_timeout, decode)
+    nodes: dict[int, int] = {}
+    by_client: dict[int, dict[str, Any]] = {}
+    for nid, info in sorted(infos.items()):
+        cid = int(info["client"])
+        if cid in nodes:
+            raise ValueError(f"SuperNodes {nodes[cid]} and {nid} both claim partition-id={cid}; give every node its own partition-id")
+        nodes[cid], by_client[cid] = nid, info
+    for f in failures:
+        log.warning("node %s did not answer discovery: %s", f.node_id, f.reason)
+    if not nodes:
+        raise RuntimeError("no SuperNode answered the discovery query; see the node logs")
+    return nodes, by_client, failures
+
+
+def reconcile(infos: dict[int, dict[str, Any]]) -> tuple[str, int, int]:
+    """The run's (task, n_classes, n_features) from what each node reported about its own data."""
+    dims = {cid: int(i["n_features"]) for cid, i in infos.items()}
+    if len(set(dims.values())) > 1:
+        raise ValueError(f"clients disagree on the number of features ({dims}); federated methods need one feature space")
+    tasks = {str(i["task"]) for i in infos.values()}
+    if "regression" in tasks and len(tasks) > 1:
+        raise ValueError(f"clients disagree on the task ({sorted(tasks)})")
+    task = "regression" if tasks == {"regression"} else ("multiclass" if "multiclass" in tasks else "binary")
+    n_classes = 0 if task == "regression" else max(int(i["n_classes"]) for i in infos.values())
+    return task, n_classes, next(iter(dims.values()))
+
+
+def federated_main(grid: Grid, settings: FlowerSettings) -> History:
+    """Run a federated (server-based) topofl method on the connected SuperNodes."""
+    nodes, infos, failures = discover(grid, settings)
+    task, n_classes, n_features = reconcile(infos)
+    algorithm = build(settings.method, dict(settings.hyperparameters))
+    model = make_model(task, algorithm.input_dim(n_features), max(n_classes, 2), algorithm.config.l2)
+    job = {**settings.job(), "task": task, "n_classes": n_classes, "n_features": n_features}
+    log.info("%s on %d SuperNode(s) (clients %s), %d round(s)", settings.method, len(nodes), sorted(nodes), settings.rounds)
+    out = RunOutputs(settings.out_dir, ROUND_FIELDS, CURVE_FIELDS)
+    out.failures.extend(failures)
+
+    def on_round(history: History, summary: RoundSummary) -> None:
+        rows = [r for r in history.records if r["round"] == summary.round]
+        fails = [f for f in history.failures if f.round == summary.round]
+        out.round(rows, {**summary.as_dict(), "n_clients": len(rows), "n_failures": len(fails)}, history.server_logs[-1], fails)
+        log.info("round %d: accuracy %.4f, auc %.4f over %d client(s); %d failure(s)", summary.round, summary.accuracy, summary.auc, len(rows), len(fails))
+
+    pool = FlowerPool(grid, nodes, job, settings.round_timeout)
+    history = run_rounds(pool, algorithm, model, settings.rounds, settings.seed, min_replies=settings.min_replies, on_round=on_round)
+    history.failures[:0] = failures
+    out.finish(settings.method, settings.as_dict())
+    return history
+
+
+def run(grid: Grid, settings: FlowerSettings) -> Any:
+    """Dispatch to the federated loop or the decentralised relay."""
+    if settings.decentralised:
+        from topofl.flower.relay import relay_main
+
+        return relay_main(grid, settings)
+    return federated_main(grid, settings)
+
+
+def make_server_app(settings: FlowerSettings | None = None, on_result: Callable[[Any], None] | None = None) -> ServerApp:
+    """A ServerApp running ``settings`` (default: read from the run config); ``on_result`` receives
+    the run's history (used by :func:`topofl.flower.simulation.simulate_flower`)."""
+    server_app = ServerApp()
+
+    @server_app.main()
+    def main(grid: Grid, context: Context) -> None:
+        s = settings if settings is not None else FlowerSettings.from_run_config(dict(context.run_config))
+        result = run(grid, s)
+        if on_result is not None:
+            on_result(result)
+
+    return server_app
+
+
+app = make_server_app()

@@ -1,0 +1,120 @@
+"""The settings of a topofl Flower run, read from Flower's run config (pure, no flwr import).
+
+Every key is optional; ``flwr run --run-config "method='sheaf' num-server-rounds=5"`` overrides
+the app's ``[tool.flwr.app.config]``. Values are validated at construction: a bad one is a
+``ValueError`` naming the run-config key and the value.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from topofl._validation import check_choice, check_int, check_range
+from topofl.cli_parsing import parse_assignments
+
+#: run-config key → (settings field, default, help)
+KEYS: dict[str, tuple[str, Any, str]] = {
+    "method": ("method", "ptopofl", "a federated method (topofl methods) or a decentralised one: sheaf, dfedu, dpsgd, local-peers"),
+    "scenario": ("scenario", "healthcare", "built-in scenario each node takes its partition from (unless its node config has data-path)"),
+    "scenario-params": ("scenario_params", "", "scenario parameters, 'k=v,k=v'"),
+    "num-server-rounds": ("rounds", 3, "rounds (iterations for decentralised methods)"),
+    "seed": ("seed", 0, "seed of every random choice (the scenario too)"),
+    "hyperparameters": ("hyperparameters", "", "method hyper-parameters, 'k=v,k=v'"),
+    "out-dir": ("out_dir", "", "directory for rounds.csv, server_log.jsonl and result.json ('' = none)"),
+    "min-nodes": ("min_nodes", 1, "wait for at least this many connected nodes before round 1"),
+    "node-wait": ("node_wait", 60.0, "seconds to wait for min-nodes"),
+    "min-replies": ("min_replies", 1, "valid replies a round needs to update the server state"),
+    "round-timeout": ("round_timeout", 120.0, "seconds to wait for the replies of one message exchange"),
+    "graph": ("graph", "ring", "communication graph of decentralised methods (topofl.decentralised.make_graph kinds)"),
+    "graph-params": ("graph_params", "", "graph parameters, 'k=v,k=v' (e.g. p=0.3)"),
+    "pooled-metrics": ("pooled_metrics", False, "clients also send test labels and scores so the server can compute pooled metrics"),
+}
+
+#: decentralised method names as the run config spells them → topofl.decentralised registry names
+DECENTRALISED = {"sheaf": "sheaf", "dfedu": "dfedu", "dpsgd": "dpsgd", "local-peers": "local"}
+
+
+def parse_pairs(text: str, key: str) -> dict[str, Any]:
+    """``"a=1,b=x,c=(1, 2)"`` → ``{"a": 1, "b": "x", "c": (1, 2)}`` (values as Python literals
+    where possible; commas inside brackets belong to the value)."""
+    items, depth, current = [], 0, ""
+    for ch in str(text):
+        depth += (ch in "([{") - (ch in ")]}")
+        if ch == "," and depth == 0:
+            items.append(current)
+            current = ""
+        else:
+            current += ch
+    items.append(current)
+    return parse_assignments([p for p in items if p.strip()], key)
+
+
+@dataclass(frozen=True)
+class FlowerSettings:
+    """Validated settings of one Flower run (see :data:`KEYS` for the run-config names)."""
+
+    method: str = "ptopofl"
+    scenario: str = "healthcare"
+    scenario_params: Mapping[str, Any] = field(default_factory=dict)
+    rounds: int = 3
+    seed: int = 0
+    hyperparameters: Mapping[str, Any] = field(default_factory=dict)
+    out_dir: str = ""
+    min_nodes: int = 1
+    node_wait: float = 60.0
+    min_replies: int = 1
+    round_timeout: float = 120.0
+    graph: str = "ring"
+    graph_params: Mapping[str, Any] = field(default_factory=dict)
+    pooled_metrics: bool = False
+
+    def __post_init__(self) -> None:
+        from topofl.algorithms.registry import available
+        from topofl.data.scenarios import SCENARIOS
+
+        check_choice("method", self.method, [*available(), *DECENTRALISED])
+        check_choice("scenario", self.scenario, list(SCENARIOS))
+        check_int("num-server-rounds", self.rounds, 1, 1_000_000)
+        check_int("seed", self.seed, 0)
+        check_int("min-nodes", self.min_nodes, 1)
+        check_range("node-wait", self.node_wait, 0.0)
+        check_int("min-replies", self.min_replies, 0)
+        check_range("round-timeout", self.round_timeout, 0.0, low_open=True)
+        if not isinstance(self.pooled_metrics, bool):
+            raise ValueError(f"pooled-metrics must be true or false; got {self.pooled_metrics!r}")
+
+    @property
+    def decentralised(self) -> bool:
+        return self.method in DECENTRALISED
+
+    @classmethod
+    def from_run_config(cls, run_config: Mapping[str, Any]) -> "FlowerSettings":
+        """Settings from Flower's run config; unknown keys are an error listing the known ones."""
+        unknown = sorted(set(run_config) - set(KEYS))
+        if unknown:
+            raise ValueError(f"unknown run-config key(s) {', '.join(unknown)}; known: {', '.join(KEYS)}")
+        values: dict[str, Any] = {}
+        for key, value in run_config.items():
+            name, default, _ = KEYS[key]
+            if name in ("scenario_params", "hyperparameters", "graph_params"):
+                value = parse_pairs(value, key)
+            elif isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+                value = float(value)
+            values[name] = value
+        return cls(**values)
+
+    def job(self) -> dict[str, Any]:
+        """What every node needs to build the same algorithm, data and model (sent in each message)."""
+        return {
+            "method": DECENTRALISED.get(self.method, self.method),
+            "hyperparameters": json.dumps(dict(self.hyperparameters), sort_keys=True),
+            "scenario": self.scenario,
+            "scenario_params": json.dumps(dict(self.scenario_params), sort_keys=True),
+            "seed": int(self.seed),
+            "pooled": bool(self.pooled_metrics),
+        }
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in dataclasses.asdict(self).items()}
