@@ -1,0 +1,185 @@
+"""The Flower adapters driven through an in-memory grid (fast, no Ray): same numbers as the
+in-process runner, faults and invalid payloads never end a run and are never aggregated."""
+import numpy as np
+import pytest
+
+pytest.importorskip("flwr")
+
+import topofl  # noqa: E402
+from fake_grid import FakeGrid  # noqa: E402
+from flwr.app import Array, ArrayRecord, MetricRecord  # noqa: E402
+from topofl.flower.relay import relay_main  # noqa: E402
+from topofl.flower.server_app import federated_main  # noqa: E402
+from topofl.flower.settings import FlowerSettings  # noqa: E402
+
+SMALL = {"n_clients": 4, "adversarial": (1,)}
+
+
+def by_client(records, keys=("auc", "accuracy", "loss")):
+    return {(r["round"], r["client"]): np.array([r[k] for k in keys], float) for r in records}
+
+
+def assert_same_records(a, b, keys=("auc", "accuracy", "loss"), atol=1e-12):
+    ra, rb = by_client(a, keys), by_client(b, keys)
+    assert ra.keys() == rb.keys()
+    for k in ra:
+        np.testing.assert_allclose(ra[k], rb[k], atol=atol, equal_nan=True, err_msg=str(k))
+
+
+@pytest.mark.parametrize("method", ["ptopofl", "fedavg", "scaffold", "ditto", "pfedme", "fedprox", "local"])
+def test_flower_federated_run_equals_in_process(method):
+    settings = FlowerSettings(method=method, rounds=3, seed=3, scenario_params=SMALL)
+    flower = federated_main(FakeGrid(4), settings)
+    ref = topofl.simulate(topofl.make_scenario("healthcare", seed=3, **SMALL), method, rounds=3, seed=3)
+    assert_same_records(flower.records, ref.records)
+    assert not flower.failures
+    np.testing.assert_allclose([r.bytes_up for r in flower.rounds], [r.bytes_up for r in ref.rounds])
+
+
+def test_pooled_metrics_only_when_asked():
+    ref = topofl.simulate(topofl.make_scenario("healthcare", seed=0, **SMALL), "fedavg", rounds=2, seed=0)
+    kept = federated_main(FakeGrid(4), FlowerSettings(method="fedavg", rounds=2, scenario_params=SMALL))
+    shared = federated_main(FakeGrid(4), FlowerSettings(method="fedavg", rounds=2, scenario_params=SMALL, pooled_metrics=True))
+    assert np.isnan(kept.final["pooled_auc"])
+    assert shared.final["pooled_auc"] == pytest.approx(ref.final["pooled_auc"], abs=1e-12)
+
+
+def test_client_error_and_dead_node_do_not_end_the_run(tmp_path):
+    grid = FakeGrid(4)
+    grid.raise_on = lambda m: m.metadata.dst_node_id == grid.node_ids[2] and m.metadata.message_type == "train" and m.metadata.group_id == "2"
+    settings = FlowerSettings(method="ptopofl", rounds=3, scenario_params=SMALL, out_dir=str(tmp_path), round_timeout=1.0)
+    orig = grid.send_and_receive
+
+    def kill_after_round_1(messages, *, timeout=None):
+        messages = list(messages)
+        if any(m.metadata.group_id == "2" for m in messages):
+            grid.dead.add(grid.node_ids[3])
+        return orig(messages, timeout=timeout)
+
+    grid.send_and_receive = kill_after_round_1
+    h = federated_main(grid, settings)
+    assert len(h.rounds) == 3
+    fails = {(f.round, f.client, f.stage) for f in h.failures}
+    assert (2, 2, "fit") in fails                       # the ClientApp raised
+    assert {(2, 3, "fit"), (2, 3, "evaluate"), (3, 3, "fit")} <= fails   # the node went silent
+    reasons = {f.reason for f in h.failures}
+    assert any("injected failure" in r for r in reasons) and any("no reply" in r for r in reasons)
+    assert sorted({r["client"] for r in h.records if r["round"] == 3}) == [0, 1, 2]
+    result = __import__("json").loads((tmp_path / "result.json").read_text())
+    assert result["rounds"] == 3 and len(result["failures"]) == len(h.failures)
+    assert (tmp_path / "failures.jsonl").read_text().count("\n") == len(h.failures)
+
+
+def _poison(field):
+    def tamper(msg, content):
+        if msg.metadata.message_type != "train" or msg.metadata.dst_node_id != 1001:
+            return content
+        if field == "nan":
+            p = content["params"]["params"].numpy().copy()
+            p[0] = np.nan
+            content["params"] = ArrayRecord({"params": Array(p)})
+        elif field == "shape":
+            content["params"] = ArrayRecord({"params": Array(np.zeros(3))})
+        elif field == "count":
+            m = dict(content["metrics"])
+            m["num-examples"] = -5
+            content["metrics"] = MetricRecord(m)
+        elif field == "descriptor":
+            content["descriptor"] = ArrayRecord({"phi": Array(np.ones(7))})
+        elif field == "missing":
+            del content["params"]
+        return content
+    return tamper
+
+
+@pytest.mark.parametrize("field, words", [
+    ("nan", "non-finite"), ("shape", "shape"), ("count", "non-negative"), ("descriptor", "length 48"), ("missing", "'params' is missing"),
+])
+def test_invalid_payload_is_dropped_with_reason_and_never_aggregated(field, words):
+    grid = FakeGrid(4)
+    grid.tamper = _poison(field)
+    h = federated_main(grid, FlowerSettings(method="ptopofl", rounds=2, scenario_params=SMALL))
+    bad = [f for f in h.failures if f.client == 1 and f.stage == "fit"]
+    assert len(bad) == 2 and all("invalid payload" in f.reason and words in f.reason for f in bad), [f.reason for f in h.failures]
+    for r in h.records:
+        assert np.isfinite(r["loss"])  # the NaN model never reached anyone
+    # the round aggregates exactly what it would have had client 1 not replied at all
+    silent = FakeGrid(4)
+    silent.raise_on = lambda m: m.metadata.message_type == "train" and m.metadata.dst_node_id == 1001
+    assert_same_records(h.records, federated_main(silent, FlowerSettings(method="ptopofl", rounds=2, scenario_params=SMALL)).records)
+
+
+def test_min_replies_skips_aggregation_and_logs_it():
+    grid = FakeGrid(4)
+    grid.raise_on = lambda m: m.metadata.message_type == "train" and m.metadata.dst_node_id != 1000
+    h = federated_main(grid, FlowerSettings(method="fedavg", rounds=2, scenario_params=SMALL, min_replies=2))
+    assert all("skipped" in log for log in h.server_logs)
+    assert len({tuple(np.round([r["loss"] for r in h.records if r["round"] == k], 12)) for k in (1, 2)}) == 1  # model unchanged
+
+
+def test_two_nodes_claiming_one_partition_is_an_error():
+    grid = FakeGrid(2, node_config=lambda k: {})
+    grid.contexts[grid.node_ids[1]].node_config["partition-id"] = 0
+    with pytest.raises(ValueError, match="both claim partition-id=0"):
+        federated_main(grid, FlowerSettings(method="fedavg", rounds=1, scenario_params={"n_clients": 2, "adversarial": (1,)}))
+
+
+@pytest.mark.parametrize("method, hps", [("sheaf", {"gamma": 0.3, "lam": 0.01}), ("dfedu", {}), ("dpsgd", {}), ("local-peers", {})])
+def test_relay_run_equals_in_process(method, hps):
+    settings = FlowerSettings(method=method, rounds=4, seed=1, scenario_params=SMALL, hyperparameters=hps, graph="ring")
+    h = relay_main(FakeGrid(4), settings)
+    from topofl.flower.settings import DECENTRALISED
+    ref = topofl.simulate_decentralised(topofl.make_scenario("healthcare", seed=1, **SMALL), DECENTRALISED[method], rounds=4, seed=1, graph="ring", **hps)
+    assert_same_records(h.records, ref.records, keys=("accuracy", "loss"))
+    assert [r["bits"] for r in h.rounds] == [r["bits"] for r in ref.rounds]
+    assert [r["map_storage_bytes"] for r in h.rounds] == [r["map_storage_bytes"] for r in ref.rounds]
+
+
+def test_relay_never_sends_a_node_anything_but_its_neighbours_payloads():
+    grid = FakeGrid(5)
+    relay_main(grid, FlowerSettings(method="dfedu", rounds=2, scenario_params={"n_clients": 5, "adversarial": (1,)}, graph="ring"))
+    steps = [m for m in grid.sent if m.metadata.message_type == "train.peer"]
+    k_of = {nid: k for k, nid in enumerate(grid.node_ids)}
+    for m in steps:
+        k = k_of[m.metadata.dst_node_id]
+        assert {int(j) for j in m.content["inbox"]} <= {(k - 1) % 5, (k + 1) % 5}
+        assert set(m.content) == {"config", "inbox"}  # no model, no aggregate
+
+
+def test_relay_drops_a_dead_node_and_removes_its_edges():
+    """Echoing a node's own payload for a dead neighbour equals running without that neighbour."""
+    grid = FakeGrid(4)
+    orig = grid.send_and_receive
+
+    def die_in_iteration_3(messages, *, timeout=None):
+        messages = list(messages)
+        if any(m.metadata.group_id == "3" for m in messages):
+            grid.dead.add(grid.node_ids[2])
+        return orig(messages, timeout=timeout)
+
+    grid.send_and_receive = die_in_iteration_3
+    h = relay_main(grid, FlowerSettings(method="dfedu", rounds=5, scenario_params=SMALL, graph="complete", round_timeout=1.0))
+    assert len(h.rounds) == 5
+    assert any(f.client == 2 for f in h.failures)
+    # a node reports iteration k's metrics with its first message of iteration k + 1, so the node
+    # that died in iteration 3 never reported iteration 2
+    assert [r["n_clients"] for r in h.rounds] == [4, 3, 3, 3, 3]
+    assert np.all(np.isfinite([r["accuracy"] for r in h.rounds]))
+
+
+@pytest.mark.parametrize("method", ["sheaf", "dfedu"])
+def test_dropping_a_node_equals_the_graph_without_it(method):
+    """Node 2 fails at setup: the others run exactly as on the complete graph of nodes 0, 1, 3
+    (full-batch gradients, so mini-batch draws cannot differ)."""
+    hps = {"batch_size": 100000, "lr": 0.05, **({"gamma": 1.0, "map_init": "scaled_identity", "eta": 0.0, "lam": 0.05} if method == "sheaf" else {})}
+    grid = FakeGrid(4)
+    grid.raise_on = lambda m: m.metadata.message_type == "query.peer" and m.metadata.dst_node_id == grid.node_ids[2]
+    h = relay_main(grid, FlowerSettings(method=method, rounds=4, scenario_params=SMALL, graph="complete", hyperparameters=hps))
+    fed = topofl.make_scenario("healthcare", seed=0, **SMALL)
+    three = [(c.X_train, c.y_train, c.X_test, c.y_test) for c in fed.clients if c.client_id != 2]
+    ref = topofl.simulate_decentralised(three, method, rounds=4, seed=0, graph="complete", task="binary", n_classes=2, **hps)
+    ours = {(r["round"], r["client"]): (r["accuracy"], r["loss"]) for r in h.records}
+    theirs = {(r["round"], [0, 1, 3][r["client"]]): (r["accuracy"], r["loss"]) for r in ref.records}
+    assert ours.keys() == theirs.keys()
+    for key in ours:
+        np.testing.assert_allclose(ours[key], theirs[key], rtol=1e-12, err_msg=str(key))
