@@ -326,6 +326,9 @@ def flower(
     Needs the flower extra: pip install "topofl[flower]". For real sites see examples/flower-app.
     """
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    if not verbose:  # Flower logs its own DEBUG lines through the root handler: keep topofl's INFO, others' WARNING+
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(lambda r: r.name.startswith("topofl") or r.levelno >= logging.WARNING)
     from topofl.flower import FlowerSettings, simulate_flower
 
     settings = FlowerSettings(

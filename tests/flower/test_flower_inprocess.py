@@ -26,7 +26,7 @@ def assert_same_records(a, b, keys=("auc", "accuracy", "loss"), atol=1e-12):
         np.testing.assert_allclose(ra[k], rb[k], atol=atol, equal_nan=True, err_msg=str(k))
 
 
-@pytest.mark.parametrize("method", ["ptopofl", "fedavg", "scaffold", "ditto", "pfedme", "fedprox", "local"])
+@pytest.mark.parametrize("method", ["ptopofl", "fedavg", "scaffold", "ditto", "pfedme", "fedprox", "local", "perfedavg", "ifca"])
 def test_flower_federated_run_equals_in_process(method):
     settings = FlowerSettings(method=method, rounds=3, seed=3, scenario_params=SMALL)
     flower = federated_main(FakeGrid(4), settings)
