@@ -11,7 +11,8 @@ Flower spawns underneath::
     with LocalDeployment(3, log_dir="logs") as dep:
         result = dep.run("examples/flower-app",
                          {"method": "ptopofl", "num-server-rounds": 2,
-                          "scenario-params": "n_clients=3"}, timeout=300)
+                          "scenario-params": "n_clients=3,adversarial=(1,)"},
+                         timeout=300)
         print(result.status)          # "finished:completed"
 
 It only drives the Flower command-line tools (it does not import ``flwr``), so it
@@ -57,7 +58,7 @@ import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Union
+from typing import Union
 
 __all__ = [
     "FLOWER_QUIET_ENV",

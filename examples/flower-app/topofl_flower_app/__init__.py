@@ -1,0 +1,1 @@
+"""Flower app wrapping topofl: ``flwr run`` loads the ServerApp and ClientApp below."""

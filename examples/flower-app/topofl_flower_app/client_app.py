@@ -1,0 +1,4 @@
+"""ClientApp of the topofl Flower app (all logic lives in ``topofl.flower``)."""
+from topofl.flower.client_app import app
+
+__all__ = ["app"]
