@@ -39,12 +39,21 @@ class FakeGrid:
         self.raise_on: Callable[[Message], bool] = lambda m: False   # error reply instead of work
         self.tamper: Callable[[Message, RecordDict], RecordDict] = lambda m, c: c
         self.sent: list[Message] = []
+        self.deaths: dict[str, int] = {}                 # group id (round) → node index that dies then
+
+    def die_at(self, group: int, node_index: int) -> None:
+        """Node ``node_index`` stops answering from the first message of group (round) ``group`` on."""
+        self.deaths[str(group)] = node_index
 
     def get_node_ids(self):
         return list(self.node_ids)
 
     def send_and_receive(self, messages, *, timeout=None):
         replies = []
+        messages = list(messages)
+        for m in messages:
+            if m.metadata.group_id in self.deaths:
+                self.dead.add(self.node_ids[self.deaths[m.metadata.group_id]])
         for msg in messages:
             msg.metadata.__dict__["_message_id"] = str(uuid.uuid4())
             self.sent.append(msg)

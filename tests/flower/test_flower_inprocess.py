@@ -48,15 +48,7 @@ def test_client_error_and_dead_node_do_not_end_the_run(tmp_path):
     grid = FakeGrid(4)
     grid.raise_on = lambda m: m.metadata.dst_node_id == grid.node_ids[2] and m.metadata.message_type == "train" and m.metadata.group_id == "2"
     settings = FlowerSettings(method="ptopofl", rounds=3, scenario_params=SMALL, out_dir=str(tmp_path), round_timeout=1.0)
-    orig = grid.send_and_receive
-
-    def kill_after_round_1(messages, *, timeout=None):
-        messages = list(messages)
-        if any(m.metadata.group_id == "2" for m in messages):
-            grid.dead.add(grid.node_ids[3])
-        return orig(messages, timeout=timeout)
-
-    grid.send_and_receive = kill_after_round_1
+    grid.die_at(2, 3)
     h = federated_main(grid, settings)
     assert len(h.rounds) == 3
     fails = {(f.round, f.client, f.stage) for f in h.failures}
@@ -149,15 +141,7 @@ def test_relay_never_sends_a_node_anything_but_its_neighbours_payloads():
 def test_relay_drops_a_dead_node_and_removes_its_edges():
     """Echoing a node's own payload for a dead neighbour equals running without that neighbour."""
     grid = FakeGrid(4)
-    orig = grid.send_and_receive
-
-    def die_in_iteration_3(messages, *, timeout=None):
-        messages = list(messages)
-        if any(m.metadata.group_id == "3" for m in messages):
-            grid.dead.add(grid.node_ids[2])
-        return orig(messages, timeout=timeout)
-
-    grid.send_and_receive = die_in_iteration_3
+    grid.die_at(3, 2)
     h = relay_main(grid, FlowerSettings(method="dfedu", rounds=5, scenario_params=SMALL, graph="complete", round_timeout=1.0))
     assert len(h.rounds) == 5
     assert any(f.client == 2 for f in h.failures)
