@@ -12,6 +12,14 @@ with V (t × d_i) node i's iterates and U (t × Σ_j d_ij) the scaled residuals 
 compactly stored P⁰ this is exact, not an approximation, and costs
 O(nnz(P⁰) + t·(Σ_j d_ij + d_i)) memory per node instead of Σ_j d_ij·d_i.
 
+Per iteration each node projects θ^k (first exchange), back-projects the residuals (Eq. 27),
+projects θ^{k+1} (second exchange) and updates its maps (Eq. 28). The first projection is free:
+after P ← P − u vᵀ with v = θ^{k+1}, the projection P^{k+1} θ^{k+1} = P^k θ^{k+1} − u (vᵀv) follows
+exactly from the second exchange's P^k θ^{k+1}, so :meth:`NodeMaps.update` carries the last
+projection over and :meth:`NodeMaps.project` returns it while its argument is unchanged (dense
+and compact maps alike). The dense rank-one update runs in place, block by block, with no
+temporary of the maps' size.
+
 Compact initial map: ``sparse_sign`` — in each block, column c holds one entry s_c·σ at row h(c),
 h and s drawn from the seed (a CountSketch; E[PᵀP] = σ² I). Dense-only initial maps: ``gaussian``
 (N(0, σ²); the paper initialises with N(0, 1)), ``uniform`` (U(−σ, σ)), ``orthogonal``
@@ -24,6 +32,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
+from scipy.linalg.blas import dgemm
 
 from topofl._validation import check_choice
 
@@ -143,13 +152,38 @@ class ChunkedRows:
         return self.rank * self.width * self.dtype.itemsize
 
 
+# Dense kernels. The matrix-vector products use NumPy's own einsum loops and the rank-one update
+# BLAS dgemm on row blocks of at most _BLOCK entries: all single-threaded, whatever the BLAS thread
+# count. Measured on the 2-core machine in the sheaf-digits setting: a multithreaded BLAS call
+# (P @ x, or dger on the whole of P) is as fast when the machine is quiet but up to 10-100x slower
+# when another process competes for the cores (as ``--jobs 2`` experiment workers do, each with
+# its own BLAS threads), while these kernels keep memory speed in both cases.
+_BLOCK = 65536  # entries per block: below OpenBLAS's threading threshold, and a few hundred KB
+
+
+def _rank_one_update(P: np.ndarray, u: np.ndarray, v: np.ndarray) -> None:
+    """P ← P − u vᵀ in place, for a C-ordered float64 P, without a temporary of P's size."""
+    PT = P.T  # Fortran-ordered view: Pᵀ ← Pᵀ − v uᵀ, block of rows of P = block of columns of Pᵀ
+    step = max(1, _BLOCK // P.shape[1])
+    col, row = np.ascontiguousarray(v).reshape(-1, 1), np.ascontiguousarray(u).reshape(1, -1)
+    for a in range(0, P.shape[0], step):
+        dgemm(-1.0, col, row[:, a : a + step], beta=1.0, c=PT[:, a : a + step], overwrite_c=True)
+
+
 class NodeMaps:
     """All of one node's restriction maps, stacked; dense or compact (module docstring).
 
     ``precision`` sets the storage type of the compact low-rank factors: float64 (default; the
     compact iterates equal the dense ones to rounding, ~1e-12) or float32 (half the memory; the
     iterates then agree with the float64 computation to float32 precision, ~1e-6 relative).
+
+    The maps remember their last projection (x and P x, both copies, so they pickle with the
+    maps): :meth:`project` returns it for an equal x, and :meth:`update` carries it over exactly
+    when its v equals that x (P x − u (vᵀx)); any other update and :meth:`recompress` drop it.
+    Writing to ``P`` directly bypasses this: call :meth:`forget` after doing so.
     """
+
+    _memo: tuple[np.ndarray, np.ndarray] | None = None  # (x, P x) for the current maps
 
     def __init__(self, P0, sizes: Sequence[int], compact: bool, precision: str = "float64") -> None:
         self.sizes = list(sizes)
@@ -176,25 +210,54 @@ class NodeMaps:
     def V(self) -> np.ndarray:
         return self._V.array()
 
-    def project(self, x: np.ndarray) -> np.ndarray:
-        """[P_ij x]_j stacked (Σ_j d_ij)."""
-        if not self.compact:
-            return self.P @ x
-        return self.P0.apply(x) - self._U.rmatvec(self._V.matvec(x))
+    def cached(self, x: np.ndarray) -> np.ndarray | None:
+        """P x from the last projection (carried over any update since), or None if not known."""
+        m = self._memo
+        if m is None or m[0].shape != np.shape(x) or not np.array_equal(m[0], x):
+            return None
+        return m[1].copy()
+
+    def forget(self) -> None:
+        """Drop the remembered projection."""
+        self._memo = None
+
+    def project(self, x: np.ndarray, use_cache: bool = True) -> np.ndarray:
+        """[P_ij x]_j stacked (Σ_j d_ij); the remembered value when x is unchanged (class docstring)."""
+        if use_cache:
+            y = self.cached(x)
+            if y is not None:
+                return y
+        y = np.einsum("ij,j->i", self.P, x) if not self.compact else self.P0.apply(x) - self._U.rmatvec(self._V.matvec(x))
+        self._memo = (np.array(x, dtype=np.float64, copy=True), y.copy())
+        return y
 
     def back_project(self, y: np.ndarray) -> np.ndarray:
         """Σ_j P_ijᵀ y_j for stacked y."""
         if not self.compact:
-            return self.P.T @ y
+            return np.einsum("ij,i->j", self.P, y)
         return self.P0.apply_t(y) - self._V.rmatvec(self._U.matvec(y))
 
     def update(self, u: np.ndarray, v: np.ndarray) -> None:
-        """P_i ← P_i − u vᵀ, i.e. every block P_ij ← P_ij − u_j vᵀ (Eq. 28 with u = ηλ r)."""
+        """P_i ← P_i − u vᵀ, i.e. every block P_ij ← P_ij − u_j vᵀ (Eq. 28 with u = ηλ r).
+
+        If the last projection was of v, it is carried over: P_new v = P v − u (vᵀv), exactly.
+        """
+        u = np.asarray(u, dtype=np.float64)
+        v = np.asarray(v, dtype=np.float64)
+        m = self._memo
+        carry = m is not None and m[0].shape == v.shape and np.array_equal(m[0], v)
         if not self.compact:
-            self.P -= np.outer(u, v)  # (measured faster here than an in-place BLAS dger)
-            return
-        self._U.append(u)
-        self._V.append(v)
+            P = self.P
+            if P.flags.c_contiguous and P.flags.writeable and P.dtype == np.float64:
+                _rank_one_update(P, u, v)
+            else:
+                self.P = np.ascontiguousarray(P - np.outer(u, v))
+        else:
+            self._U.append(u)
+            self._V.append(v)
+            if carry and self._U.dtype != np.float64:  # carry over what is stored (float32 factors)
+                u, v = u.astype(self._U.dtype).astype(np.float64), v.astype(self._V.dtype).astype(np.float64)
+        self._memo = (m[0], m[1] - u * float(v @ m[0])) if carry else None
 
     def recompress(self, k: int) -> float:
         """Opt-in *approximate* re-compression of the low-rank part to rank k (compact only).
@@ -204,6 +267,7 @@ class NodeMaps:
         """
         if not self.compact or self.rank <= k:
             return 0.0
+        self._memo = None
         A, s, Bt = np.linalg.svd(self.V, full_matrices=False)
         lost = float((s[k:] ** 2).sum() / max((s**2).sum(), 1e-300))
         newU = (A[:, :k] * s[:k]).T @ self.U  # k × Σd_ij

@@ -114,8 +114,14 @@ def write_done(path: Path, done: Mapping[str, Any]) -> None:
 
 
 def _worker(spec: RunSpec, run_dir: str) -> dict[str, Any]:
+    """One run in a worker process, with BLAS limited to one thread: the workers are forked after
+    numpy loaded, so OMP_NUM_THREADS alone no longer applies, and parallel workers whose BLAS calls
+    each spin several threads on the same cores run 10–100× slower (measured on 2 cores)."""
+    from threadpoolctl import threadpool_limits
+
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    return execute_run(spec, Path(run_dir))
+    with threadpool_limits(limits=1):
+        return execute_run(spec, Path(run_dir))
 
 
 def execute(
