@@ -222,3 +222,15 @@ def test_float32_compact_factors_track_float64_to_float32_precision():
         np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5)
         assert not np.array_equal(x, y)
     assert b.state_bytes() < 0.6 * a.state_bytes()
+
+
+def test_data_model_dimension_mismatch_and_disconnected_graph_are_refused():
+    from topofl.models.linear import make_model
+
+    clients = classification_clients(n_clients=4, d=5)
+    with pytest.raises(ValueError, match="client 0 has 5 features but its model expects 7"):
+        run_decentralised(clients, make_graph("ring", 4), build("sheaf", {"gamma": 0.5}), 1, seed=0, n_classes=3,
+                          models=[make_model("multiclass", 7, 3)] * 4)
+    split = nx.Graph([(0, 1), (2, 3)])
+    with pytest.raises(ValueError, match="the communication graph is disconnected"):
+        run_decentralised(clients, split, build("sheaf", {"gamma": 0.5}), 1, seed=0, n_classes=3)

@@ -11,7 +11,7 @@ depend on which other clients ran or in which order (the same numbers in any run
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 

@@ -57,18 +57,14 @@ class Relay:
     """State of one relayed run: who is alive, what each node sent last, bits."""
 
     def __init__(self, grid: Grid, settings: FlowerSettings) -> None:
-        from topofl.flower.server_app import discover
+        from topofl.flower.server_app import discover, reconcile_task
 
         self.grid, self.settings = grid, settings
         self.algorithm = peer_algorithm(settings.job()["method"], settings.job()["hyperparameters"])
         nodes, infos, self.failures = discover(grid, settings)
         self.clients = sorted(nodes)  # graph node k = k-th client (node k = client k in process)
         self.flwr_node = {k: nodes[cid] for k, cid in enumerate(self.clients)}
-        tasks = {str(i["task"]) for i in infos.values()}
-        if len(tasks) > 1 and "regression" in tasks:
-            raise ValueError(f"clients disagree on the task ({sorted(tasks)})")
-        self.task = "regression" if tasks == {"regression"} else ("multiclass" if "multiclass" in tasks else "binary")
-        self.n_classes = max(int(i["n_classes"]) for i in infos.values())
+        self.task, self.n_classes = reconcile_task(infos)  # feature counts may differ (Sheaf-FMTL)
         l2 = self.algorithm.config.l2
         self.dims = {k: peer_model(self.task, int(infos[cid]["n_features"]), self.n_classes, l2).n_params for k, cid in enumerate(self.clients)}
         self.graph = make_graph(settings.graph, len(self.clients), seed=settings.seed, **dict(settings.graph_params))

@@ -67,17 +67,22 @@ def discover(grid: Grid, settings: FlowerSettings) -> tuple[dict[int, int], dict
     return nodes, by_client, failures
 
 
-def reconcile(infos: dict[int, dict[str, Any]]) -> tuple[str, int, int]:
-    """The run's (task, n_classes, n_features) from what each node reported about its own data."""
-    dims = {cid: int(i["n_features"]) for cid, i in infos.items()}
-    if len(set(dims.values())) > 1:
-        raise ValueError(f"clients disagree on the number of features ({dims}); federated methods need one feature space")
+def reconcile_task(infos: dict[int, dict[str, Any]]) -> tuple[str, int]:
+    """The run's (task, n_classes) from what each node reported about its own labels: binary
+    unless some node sees more classes; regression only if every node says so."""
     tasks = {str(i["task"]) for i in infos.values()}
     if "regression" in tasks and len(tasks) > 1:
         raise ValueError(f"clients disagree on the task ({sorted(tasks)})")
     task = "regression" if tasks == {"regression"} else ("multiclass" if "multiclass" in tasks else "binary")
-    n_classes = 0 if task == "regression" else max(int(i["n_classes"]) for i in infos.values())
-    return task, n_classes, next(iter(dims.values()))
+    return task, 0 if task == "regression" else max(int(i["n_classes"]) for i in infos.values())
+
+
+def reconcile(infos: dict[int, dict[str, Any]]) -> tuple[str, int, int]:
+    """The run's (task, n_classes, n_features) for a federated method (one shared feature space)."""
+    dims = {cid: int(i["n_features"]) for cid, i in infos.items()}
+    if len(set(dims.values())) > 1:
+        raise ValueError(f"clients disagree on the number of features ({dims}); federated methods need one feature space")
+    return (*reconcile_task(infos), next(iter(dims.values())))
 
 
 def federated_main(grid: Grid, settings: FlowerSettings) -> History:
