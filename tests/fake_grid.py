@@ -67,3 +67,43 @@ class FakeGrid:
             reply.content = self.tamper(msg, reply.content)
             replies.append(reply)
         return replies
+
+
+# ---- tampering helpers: what a hostile node could send ---------------------------------------
+def _for(node_id: int, message_type: str, edit: Callable[[RecordDict], None]) -> Callable[[Message, RecordDict], RecordDict]:
+    def tamper(msg: Message, content: RecordDict) -> RecordDict:
+        if msg.metadata.dst_node_id == node_id and msg.metadata.message_type == message_type:
+            edit(content)
+        return content
+
+    return tamper
+
+
+def tamper_train_metrics(node_id: int, changes: dict) -> Callable[[Message, RecordDict], RecordDict]:
+    """Node ``node_id``'s train replies carry ``changes`` in their MetricRecord."""
+    from flwr.app import MetricRecord
+
+    def edit(content: RecordDict) -> None:
+        content["metrics"] = MetricRecord({**dict(content["metrics"]), **changes})
+
+    return _for(node_id, "train", edit)
+
+
+def tamper_evaluate_metrics(node_id: int, changes: dict) -> Callable[[Message, RecordDict], RecordDict]:
+    """Node ``node_id``'s evaluation replies carry ``changes`` in their MetricRecord."""
+    from flwr.app import MetricRecord
+
+    def edit(content: RecordDict) -> None:
+        content["metrics"] = MetricRecord({**dict(content["metrics"]), **changes})
+
+    return _for(node_id, "evaluate", edit)
+
+
+def tamper_discovery(node_id: int, changes: dict) -> Callable[[Message, RecordDict], RecordDict]:
+    """Node ``node_id`` declares ``changes`` when the server discovers it."""
+    from flwr.app import ConfigRecord
+
+    def edit(content: RecordDict) -> None:
+        content["info"] = ConfigRecord({**dict(content["info"]), **changes})
+
+    return _for(node_id, "query", edit)

@@ -1,0 +1,54 @@
+"""Finding 5: evaluation metrics were not range-checked (AUC 5 made the round's mean 1.37), NaN
+metrics were dropped silently, and pooled predictions of the wrong length crashed the run."""
+import numpy as np
+import pytest
+from attacking import VICTIM, replace, run_attacked, victim_failures
+
+
+def metrics(**values):
+    return lambda e: replace(e, metrics={**e.metrics, **values})
+
+
+@pytest.mark.parametrize("tamper, words", [
+    (metrics(auc=5.0), "auc must be in [0, 1]"),
+    (metrics(accuracy=1.25e8), "accuracy must be in [0, 1]"),
+    (metrics(accuracy=float("nan")), "accuracy must be in [0, 1]"),
+    (metrics(loss=float("nan")), "loss must be finite"),
+    (metrics(loss=-1.0), "loss must be"),
+    (lambda e: replace(e, metrics={"auc": 0.5}), "missing metric(s) accuracy, loss"),
+    (metrics(bogus=1.0), "unexpected metric 'bogus'"),
+    (lambda e: replace(e, scores=e.scores[:-3]), "scores must have shape"),
+    (lambda e: replace(e, y_true=e.y_true[:2]), "y_true must have shape"),
+    (lambda e: replace(e, scores=e.scores + 7.0), "scores must be in [0, 1]"),
+    (lambda e: replace(e, y_true=np.full_like(e.y_true, 3.0)), "y_true"),
+])
+def test_invalid_evaluation_is_a_recorded_failure(tamper, words):
+    clean, _ = run_attacked("fedavg", rounds=2)
+    h, _ = run_attacked("fedavg", evaluate=tamper, rounds=2)
+    fails = victim_failures(h, "evaluate")
+    assert [f.round for f in fails] == [1, 2] and all(words in f.reason for f in fails), [f.reason for f in h.failures]
+    assert 0.0 <= h.final["auc"] <= 1.0 and 0.0 <= h.final["accuracy"] <= 1.0
+    # the round's means are over the clients whose evaluation was valid
+    others = [r for r in clean.records if r["round"] == 2 and r["client"] != VICTIM]
+    assert h.final["auc"] == pytest.approx(np.mean([r["auc"] for r in others]), abs=1e-12)
+    assert VICTIM not in {r["client"] for r in h.records}
+
+
+def test_a_nan_auc_is_accepted_only_from_a_client_whose_test_split_has_one_class():
+    h, _ = run_attacked("fedavg", evaluate=metrics(auc=float("nan")), rounds=1)
+    (f,) = victim_failures(h, "evaluate")
+    assert "auc must be in [0, 1]" in f.reason
+
+
+def test_flower_evaluation_metrics_are_validated():
+    pytest.importorskip("flwr")
+    from fake_grid import FakeGrid, tamper_evaluate_metrics
+
+    from topofl.flower.server_app import federated_main
+    from topofl.flower.settings import FlowerSettings
+
+    grid = FakeGrid(8)
+    grid.tamper = tamper_evaluate_metrics(grid.node_ids[VICTIM], {"auc": 5.0})
+    h = federated_main(grid, FlowerSettings(method="fedavg", rounds=2, seed=0))
+    assert h.final["auc"] <= 1.0
+    assert [f.round for f in h.failures if f.client == VICTIM and f.stage == "evaluate"] == [1, 2]
