@@ -76,7 +76,7 @@ def test_binary_labels_must_be_zero_one():
     arrays = _arrays(np.random.default_rng(0))
     X, y, Xt, yt = arrays[0]
     arrays[0] = (X, np.where(y > 0, 1.0, 0.5), Xt, yt)
-    with pytest.raises(ValueError, match="client 0 y_train must hold 0/1 labels"):
+    with pytest.raises(ValueError, match=r"task='binary' needs labels \{0, 1\} or \{-1, 1\}; got \{0, 0.5, 1\}"):
         Federation.from_arrays(arrays, task="binary")
 
 

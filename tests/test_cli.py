@@ -55,7 +55,7 @@ def test_toml_config_and_flag_override(tmp_path):
         (["run", "-p", "ptopofl.n_clusters=20"], "n_clusters=20 exceeds the number of clients (8)"),
         (["run", "-p", "foo=1"], "unknown hyper-parameter 'foo'"),
         (["run", "-p", "lr"], "--param takes KEY=VALUE; got 'lr'"),
-        (["run", "-s", "n_clients=0"], "n_clients must be in [1, inf); got 0"),
+        (["run", "-s", "n_clients=0"], "n_clients must be in [1, 10000]; got 0"),
         (["compare", "--seeds", "a-b"], "seeds must look like"),
         (["compare", "--methods", ","], "--methods must name at least one method"),
         (["run", "--rounds", "0"], "rounds must be in [1"),

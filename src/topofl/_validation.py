@@ -22,10 +22,7 @@ def as_points(X: Any, field: str = "X", min_points: int = 1) -> np.ndarray:
     min_points : int
         Smallest acceptable number of rows.
     """
-    try:
-        arr = np.asarray(X, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{field} must be a numeric array; got {type(X).__name__}: {exc}") from None
+    arr = as_real(X, field)
     if arr.ndim != 2:
         raise ValueError(
             f"{field} must be a 2-D array of shape (n_points, n_features); got ndim={arr.ndim} "
@@ -39,6 +36,23 @@ def as_points(X: Any, field: str = "X", min_points: int = 1) -> np.ndarray:
     return arr
 
 
+def as_real(X: Any, field: str) -> np.ndarray:
+    """``X`` as a float64 array of real numbers; ``ValueError`` naming ``field`` for complex,
+    text or other non-real input (instead of NumPy's silent casts and warnings)."""
+    try:
+        raw = np.asarray(X)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{field} must be a numeric array; got {type(X).__name__}: {exc}") from None
+    if raw.dtype.kind == "c":
+        raise ValueError(f"{field} must hold real numbers; got complex values (dtype {raw.dtype})")
+    if raw.dtype.kind in "USVMm":
+        raise ValueError(f"{field} must hold real numbers; got dtype {raw.dtype}")
+    try:
+        return np.asarray(raw, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{field} must be a numeric array of real numbers; got {type(X).__name__}: {exc}") from None
+
+
 def check_finite(arr: np.ndarray, field: str) -> None:
     """Raise ``ValueError`` naming the first non-finite entry of ``arr``."""
     bad = ~np.isfinite(arr)
@@ -49,10 +63,7 @@ def check_finite(arr: np.ndarray, field: str) -> None:
 
 def as_labels(y: Any, n: int, field: str = "y") -> np.ndarray:
     """Return ``y`` as a finite 1-D float64 array of length ``n``, or raise ``ValueError``."""
-    try:
-        arr = np.asarray(y, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{field} must be numeric; got {type(y).__name__}: {exc}") from None
+    arr = as_real(y, field)
     if arr.ndim != 1:
         raise ValueError(f"{field} must be a 1-D array; got shape {arr.shape}")
     if arr.shape[0] != n:
@@ -108,3 +119,7 @@ def check_choice(name: str, value: Any, choices: tuple[str, ...] | list[str]) ->
     """Raise ``ValueError`` unless ``value`` is one of ``choices``."""
     if value not in choices:
         raise ValueError(f"{name} must be one of {', '.join(map(str, choices))}; got {show(value)}")
+
+
+class TrainingWarning(UserWarning):
+    """Training is likely to go wrong: features on very different scales, or a diverging loss."""

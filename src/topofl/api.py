@@ -81,7 +81,7 @@ def simulate_decentralised(
     """
     import networkx as nx
 
-    from topofl.data.federation import ClientData, _validated_client, infer_task
+    from topofl.data.federation import ClientData, _validated_client, resolve_labels
     from topofl.decentralised import build, make_graph, run_decentralised
 
     if isinstance(clients, Federation):
@@ -94,7 +94,9 @@ def simulate_decentralised(
     if not data:
         raise ValueError("clients must hold at least one client")
     if task is None:
-        task, inferred = infer_task([c.y_train for c in data] + [c.y_test for c in data])
+        task, inferred, mapping = resolve_labels([c.y_train for c in data] + [c.y_test for c in data])
         n_classes = n_classes or inferred
+        if mapping is not None:
+            data = [ClientData(c.X_train, mapping(c.y_train), c.X_test, mapping(c.y_test), c.client_id, c.meta) for c in data]
     g = graph if isinstance(graph, nx.Graph) else make_graph(graph, len(data), seed=seed, **(graph_params or {}))
     return run_decentralised(data, g, build(method, hyperparameters), rounds, seed, task=task, n_classes=n_classes or 2)

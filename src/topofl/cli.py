@@ -11,9 +11,11 @@ from typing import Any, Callable, List, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from topofl.algorithms.registry import REGISTRY, available
+from topofl._validation import check_int
 from topofl.cli_parsing import (
     flatten_hyperparameters,
     parse_seeds,
@@ -21,6 +23,7 @@ from topofl.cli_parsing import (
     method_hyperparameters,
     parse_assignments,
 )
+from topofl.limits import MAX_ROUNDS
 
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 
@@ -32,7 +35,7 @@ def _hyperparameter_epilog() -> str:
     lines = ["Hyper-parameters (-p KEY=VALUE, or -p METHOD.KEY=VALUE for one method); `topofl methods` explains each:"]
     for name, cls in REGISTRY.items():
         lines.append(f"{name}: " + ", ".join(f"{k}={v[0]}" for k, v in cls.Config.field_help().items()))
-    return "\n\n".join(lines)
+    return escape("\n\n".join(lines))
 
 
 app = typer.Typer(
@@ -44,15 +47,16 @@ app = typer.Typer(
 
 
 def friendly_errors(fn: Callable) -> Callable:
-    """Turn bad input into a one-line message and exit code 2, never a traceback."""
+    """Turn bad input into a one-line message and exit code 2, never a traceback. The message is
+    printed verbatim (rich markup escaped: ``topofl[flower]`` keeps its brackets)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except (ValueError, FloatingPointError, FileNotFoundError, PermissionError, ImportError, MemoryError) as exc:
+        except (ValueError, FloatingPointError, OSError, ImportError, MemoryError) as exc:
             msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            err_console.print(f"[bold red]Error:[/] {msg}", markup=True, highlight=False, soft_wrap=True)
+            err_console.print(f"[bold red]Error:[/] {escape(msg)}", markup=True, highlight=False, soft_wrap=True)
             raise typer.Exit(2)
         except KeyboardInterrupt:
             err_console.print("[yellow]Interrupted[/]: results of finished rounds are already on disk.")
@@ -66,13 +70,29 @@ RoundsOpt = typer.Option(None, "--rounds", "-r", help="Communication rounds (def
 OutOpt = typer.Option(None, "--out", "-o", help="Directory for rounds.csv, curves.csv, summary.csv, config.json.")
 ParamOpt = typer.Option(None, "--param", "-p", help="Hyper-parameter KEY=VALUE (repeatable); METHOD.KEY=VALUE targets one method.")
 ScenParamOpt = typer.Option(None, "--scenario-param", "-s", help="Scenario parameter KEY=VALUE (repeatable), e.g. flip_rate=0.5; `topofl scenarios` lists them.")
-ConfigOpt = typer.Option(None, "--config", "-c", help="TOML file with any of: scenario, method(s), seed(s), rounds, client_fraction, [scenario_params], [hyperparameters]; flags override it.")
+ConfigOpt = typer.Option(None, "--config", "-c", help=escape("TOML file with any of: scenario, method(s), seed(s), rounds, client_fraction, [scenario_params], [hyperparameters]; flags override it."))
 FractionOpt = typer.Option(None, "--client-fraction", help="Fraction of clients selected per round, in (0, 1] (default 1).")
 VerboseOpt = typer.Option(False, "--verbose", "-v", help="Log debug messages.")
 
 
 def _resolve(flag: Any, file: dict[str, Any], key: str, default: Any) -> Any:
     return flag if flag is not None else file.get(key, default)
+
+
+def prepare_out(path: Path, flag: str = "--out") -> Path:
+    """Create output directory ``path`` (with its parents) or raise a one-line ``ValueError``
+    naming the flag and what is wrong (a file in the way, no permission, ...)."""
+    path = Path(path)
+    for parent in [path, *path.parents]:
+        if parent.exists() and not parent.is_dir():
+            raise ValueError(f"{flag} {str(path)!r}: {str(parent)!r} is a file, not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"{flag} {str(path)!r}: cannot create the directory ({exc.strerror or exc})") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag} {str(path)!r}: the directory is not writable")
+    return path
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -95,11 +115,12 @@ def _build_spec(scenario, methods, seeds, rounds, params, scenario_params, confi
             raise ValueError(f"unknown method {m!r}; available: {', '.join(available())}")
     if isinstance(seeds, (list, tuple)):
         seeds = ",".join(map(str, seeds))
+    check_int("rounds", rounds, 1, MAX_ROUNDS)
     return CompareSpec(
         scenario=scenario,
         methods=methods,
         seeds=parse_seeds(seeds),
-        rounds=int(rounds),
+        rounds=rounds,
         client_fraction=float(client_fraction),
         scenario_params=scen,
         hyperparameters=method_hyperparameters(methods, flat),
@@ -156,7 +177,7 @@ def compare(
         scenario, method_list, _resolve(seeds, file, "seeds", "0-9"), _resolve(rounds, file, "rounds", 15),
         param, scenario_param, config, _resolve(client_fraction, file, "client_fraction", 1.0),
     )
-    out = out or Path("results") / f"compare-{spec.scenario}"
+    out = prepare_out(out or Path("results") / f"compare-{spec.scenario}")
     total = len(spec.methods) * len(spec.seeds) * spec.rounds
     t0 = time.perf_counter()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -198,6 +219,8 @@ def run(
         str(_resolve(seed, file, "seed", 0)), _resolve(rounds, file, "rounds", 15), param, scenario_param, config,
         _resolve(client_fraction, file, "client_fraction", 1.0),
     )
+    if out is not None:
+        prepare_out(out)
     table = Table(title=f"{spec.methods[0]} on {spec.scenario}, seed {spec.seeds[0]}", title_justify="left")
     for col in ("round", "AUC", "accuracy", "pooled AUC", "KB up", "KB down"):
         table.add_column(col, justify="right")
@@ -249,6 +272,7 @@ def experiment(
         raise ValueError(f"--jobs must be at least 1; got {jobs}")
     seed_list = parse_seeds(seeds) if seeds is not None else default_seeds(name)
     names = list(GROUPS.get(name, (name,)))
+    prepare_out(out)
     t0 = time.perf_counter()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
                   console=err_console, transient=False) as bar:
@@ -316,7 +340,7 @@ def flower(
     param: Optional[List[str]] = typer.Option(None, "--param", "-p", help="Hyper-parameter KEY=VALUE (repeatable)."),
     scenario_param: Optional[List[str]] = ScenParamOpt,
     graph: str = typer.Option("ring", "--graph", help="Communication graph of decentralised methods."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Directory for rounds.csv, curves.csv, failures.jsonl, result.json."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Directory; the run writes rounds.csv, curves.csv, failures.jsonl and result.json into a fresh DIR/run-<id>/."),
     pooled_metrics: bool = typer.Option(False, "--pooled-metrics", help="Clients also send test labels and scores (pooled AUC)."),
     cpus_per_node: float = typer.Option(1.0, "--cpus-per-node", help="Ray CPUs per ClientApp (1 runs two at once on 2 cores)."),
     verbose: bool = VerboseOpt,
@@ -331,13 +355,15 @@ def flower(
             handler.addFilter(lambda r: r.name.startswith("topofl") or r.levelno >= logging.WARNING)
     from topofl.flower import FlowerSettings, simulate_flower
 
+    if out is not None:
+        prepare_out(out)
     settings = FlowerSettings(
         method=method, scenario=scenario, rounds=rounds, seed=seed, graph=graph, pooled_metrics=pooled_metrics,
         hyperparameters=parse_assignments(param or [], "--param"),
-        scenario_params=parse_assignments(scenario_param or [], "--scenario-param"), out_dir=str(out or ""),
+        scenario_params=parse_assignments(scenario_param or [], "--scenario-param"), out_dir="." if out else "",
     )
     started = time.perf_counter()
-    history = simulate_flower(settings, nodes, cpus_per_node=cpus_per_node, verbose=verbose)
+    history = simulate_flower(settings, nodes, cpus_per_node=cpus_per_node, verbose=verbose, results_root=out)
     table = Table(title=f"{method} on Flower's Simulation Runtime, {scenario}, seed {seed}", title_justify="left")
     keys = [k for k in ("accuracy", "auc", "loss", "bits") if k in _as_dict(history.rounds[0])]
     for col in ("round", *keys):
@@ -348,7 +374,7 @@ def flower(
     console.print(table)
     failures = getattr(history, "failures", [])
     console.print(f"{len(failures)} failed or dropped repl{'y' if len(failures) == 1 else 'ies'}; {time.perf_counter() - started:.1f} s wall"
-                  + (f"; results in {out}/" if out else ""))
+                  + (f"; results in {history.out_dir}/" if history.out_dir else ""))
 
 
 def _as_dict(row: Any) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from topofl.algorithms.registry import get as get_method
+from topofl.limits import MAX_SEED, MAX_SEEDS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -15,8 +16,12 @@ else:  # pragma: no cover
 
 
 def parse_seeds(text: str) -> tuple[int, ...]:
-    """``"0-9"``, ``"0,3,7"``, ``"0-4,10"`` or ``"42"`` → a tuple of distinct seeds in order."""
-    seeds: list[int] = []
+    """``"0-9"``, ``"0,3,7"``, ``"0-4,10"`` or ``"42"`` → a tuple of distinct seeds in order.
+
+    At most ``MAX_SEEDS`` seeds, each in ``[0, MAX_SEED]`` (:mod:`topofl.limits`); a request
+    above that is refused before any range is built.
+    """
+    spans: list[tuple[int, int]] = []
     for part in str(text).split(","):
         part = part.strip()
         try:
@@ -24,14 +29,19 @@ def parse_seeds(text: str) -> tuple[int, ...]:
                 lo, hi = (int(x) for x in part.split("-", 1))
                 if hi < lo:
                     raise ValueError
-                seeds.extend(range(lo, hi + 1))
+                spans.append((lo, hi))
             elif part:
-                seeds.append(int(part))
+                spans.append((int(part), int(part)))
         except ValueError:
             raise ValueError(f"seeds must look like 0-9, 0,3,7 or 42 (non-negative integers); got {text!r}") from None
-    if not seeds or min(seeds) < 0:
+    if not spans or min(lo for lo, _ in spans) < 0:
         raise ValueError(f"seeds must look like 0-9, 0,3,7 or 42 (non-negative integers); got {text!r}")
-    return tuple(dict.fromkeys(seeds))
+    if max(hi for _, hi in spans) > MAX_SEED:
+        raise ValueError(f"seeds must be at most {MAX_SEED}; got {text!r}")
+    count = sum(hi - lo + 1 for lo, hi in spans)
+    if count > MAX_SEEDS:
+        raise ValueError(f"seeds: at most {MAX_SEEDS} seeds per command; {text!r} asks for {count:,}")
+    return tuple(dict.fromkeys(s for lo, hi in spans for s in range(lo, hi + 1)))
 
 
 def parse_value(text: str) -> Any:
@@ -79,7 +89,8 @@ def method_hyperparameters(methods: Sequence[str], flat: Mapping[str, Any]) -> d
 
 
 def load_toml(path: Path) -> dict[str, Any]:
-    """Read a run/compare TOML file (layout in the README)."""
+    """Read a run/compare TOML file (layout in the README); every key's type is checked
+    (:data:`CONFIG_KEYS`) and a wrong one is a ``ValueError`` naming the file and the key."""
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"config file {str(path)!r} does not exist")
@@ -87,11 +98,35 @@ def load_toml(path: Path) -> dict[str, Any]:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"config file {str(path)!r} is not valid TOML: {exc}") from None
-    allowed = {"scenario", "method", "methods", "seed", "seeds", "rounds", "client_fraction", "scenario_params", "hyperparameters"}
-    unknown = sorted(set(data) - allowed)
+    unknown = sorted(set(data) - set(CONFIG_KEYS))
     if unknown:
-        raise ValueError(f"config file {str(path)!r} has unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(allowed))}")
+        raise ValueError(f"config file {str(path)!r} has unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(CONFIG_KEYS))}")
+    for key, value in data.items():
+        expected, ok = CONFIG_KEYS[key]
+        if not ok(value):
+            raise ValueError(f"config file {str(path)!r}: {key} must be {expected}; got {value!r}")
     return data
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+#: the keys a run/compare TOML file may hold: (what the value must be, its check)
+CONFIG_KEYS: dict[str, tuple[str, Any]] = {
+    "scenario": ("a string, e.g. scenario = \"healthcare\"", lambda v: isinstance(v, str)),
+    "method": ("a string, e.g. method = \"ptopofl\"", lambda v: isinstance(v, str)),
+    "methods": ("a list of method names, e.g. methods = [\"ptopofl\", \"fedavg\"]",
+                lambda v: isinstance(v, list) and bool(v) and all(isinstance(m, str) for m in v)),
+    "seed": ("an integer", _is_int),
+    "seeds": ("a string such as \"0-9\", an integer or a list of integers",
+              lambda v: isinstance(v, str) or _is_int(v) or (isinstance(v, list) and bool(v) and all(_is_int(x) for x in v))),
+    "rounds": ("an integer", _is_int),
+    "client_fraction": ("a number in (0, 1]", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)),
+    "scenario_params": ("a table ([scenario_params] with KEY = VALUE lines)", lambda v: isinstance(v, Mapping)),
+    "hyperparameters": ("a table ([hyperparameters] with KEY = VALUE lines, [hyperparameters.METHOD] for one method)",
+                        lambda v: isinstance(v, Mapping)),
+}
 
 
 def flatten_hyperparameters(table: Mapping[str, Any]) -> dict[str, Any]:

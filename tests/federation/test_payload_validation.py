@@ -1,8 +1,10 @@
-"""Server-side payload validation (issue 5) used by every runtime before aggregation."""
+"""Server-side payload validation used by every runtime before aggregation: a reply is checked
+against the schema its algorithm declares (:class:`ReplySchema`), then screened as a round."""
 import numpy as np
 import pytest
 
-from topofl.federation.messages import ClientUpdate, validate_update
+from topofl.federation.messages import ClientUpdate, ServerMessage
+from topofl.federation.validation import ArraySpec, ClientInfo, ReplySchema, lower_median, screen_updates
 
 
 def update(**kw):
@@ -10,28 +12,81 @@ def update(**kw):
     return ClientUpdate(**{**base, **kw})
 
 
+SCHEMA = ReplySchema(ArraySpec((4,)), centers=np.zeros((1, 4)), extras={"dc": ArraySpec((4,), required=False)},
+                     descriptor=ArraySpec((48,), required=False), metrics={"m": (0.0, 1.0)})
+
+
 def test_sound_update_passes():
-    assert validate_update(update(), 4, 48) is None
-    assert validate_update(update(descriptor=None), 4, 48) is None
+    assert SCHEMA.problem(update()) is None
+    assert SCHEMA.problem(update(descriptor=None)) is None
+    assert SCHEMA.problem(update(extras={"dc": np.ones(4)}, metrics={"m": 0.5})) is None
 
 
 @pytest.mark.parametrize("kw, words", [
     ({"params": np.zeros(5)}, "shape (4,)"),
     ({"params": np.zeros((2, 2))}, "shape (4,)"),
-    ({"params": np.zeros(4, dtype=int)}, "float array"),
+    ({"params": np.zeros(4, dtype=int)}, "float64"),
+    ({"params": [0.0] * 4}, "numpy array"),
     ({"params": np.array([0.0, np.nan, 0.0, np.inf])}, "2 non-finite"),
-    ({"n_examples": -1}, "non-negative integer"),
-    ({"n_examples": 2.5}, "non-negative integer"),
-    ({"n_examples": True}, "non-negative integer"),
-    ({"descriptor": np.ones(47)}, "length 48"),
-    ({"descriptor": np.ones((48, 1))}, "1-D float"),
+    ({"params": np.full(4, 1e300)}, "sum of squares overflows"),
+    ({"descriptor": np.ones(47)}, "shape (48,)"),
+    ({"descriptor": np.ones((48, 1))}, "shape (48,)"),
     ({"descriptor": np.r_[np.ones(47), np.nan]}, "descriptor holds 1 non-finite"),
-    ({"extras": {"dc": np.array([np.nan])}}, "extras['dc'] holds"),
-    ({"extras": {"dc": np.array(["a"])}}, "must be numeric"),
+    ({"extras": {"dc": np.array([np.nan] * 4)}}, "extras['dc'] holds"),
+    ({"extras": {"dc": np.array(["a"] * 4)}}, "float64"),
+    ({"extras": {"other": np.ones(4)}}, "unexpected extras 'other'"),
+    ({"metrics": {"m": 2.0}}, "metric 'm' must be in [0, 1]"),
+    ({"metrics": {"m": float("nan")}}, "metric 'm'"),
+    ({"metrics": {"x": 0.1}}, "unexpected metric 'x'"),
 ])
 def test_unsound_update_is_named(kw, words):
-    reason = validate_update(update(**kw), 4, 48)
-    assert reason is not None and words in reason
+    reason = SCHEMA.problem(update(**kw))
+    assert reason is not None and words in reason, reason
+
+
+def test_array_spec_ranges_and_integers():
+    spec = ArraySpec((None,), low=0, high=3, integer=True)
+    assert spec.problem("a", np.array([0.0, 3.0])) is None
+    assert "must be in [0, 3]" in spec.problem("a", np.array([4.0]))
+    assert "must hold integers" in spec.problem("a", np.array([1.5]))
+    assert spec.problem("a", np.empty(0)) is None
+
+
+class _Algo:
+    class config:  # noqa: N801 - a stand-in for an AlgorithmConfig
+        max_update_ratio, update_norm_floor = 10.0, 1.0
+
+    def reply_schema(self, cid, message, info):
+        return ReplySchema(ArraySpec((2,)), centers=message.params[None, :])
+
+    def reply_problem(self, u, m, info):
+        return None
+
+
+def _round(params_by_client):
+    infos = {k: ClientInfo(k, 10, 5, 2) for k in params_by_client}
+    msgs = {k: ServerMessage(np.zeros(2)) for k in params_by_client}
+    ups = [ClientUpdate(k, np.asarray(p, float), 10) for k, p in params_by_client.items()]
+    return screen_updates(_Algo(), ups, msgs, infos)
+
+
+def test_norm_bound_widens_to_the_others_lower_median():
+    valid, rejected = _round({0: [3.0, 4.0], 1: [0.0, 20.0], 2: [0.0, 200.0]})
+    # deviations 5, 20, 200; the bound of each is 10 × max(0, 1, lower median of the others)
+    assert [u.client_id for u in valid] == [0, 1] and [c for c, _ in rejected] == [2]
+    assert "update norm 200 exceeds" in rejected[0][1]
+    assert lower_median([5.0, 20.0]) == 5.0 and lower_median([]) == 0.0
+
+
+def test_screening_refuses_strangers_repeats_and_the_unasked():
+    infos = {0: ClientInfo(0, 10, 5, 2), 1: ClientInfo(1, 10, 5, 2)}
+    msgs = {0: ServerMessage(np.zeros(2))}
+    ups = [ClientUpdate(0, np.zeros(2), 10), ClientUpdate(0, np.zeros(2), 10), ClientUpdate(1, np.zeros(2), 10),
+           ClientUpdate(7, np.zeros(2), 10), "junk"]
+    valid, rejected = screen_updates(_Algo(), ups, msgs, infos)
+    assert [u.client_id for u in valid] == [0]
+    reasons = " | ".join(r for _, r in rejected)
+    assert "second reply" in reasons and "not asked" in reasons and "not a client of this run" in reasons and "ClientUpdate" in reasons
 
 
 def test_in_process_runner_drops_invalid_updates_and_records_why():

@@ -80,6 +80,13 @@ def test_example_app_config_matches_settings(flower_app_dir: Path) -> None:
         assert config[key] == default and type(config[key]) is type(default), key
 
 
+def _run_dir(parent: Path) -> Path:
+    """The one fresh ``run-<id>`` directory a run wrote under ``parent``."""
+    dirs = sorted(parent.glob("run-*"))
+    assert len(dirs) == 1, f"expected one run directory in {parent}; got {dirs}"
+    return dirs[0]
+
+
 def _result(out_dir: Path) -> dict[str, Any]:
     path = out_dir / "result.json"
     assert path.is_file(), f"no {path}; out-dir holds {sorted(p.name for p in out_dir.glob('*'))}"
@@ -128,17 +135,17 @@ def _check_run(result: Any, out_dir: Path, method: str, rounds: int) -> dict[str
 def test_two_rounds_on_three_supernodes(
     flower_deployment: Any, flower_app_dir: Path, tmp_path: Path, method: str, extra: dict
 ) -> None:
-    out_dir = tmp_path / "out"
-    out_dir.mkdir()
+    out_name = f"out-{method}"
     config = {
         "method": method,
         "num-server-rounds": 2,
         "scenario": "healthcare",
         "scenario-params": SCENARIO_PARAMS,
-        "out-dir": str(out_dir),
+        "out-dir": out_name,  # inside the deployment's results root
         **extra,
     }
     result = flower_deployment.run(flower_app_dir, config, timeout=RUN_TIMEOUT)
+    out_dir = _run_dir(flower_deployment.results_root / out_name)
     res = _check_run(result, out_dir, method, rounds=2)
     assert res["failures"] == []
     for rnd in (1, 2):  # every client reported metrics in every round
@@ -152,19 +159,22 @@ def test_run_finishes_when_a_supernode_dies(
     # Heartbeat 10 s: the SuperLink declares the killed node dead within ~20 s;
     # round-timeout bounds a round that waits for it anyway.
     dep = flower_deployment_factory(N_CLIENTS, heartbeat_interval=10.0)
-    out_dir = tmp_path / "out"
-    out_dir.mkdir()
     config = {
         "method": "ptopofl",
         "num-server-rounds": 3,
         "scenario": "healthcare",
         "scenario-params": SCENARIO_PARAMS,
-        "out-dir": str(out_dir),
+        "out-dir": str(dep.results_root / "out"),  # an absolute path inside the results root
         "round-timeout": 20.0,
     }
     run = dep.submit(flower_app_dir, config)
 
     deadline = time.monotonic() + RUN_TIMEOUT
+    while not list((dep.results_root / "out").glob("run-*/rounds.csv")):
+        assert not run.done(), f"run ended before it wrote results:\n{run.output()[-4000:]}"
+        assert time.monotonic() < deadline, f"no results directory:\n{run.output()[-4000:]}"
+        time.sleep(0.2)
+    out_dir = _run_dir(dep.results_root / "out")
     while not any(int(float(r["round"])) == 1 for r in _rounds_csv(out_dir)):
         assert not run.done(), f"run ended before round 1 was written:\n{run.output()[-4000:]}"
         assert time.monotonic() < deadline, f"no round 1 in rounds.csv:\n{run.output()[-4000:]}"

@@ -47,9 +47,11 @@ def test_pooled_metrics_only_when_asked():
 def test_client_error_and_dead_node_do_not_end_the_run(tmp_path):
     grid = FakeGrid(4)
     grid.raise_on = lambda m: m.metadata.dst_node_id == grid.node_ids[2] and m.metadata.message_type == "train" and m.metadata.group_id == "2"
-    settings = FlowerSettings(method="ptopofl", rounds=3, scenario_params=SMALL, out_dir=str(tmp_path), round_timeout=1.0)
+    settings = FlowerSettings(method="ptopofl", rounds=3, scenario_params=SMALL, out_dir="out", round_timeout=1.0)
     grid.die_at(2, 3)
-    h = federated_main(grid, settings)
+    h = federated_main(grid, settings, run_id=7, root=tmp_path)
+    run_dir = tmp_path / "out" / "run-7"
+    assert h.out_dir == str(run_dir.resolve())
     assert len(h.rounds) == 3
     fails = {(f.round, f.client, f.stage) for f in h.failures}
     assert (2, 2, "fit") in fails                       # the ClientApp raised
@@ -57,9 +59,9 @@ def test_client_error_and_dead_node_do_not_end_the_run(tmp_path):
     reasons = {f.reason for f in h.failures}
     assert any("injected failure" in r for r in reasons) and any("no reply" in r for r in reasons)
     assert sorted({r["client"] for r in h.records if r["round"] == 3}) == [0, 1, 2]
-    result = __import__("json").loads((tmp_path / "result.json").read_text())
+    result = __import__("json").loads((run_dir / "result.json").read_text())
     assert result["rounds"] == 3 and len(result["failures"]) == len(h.failures)
-    assert (tmp_path / "failures.jsonl").read_text().count("\n") == len(h.failures)
+    assert (run_dir / "failures.jsonl").read_text().count("\n") == len(h.failures)
 
 
 def _poison(field):
@@ -85,7 +87,8 @@ def _poison(field):
 
 
 @pytest.mark.parametrize("field, words", [
-    ("nan", "non-finite"), ("shape", "shape"), ("count", "non-negative"), ("descriptor", "length 48"), ("missing", "'params' is missing"),
+    ("nan", "non-finite"), ("shape", "shape"), ("count", "differs from the count declared"), ("descriptor", "shape (48,)"),
+    ("missing", "'params' is missing"),
 ])
 def test_invalid_payload_is_dropped_with_reason_and_never_aggregated(field, words):
     grid = FakeGrid(4)

@@ -17,13 +17,14 @@ def constant(value):
 
 
 @pytest.mark.parametrize("method", ["fedavg", "ptopofl", "fedprox", "ditto", "ifca", "pfedme", "perfedavg", "scaffold"])
-@pytest.mark.parametrize("tamper, words", [(scaled(1000.0), "update norm"), (constant(1e300), "square"), (constant(1e200), "update norm")])
+@pytest.mark.parametrize("tamper, words", [(scaled(1000.0), "update norm"), (constant(1e300), "square"), (constant(1e100), "update norm")])
 def test_absurd_update_is_dropped_and_the_model_stays_sane(method, tamper, words):
     clean, _ = run_attacked(method)
     attacked, algo = run_attacked(method, tamper)
     fails = victim_failures(attacked)
     assert [f.round for f in fails] == [1, 2, 3], [f.reason for f in attacked.failures]
-    assert all(words in f.reason for f in fails), fails[0].reason
+    # SCAFFOLD's Δc must match its Δy (option II), so a tampered Δy is refused by that check first
+    assert all(words in f.reason or (method == "scaffold" and "extras['dc']" in f.reason) for f in fails), fails[0].reason
     assert abs(attacked.final["auc"] - clean.final["auc"]) <= 0.01
 
 

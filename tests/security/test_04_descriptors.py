@@ -16,7 +16,7 @@ def forged(phi_fn):
 
 
 @pytest.mark.parametrize("phi_fn, words", [
-    (lambda p: np.full_like(p, 1e300), "h0_betti"),
+    (lambda p: np.full_like(p, 1e300), "descriptor"),
     (lambda p: np.zeros_like(p), "h0_betti"),
     (lambda p: p + 0.5, "integer"),
     (lambda p: np.r_[p[:2], 99.0, p[3:]], "h0_entropy"),

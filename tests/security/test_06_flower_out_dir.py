@@ -54,7 +54,7 @@ def test_server_app_refuses_an_escaping_out_dir_and_deletes_nothing(tmp_path, mo
     for name in ("rounds.csv", "curves.csv", "result.json"):
         (victim / name).write_text("precious")
     with pytest.raises(ValueError, match="out-dir"):
-        federated_main(FakeGrid(4), FlowerSettings(method="fedavg", rounds=1, out_dir=str(victim), scenario_params={"n_clients": 4}))
+        federated_main(FakeGrid(4), FlowerSettings(method="fedavg", rounds=1, out_dir=str(victim), scenario_params={"n_clients": 4, "adversarial": (1,)}))
     assert all((victim / n).read_text() == "precious" for n in ("rounds.csv", "curves.csv", "result.json"))
 
 
@@ -69,7 +69,7 @@ def test_each_run_writes_a_fresh_directory(tmp_path, monkeypatch):
     monkeypatch.setenv(RESULTS_ROOT_ENV, str(root))
     (root / "exp").mkdir(parents=True)
     (root / "exp" / "rounds.csv").write_text("an earlier run's file")
-    settings = FlowerSettings(method="fedavg", rounds=1, out_dir="exp", scenario_params={"n_clients": 4})
+    settings = FlowerSettings(method="fedavg", rounds=1, out_dir="exp", scenario_params={"n_clients": 4, "adversarial": (1,)})
     h1 = federated_main(FakeGrid(4), settings, run_id=5)
     h2 = federated_main(FakeGrid(4), settings, run_id=5)
     assert h1.out_dir != h2.out_dir

@@ -85,12 +85,12 @@ def test_cli_resume_after_a_torn_file_matches_an_uninterrupted_run(tmp_path):
     from topofl.cli import app
 
     runner = CliRunner()
-    args = ["experiment", "privacy", "--seeds", "0-1", "--jobs", "1"]
+    args = ["experiment", "ablation", "--seeds", "0", "--jobs", "1"]
     assert runner.invoke(app, args + ["--out", str(tmp_path / "full")]).exit_code == 0
     assert runner.invoke(app, args + ["--out", str(tmp_path / "cut")]).exit_code == 0
-    runs = sorted((tmp_path / "cut" / "privacy" / "runs").glob("*.rounds.csv"))
+    runs = sorted((tmp_path / "cut" / "ablation" / "runs").glob("*.rounds.csv"))
     data = runs[0].read_bytes()
     runs[0].write_bytes(data[: len(data) // 3])
     res = runner.invoke(app, args + ["--out", str(tmp_path / "cut"), "--resume"])
     assert res.exit_code == 0, res.output
-    assert sorted_rows(tmp_path / "full" / "privacy") == sorted_rows(tmp_path / "cut" / "privacy")
+    assert sorted_rows(tmp_path / "full" / "ablation") == sorted_rows(tmp_path / "cut" / "ablation")

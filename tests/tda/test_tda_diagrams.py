@@ -165,7 +165,7 @@ def test_three_dimensional_array_raises():
 
 
 def test_non_numeric_input_raises():
-    with pytest.raises(ValueError, match=r"X must be a numeric array"):
+    with pytest.raises(ValueError, match=r"X must hold real numbers; got dtype <U1"):
         diagrams([["a", "b"], ["c", "d"], ["e", "f"]])
 
 

@@ -23,7 +23,8 @@ import numpy as np
 from topofl._validation import check_int, check_range
 from topofl.data.federation import ClientData
 from topofl.federation.local import sgd
-from topofl.federation.messages import ClientUpdate, ServerMessage, validate_update
+from topofl.federation.messages import ClientUpdate, ServerMessage
+from topofl.federation.validation import ArraySpec, ClientInfo, ReplySchema
 from topofl.models.linear import LinearModel
 
 
@@ -40,12 +41,18 @@ class AlgorithmConfig:
     local_epochs: int = hp(2, "local epochs per round (>= 1)")
     batch_size: int = hp(32, "local mini-batch size (>= 1)")
     l2: float = hp(1e-3, "L2 penalty on model weights (>= 0)")
+    max_update_ratio: float = hp(10.0, "server: drop an update farther from the model sent than this × max(that model's norm, update_norm_floor, the other updates' median) (>= 1)")
+    update_norm_floor: float = hp(1.0, "server: smallest reference norm of that bound (> 0)")
+    max_client_weight: float = hp(1.0, "server: largest share one client may have of an aggregate, in (0, 1] (1: sample sizes decide)")
 
     def __post_init__(self) -> None:
         check_range("lr", self.lr, 0.0, 100.0, low_open=True)
         check_int("local_epochs", self.local_epochs, 1, 10_000)
         check_int("batch_size", self.batch_size, 1)
         check_range("l2", self.l2, 0.0)
+        check_range("max_update_ratio", self.max_update_ratio, 1.0)
+        check_range("update_norm_floor", self.update_norm_floor, 0.0, low_open=True)
+        check_range("max_client_weight", self.max_client_weight, 0.0, 1.0, low_open=True)
 
     @classmethod
     def field_help(cls) -> dict[str, tuple[Any, str]]:
@@ -142,16 +149,24 @@ class Algorithm(ABC):
         assert self.model is not None, "setup() first"
         return self.model.n_params
 
-    def descriptor_size(self) -> int | None:
-        """Length of the descriptor clients send, or ``None`` when the method sends none."""
-        return None
+    def reply_schema(self, client_id: int, message: ServerMessage, info: ClientInfo) -> ReplySchema:
+        """What this algorithm accepts in ``client_id``'s reply to ``message`` (DESIGN: every
+        payload is checked against the schema its algorithm declares before anything reads it).
 
-    def check_update(self, update: ClientUpdate) -> str | None:
-        """Why a client's reply must be dropped before aggregation, or ``None`` (see
-        :func:`topofl.federation.messages.validate_update`); also rejects unknown client ids."""
-        if update.client_id not in self.client_ids:
-            return f"client_id {update.client_id!r} is not a client of this run"
-        return validate_update(update, self.update_size(), self.descriptor_size())
+        Default: a float64 model of :meth:`update_size` numbers, near the model sent, no extras,
+        no descriptor, no metrics. Algorithms that receive more override this.
+        """
+        n = self.update_size()
+        centers = message.params[None, :] if message.params.shape == (n,) else None
+        return ReplySchema(ArraySpec((n,)), centers=centers)
+
+    def reply_problem(self, update: ClientUpdate, message: ServerMessage, info: ClientInfo) -> str | None:
+        """Checks of a reply beyond its schema (relations between its arrays); ``None`` = sound.
+
+        Called only for replies that match :meth:`reply_schema`, so every array it reads has
+        the declared shape and finite values.
+        """
+        return None
 
     # ---- client side --------------------------------------------------------------------------
     def client_features(self, ctx: ClientContext, X: np.ndarray) -> np.ndarray:
@@ -190,10 +205,38 @@ def personal_rng(ctx: ClientContext) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence([ctx.seed, ctx.round, ctx.client_id, 0xD1770]))
 
 
-def weighted_average(vectors: list[np.ndarray], weights: np.ndarray) -> np.ndarray:
-    """Σ_k w_k v_k / Σ_k w_k (weights need not be normalised; must have a positive sum)."""
+def cap_shares(weights: np.ndarray, max_share: float = 1.0) -> np.ndarray:
+    """Normalised weights in which no share exceeds ``max_share`` (the server's ``max_client_weight``).
+
+    Water-filling: shares above the cap are set to it and the excess is re-distributed over the
+    others in proportion to their weights, until none exceeds it. When the cap cannot hold
+    (``max_share · K < 1``) every client gets 1/K, the closest feasible split. With
+    ``max_share = 1`` this is ``w / Σ w``.
+    """
     w = np.asarray(weights, dtype=np.float64)
+    check_range("max_share", max_share, 0.0, 1.0, low_open=True)
     total = w.sum()
-    if not np.isfinite(total) or total <= 0:
-        raise ValueError(f"aggregation weights must have a positive finite sum; got {w.tolist()}")
-    return (w / total) @ np.vstack(vectors)
+    if w.ndim != 1 or w.size == 0 or not np.isfinite(total) or total <= 0 or (w < 0).any():
+        raise ValueError(f"aggregation weights must be non-negative with a positive finite sum; got {w.tolist()}")
+    s = w / total
+    if max_share >= 1.0 or s.max() <= max_share:
+        return s
+    if max_share * w.size < 1.0:
+        return np.full(w.size, 1.0 / w.size)
+    capped = np.zeros(w.size, dtype=bool)
+    while True:
+        over = (s > max_share) & ~capped
+        if not over.any():
+            return s
+        capped |= over
+        s[capped] = max_share
+        free = ~capped
+        rest = 1.0 - max_share * capped.sum()
+        mass = w[free].sum()
+        s[free] = rest * (w[free] / mass if mass > 0 else np.full(free.sum(), 1.0 / free.sum()))
+
+
+def weighted_average(vectors: list[np.ndarray], weights: np.ndarray, max_share: float = 1.0) -> np.ndarray:
+    """Σ_k s_k v_k with shares s = :func:`cap_shares` (weights, max_share) (weights need not be
+    normalised; they must have a positive sum)."""
+    return cap_shares(weights, max_share) @ np.vstack(vectors)

@@ -25,7 +25,8 @@ class GlobalModelAlgorithm(Algorithm):
     def aggregate_fit(self, rnd: int, updates: list[ClientUpdate]) -> dict[str, Any]:
         if updates:
             self.global_params = weighted_average(
-                [u.params for u in updates], np.array([u.n_examples for u in updates], dtype=float)
+                [u.params for u in updates], np.array([u.n_examples for u in updates], dtype=float),
+                self.config.max_client_weight,
             )
         return {}
 

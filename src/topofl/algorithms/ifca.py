@@ -18,6 +18,7 @@ import numpy as np
 from topofl._validation import check_int, check_range
 from topofl.algorithms.base import Algorithm, AlgorithmConfig, ClientContext, hp, weighted_average
 from topofl.federation.messages import ClientUpdate, ServerMessage
+from topofl.federation.validation import ArraySpec, ClientInfo, ReplySchema
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,14 @@ class IFCA(Algorithm):
     def configure_fit(self, rnd: int, selected: list[int]) -> dict[int, ServerMessage]:
         return {cid: self.message_for(cid) for cid in selected}
 
+    def reply_schema(self, client_id: int, message: ServerMessage, info: ClientInfo) -> ReplySchema:
+        """One model, near one of the k cluster models sent, and the index of the chosen cluster."""
+        k, n = self.config.k, self.update_size()
+        return ReplySchema(
+            ArraySpec((n,)), centers=message.params.reshape(k, n),
+            extras={"cluster": ArraySpec((1,), low=0, high=k - 1, integer=True)},
+        )
+
     def _choose(self, ctx: ClientContext, models: np.ndarray) -> int:
         losses = [ctx.model.loss(m, ctx.data.X_train, ctx.data.y_train) for m in models]
         return int(np.argmin(losses))
@@ -64,7 +73,9 @@ class IFCA(Algorithm):
         for j in range(self.config.k):
             members = [u for u in updates if choice[u.client_id] == j]
             if members:
-                self.models[j] = weighted_average([u.params for u in members], np.array([u.n_examples for u in members], float))
+                self.models[j] = weighted_average(
+                    [u.params for u in members], np.array([u.n_examples for u in members], float), self.config.max_client_weight
+                )
         return {"clusters": choice}
 
     def client_params(self, ctx: ClientContext, message: ServerMessage) -> np.ndarray:

@@ -18,6 +18,7 @@ import numpy as np
 from topofl._validation import check_range
 from topofl.algorithms.base import Algorithm, AlgorithmConfig, ClientContext, hp
 from topofl.federation.messages import ClientUpdate, ServerMessage
+from topofl.federation.validation import ArraySpec, ClientInfo, ReplySchema
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,22 @@ class Scaffold(Algorithm):
         c_new = c_i - c + (x - y) / (K * self.config.lr)
         ctx.state["c_i"] = c_new
         return ClientUpdate(ctx.client_id, y - x, ctx.data.n_train, extras={"dc": c_new - c_i})
+
+    def reply_schema(self, client_id: int, message: ServerMessage, info: ClientInfo) -> ReplySchema:
+        """Δy (a difference: its norm is bounded relative to ‖x‖) and the control-variate change Δc."""
+        n = self.update_size()
+        return ReplySchema(ArraySpec((n,)), centers=None, scale=float(np.linalg.norm(message.params)), extras={"dc": ArraySpec((n,))})
+
+    def reply_problem(self, update: ClientUpdate, message: ServerMessage, info: ClientInfo) -> str | None:
+        """Option II fixes Δc given Δy: c_i⁺ − c_i = −c − Δy / (K η_l), with K the local steps of a
+        client of the declared size; a Δc that departs from it (beyond rounding) is refused."""
+        K = self.local_steps(info.n_train)
+        expected = -message.extras["c"] - update.params / (K * self.config.lr)
+        gap = float(np.linalg.norm(update.extras["dc"] - expected))
+        tol = 1e-6 * (float(np.linalg.norm(expected)) + float(np.linalg.norm(message.extras["c"])) + 1e-12)
+        if gap > tol:
+            return f"extras['dc'] is not the option-II control-variate change −c − Δy/(K·lr) (off by {gap:.3g})"
+        return None
 
     def aggregate_fit(self, rnd: int, updates: list[ClientUpdate]) -> dict[str, Any]:
         if updates:

@@ -5,12 +5,15 @@ federations (data that drift across rounds, paper §4.5) override :meth:`Federat
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from topofl._validation import as_labels, as_points
+
+log = logging.getLogger(__name__)
 
 TASKS = ("binary", "multiclass", "regression")
 
@@ -56,7 +59,12 @@ def _validated_client(k: int, arrays: Sequence[Any], meta: Mapping[str, Any] | N
 
 
 def infer_task(labels: Sequence[np.ndarray]) -> tuple[str, int]:
-    """Task and number of classes from the labels: {0,1} → binary, {0..C-1} → multiclass, else regression."""
+    """Task and number of classes from *part* of a federation's labels (one site's own data).
+
+    A site may hold only some of the classes, so any non-negative integer labels are taken as
+    class ids (the server reconciles the classes of all sites); other labels mean regression.
+    A whole federation's labels go through :func:`resolve_labels`, which guesses nothing.
+    """
     y = np.concatenate([np.asarray(v).ravel() for v in labels])
     if np.all(y == np.round(y)) and y.min() >= 0:
         n_classes = int(y.max()) + 1
@@ -65,6 +73,143 @@ def infer_task(labels: Sequence[np.ndarray]) -> tuple[str, int]:
         if n_classes <= max(50, int(np.sqrt(y.size))):
             return "multiclass", n_classes
     return "regression", 0
+
+
+def _show_labels(values: np.ndarray, limit: int = 6) -> str:
+    shown = ", ".join(f"{v:g}" for v in values[:limit])
+    return "{" + shown + (f", ... ({values.size} distinct)" if values.size > limit else "") + "}"
+
+
+def resolve_labels(
+    labels: Sequence[np.ndarray], task: str | None = None, classes: Sequence[Any] | None = None,
+) -> tuple[str, int, Any]:
+    """The task, the number of classes and a label map for a whole federation's labels.
+
+    Classification is inferred only from unambiguous labels — the integers 0..C−1, every one
+    present — or taken from an explicit ``classes=[...]`` (label ``classes[i]`` becomes class
+    ``i``) or ``task=``. ``task="binary"`` also accepts {−1, +1} (−1 becomes 0, logged);
+    ``task="multiclass"`` takes non-negative integer labels as class ids. Anything else is a
+    ``ValueError`` naming the labels found and the argument to pass.
+
+    Returns ``(task, n_classes, mapping)`` where ``mapping`` is ``None`` or a function applied to
+    every label array.
+    """
+    y = np.concatenate([np.asarray(v, dtype=np.float64).ravel() for v in labels])
+    values = np.unique(y)
+    shown = _show_labels(values)
+    if task is not None and task not in TASKS:
+        raise ValueError(f"task must be one of {', '.join(TASKS)}; got {task!r}")
+    if classes is not None:
+        if task == "regression":
+            raise ValueError("classes= describes a classification task; it cannot be combined with task='regression'")
+        try:
+            cls = np.asarray(list(classes), dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ValueError(f"classes must be a list of label values; got {classes!r}") from None
+        if cls.ndim != 1 or cls.size < 2 or np.unique(cls).size != cls.size or not np.isfinite(cls).all():
+            raise ValueError(f"classes must list at least 2 distinct finite label values; got {classes!r}")
+        missing = values[~np.isin(values, cls)]
+        if missing.size:
+            raise ValueError(f"labels {_show_labels(missing)} are not in classes={_show_labels(cls)}")
+        inferred = "binary" if cls.size == 2 else "multiclass"
+        if task is not None and task != inferred:
+            raise ValueError(f"classes={_show_labels(cls)} makes a {inferred} task; got task={task!r}")
+        order = np.argsort(cls)
+        return inferred, int(cls.size), lambda v: order[np.searchsorted(cls[order], v)].astype(np.float64)
+    if task == "regression":
+        return "regression", 0, None
+    integers = bool(np.all(values == np.round(values)))
+    if task in (None, "binary") and np.all(np.isin(values, (0.0, 1.0))):
+        return "binary", 2, None
+    if task == "binary":
+        if np.all(np.isin(values, (-1.0, 1.0))):
+            log.info("binary labels %s: -1 is mapped to class 0 and +1 to class 1", shown)
+            return "binary", 2, lambda v: (v > 0).astype(np.float64)
+        raise ValueError(f"task='binary' needs labels {{0, 1}} or {{-1, 1}}; got {shown}: pass classes=[negative, positive], "
+                         f"e.g. classes=[{', '.join(f'{v:g}' for v in values[:2])}]")
+    contiguous = integers and values[0] == 0 and values[-1] == values.size - 1
+    if task is None and contiguous:
+        return "multiclass", int(values.size), None
+    if task == "multiclass":
+        if integers and values[0] >= 0:
+            return "multiclass", int(values[-1]) + 1, None
+        raise ValueError(f"task='multiclass' needs non-negative integer class ids; got {shown}: pass classes=[...] to map them")
+    # ambiguous: say what was found and what to pass
+    if np.all(np.isin(values, (-1.0, 1.0))):
+        hint = 'pass task="binary" (maps -1 to 0 and +1 to 1) or task="regression"'
+    elif not integers:
+        hint = 'pass task="regression" for a numeric target, or classes=[...] if these are class labels'
+    elif values[0] >= 0 and values[0] == 0:
+        full = "[" + ", ".join(str(i) for i in range(int(values[-1]) + 1)) + "]"
+        hint = (f"pass classes={full} if the missing classes exist but are absent from this data, "
+                f"classes=[{', '.join(f'{v:g}' for v in values)}] to renumber them, or task=\"regression\"")
+    else:
+        hint = f"pass classes=[{', '.join(f'{v:g}' for v in values)}] to map them to 0..{values.size - 1}, or task=\"regression\""
+    raise ValueError(f"labels {shown} are not the classes 0..C-1, so the task is ambiguous; {hint}")
+
+
+STANDARDISATIONS = ("none", "per_client", "federated")
+
+
+def _moments(X: np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:
+    """A client's share of the federated statistics: its count, mean and centred sum of squares."""
+    mu = X.mean(axis=0)
+    return X.shape[0], mu, ((X - mu) ** 2).sum(axis=0)
+
+
+def standardise_clients(clients: Sequence[ClientData], mode: str) -> list[ClientData]:
+    """Z-score every client's features (train and test) with training statistics.
+
+    ``"per_client"``: each client's own mean and standard deviation. ``"federated"``: the pooled
+    mean and (population) variance of all clients' training data, combined from per-client counts,
+    means and centred sums of squares (Chan et al.'s parallel formula) — what a real federation
+    computes with a secure sum, without pooling any data. ``"none"``: unchanged. A constant
+    column is centred but not scaled.
+    """
+    if mode not in STANDARDISATIONS:
+        raise ValueError(f"standardise must be one of {', '.join(STANDARDISATIONS)}; got {mode!r}")
+    if mode == "none":
+        return list(clients)
+    if mode == "federated":
+        parts = [_moments(c.X_train) for c in clients]
+        n = sum(p[0] for p in parts)
+        mu = sum(p[0] * p[1] for p in parts) / n
+        var = sum(p[2] + p[0] * (p[1] - mu) ** 2 for p in parts) / n
+        stats = [(mu, np.sqrt(var))] * len(clients)
+    else:
+        stats = [(c.X_train.mean(axis=0), c.X_train.std(axis=0)) for c in clients]
+    out = []
+    for c, (mu, sd) in zip(clients, stats):
+        sd = np.where(sd > 0, sd, 1.0)
+        out.append(ClientData((c.X_train - mu) / sd, c.y_train, (c.X_test - mu) / sd, c.y_test, c.client_id, c.meta))
+    return out
+
+
+def feature_scale_problem(clients: Sequence[ClientData], ratio: float = 100.0) -> str | None:
+    """A warning text when some client's feature ranges differ by more than ``ratio``×, else ``None``.
+
+    Gradient methods with one step size train badly on such features (the large ones dominate,
+    the small ones are ignored or the loss diverges). Constant columns are left out.
+    """
+    offenders = []
+    for c in clients:
+        with np.errstate(over="ignore", invalid="ignore"):
+            spans = np.ptp(c.X_train, axis=0)
+        cols = np.flatnonzero(np.isfinite(spans) & (spans > 0))
+        if cols.size < 2:
+            continue
+        hi, lo = cols[np.argmax(spans[cols])], cols[np.argmin(spans[cols])]
+        if spans[hi] > ratio * spans[lo]:
+            offenders.append((c.client_id, hi, lo, spans[hi], spans[lo]))
+    if not offenders:
+        return None
+    cid, hi, lo, s_hi, s_lo = offenders[0]
+    others = f" (and {len(offenders) - 1} other client(s))" if len(offenders) > 1 else ""
+    return (
+        f"client {cid}{others}: feature ranges differ by {s_hi / s_lo:.3g}× (columns {hi} and {lo}: ranges "
+        f"{s_hi:.3g} and {s_lo:.3g}); one step size cannot fit both. Standardise the features: "
+        "Federation.from_arrays(..., standardise='per_client' or 'federated')"
+    )
 
 
 class Federation:
@@ -81,6 +226,9 @@ class Federation:
         n_classes: int | None = None,
         name: str = "custom",
         info: Mapping[str, Any] | None = None,
+        *,
+        classes: Sequence[Any] | None = None,
+        standardise: str = "none",
     ) -> None:
         if len(clients) < 1:
             raise ValueError("a federation needs at least 1 client; got 0")
@@ -92,22 +240,14 @@ class Federation:
                     f"client {c.client_id} has {c.n_features} features but client 0 has {d}; "
                     "all clients must share one feature space"
                 )
-        inferred, inferred_c = infer_task([c.y_train for c in checked] + [c.y_test for c in checked])
-        task = task or inferred
-        if task not in TASKS:
-            raise ValueError(f"task must be one of {', '.join(TASKS)}; got {task!r}")
-        if task == "binary":
-            for c in checked:
-                for part in ("y_train", "y_test"):
-                    bad = ~np.isin(getattr(c, part), (0.0, 1.0))
-                    if bad.any():
-                        v = getattr(c, part)[bad][0]
-                        raise ValueError(f"client {c.client_id} {part} must hold 0/1 labels for a binary task; got {v!r}")
-        self.clients: list[ClientData] = checked
+        task, inferred_c, mapping = resolve_labels([c.y_train for c in checked] + [c.y_test for c in checked], task, classes)
+        if mapping is not None:
+            checked = [ClientData(c.X_train, mapping(c.y_train), c.X_test, mapping(c.y_test), c.client_id, c.meta) for c in checked]
+        self.clients: list[ClientData] = standardise_clients(checked, standardise)
         self.task = task
-        self.n_classes = int(n_classes or (inferred_c if task != "regression" else 0))
+        self.n_classes = 0 if task == "regression" else max(int(n_classes or 0), inferred_c)
         self.name = name
-        self.info: dict[str, Any] = dict(info or {})
+        self.info: dict[str, Any] = {**dict(info or {}), **({"standardise": standardise} if standardise != "none" else {})}
 
     @classmethod
     def from_arrays(
@@ -116,13 +256,28 @@ class Federation:
         task: str | None = None,
         name: str = "custom",
         meta: Sequence[Mapping[str, Any]] | None = None,
+        *,
+        classes: Sequence[Any] | None = None,
+        standardise: str = "none",
     ) -> "Federation":
-        """Federation from ``[(X_train, y_train, X_test, y_test), ...]``, one tuple per client."""
+        """Federation from ``[(X_train, y_train, X_test, y_test), ...]``, one tuple per client.
+
+        Parameters
+        ----------
+        task : {"binary", "multiclass", "regression"}, optional
+            Inferred only from labels 0..C−1; any other labels need ``task`` or ``classes``
+            (see :func:`resolve_labels`).
+        classes : list, optional
+            The label values, in class order: label ``classes[i]`` becomes class ``i``.
+        standardise : {"none", "per_client", "federated"}
+            Z-score the features (see :func:`standardise_clients`); features on very different
+            scales otherwise train poorly, and training warns about them.
+        """
         if isinstance(arrays, np.ndarray) or len(arrays) < 1:
             raise ValueError("arrays must be a non-empty list of (X_train, y_train, X_test, y_test) tuples")
         meta = meta or [{}] * len(arrays)
         clients = [_validated_client(k, a, meta[k]) for k, a in enumerate(arrays)]
-        return cls(clients, task=task, name=name)
+        return cls(clients, task=task, name=name, classes=classes, standardise=standardise)
 
     @property
     def n_features(self) -> int:

@@ -21,6 +21,7 @@ from topofl._validation import check_int
 from topofl.data.federation import ClientData
 from topofl.decentralised.algorithms import Peer, PeerAlgorithm
 from topofl.decentralised.transport import InProcessTransport
+from topofl.limits import MAX_ROUNDS, MAX_SEED
 from topofl.models.linear import make_model
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,8 @@ class DecentralisedHistory:
     records: list[dict[str, Any]] = field(default_factory=list)
     rounds: list[dict[str, Any]] = field(default_factory=list)
     logs: list[dict[str, Any]] = field(default_factory=list)
+    failures: list[Any] = field(default_factory=list)  # nodes dropped by a runtime, with the reason
+    out_dir: str | None = None  # where a runtime wrote the run's files, if it did
 
     @property
     def final(self) -> dict[str, Any]:
@@ -90,8 +93,8 @@ def run_decentralised(
     only Sheaf-FMTL and Local accept). Node k of the graph is client k; with ``server_node`` the
     graph has one more node, a peer without data (f = 0).
     """
-    check_int("rounds", rounds, 1, 10_000_000)
-    check_int("seed", seed, 0)
+    check_int("rounds", rounds, 1, MAX_ROUNDS)
+    check_int("seed", seed, 0, MAX_SEED)
     check_int("eval_every", eval_every, 1)
     n_nodes = len(clients) + (1 if server_node else 0)
     if sorted(graph.nodes) != list(range(n_nodes)):

@@ -13,7 +13,6 @@ Writes, as rounds finish:
 """
 from __future__ import annotations
 
-import json
 import platform
 import time
 from dataclasses import asdict, dataclass, field
@@ -24,7 +23,7 @@ import numpy as np
 
 from topofl.algorithms.registry import build
 from topofl.data.scenarios import make_scenario
-from topofl.experiments.results import CsvAppender, append_jsonl, write_csv
+from topofl.experiments.results import CsvAppender, append_jsonl, write_csv, write_json_atomic
 from topofl.federation.history import ROUND_FIELDS, History, RoundSummary
 from topofl.federation.runner import run_federation
 from topofl.models.linear import make_model
@@ -129,7 +128,7 @@ def _open_outputs(spec: CompareSpec, out: Path) -> dict[str, CsvAppender]:
     out.mkdir(parents=True, exist_ok=True)
     for name in ("rounds.csv", "curves.csv", "server_log.jsonl", "summary.csv"):
         (out / name).unlink(missing_ok=True)
-    (out / "config.json").write_text(json.dumps({**asdict(spec), "versions": versions()}, indent=2, default=list))
+    write_json_atomic(out / "config.json", {**asdict(spec), "versions": versions()})
     return {
         "rounds": CsvAppender(out / "rounds.csv", ("method", "seed") + ROUND_FIELDS),
         "curves": CsvAppender(out / "curves.csv", CURVE_FIELDS),

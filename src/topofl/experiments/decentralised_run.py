@@ -58,5 +58,4 @@ def execute_decentralised(spec: RunSpec, paths: dict[str, Path]) -> dict[str, An
     }
     if hasattr(algo, "frobenius_matrix"):
         done["frobenius"] = algo.frobenius_matrix()
-    write_done(paths["done"], done)
-    return done
+    return write_done(paths, done)

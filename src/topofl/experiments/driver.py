@@ -1,14 +1,13 @@
 """Run an experiment end to end: plan → execute (resumable, parallel) → analyse → manifest."""
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from topofl.experiments.compare import versions
-from topofl.experiments.results import _json_default
+from topofl.experiments.results import write_json_atomic
 from topofl.experiments.runs import RunSpec, execute
 from topofl.experiments.suite import EXPERIMENTS
 
@@ -57,7 +56,7 @@ def run_experiment(
         "runs": [{k: v for k, v in spec.__dict__.items()} for spec in specs[: len(specs) // max(1, len(seeds))]],
         "versions": versions(),
     }
-    (exp_dir / "config.json").write_text(json.dumps(config, indent=2, default=_json_default))
+    write_json_atomic(exp_dir / "config.json", config)
     return exp_dir
 
 

@@ -1,9 +1,20 @@
-"""Results as data: tidy CSV files written as rounds finish, so finished work is never lost."""
+"""Results as data: tidy CSV files written as rounds finish, so finished work is never lost.
+
+Whole files (summaries, done-records, ``result.json``) are written atomically — a temporary
+file in the same directory, flushed to disk, then renamed over the target — so a reader sees the
+old file or the new one, never half of one. Appended files (rows per round) get each round's rows
+in one write; a run's done-record lists their row counts and SHA-256 (:func:`file_record`) so a
+torn or edited file is detected before it is reused.
+"""
 from __future__ import annotations
 
 import csv
+import hashlib
+import io
 import json
 import math
+import os
+import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -23,8 +34,13 @@ class CsvAppender:
             self._fh.flush()
 
     def write(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        """Append ``rows`` in one write (a round's rows land together or, if the process dies
+        mid-write, as a torn tail that the done-record's hash exposes)."""
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=self.fields, extrasaction="ignore")
         for row in rows:
-            self._writer.writerow({k: _fmt(row.get(k)) for k in self.fields})
+            writer.writerow({k: _fmt(row.get(k)) for k in self.fields})
+        self._fh.write(buf.getvalue())
         self._fh.flush()
 
     def close(self) -> None:
@@ -43,13 +59,43 @@ def _fmt(v: Any) -> Any:
     return v
 
 
-def write_csv(path: Path, rows: Sequence[Mapping[str, Any]], fields: Sequence[str] | None = None) -> None:
-    """Write ``rows`` to ``path`` at once (replacing it)."""
+def write_text_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` by ``text`` atomically (temporary file, fsync, rename)."""
     path = Path(path)
-    if path.exists():
-        path.unlink()
-    with CsvAppender(path, fields or list(rows[0]) if rows else fields or []) as out:
-        out.write(rows)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", newline="") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path: Path, record: Any, indent: int | None = 2) -> None:
+    """Replace ``path`` by ``record`` as JSON, atomically (numpy values converted)."""
+    write_text_atomic(path, json.dumps(record, indent=indent, default=_json_default))
+
+
+def write_csv(path: Path, rows: Sequence[Mapping[str, Any]], fields: Sequence[str] | None = None) -> None:
+    """Replace ``path`` by ``rows`` atomically."""
+    fields = list(fields or (list(rows[0]) if rows else []))
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: _fmt(row.get(k)) for k in fields})
+    write_text_atomic(path, buf.getvalue())
+
+
+def file_record(path: Path, header: bool) -> dict[str, Any]:
+    """``{"rows", "sha256"}`` of a results file (rows: lines, less the header of a CSV)."""
+    data = Path(path).read_bytes()
+    lines = data.count(b"\n")
+    return {"rows": max(0, lines - 1) if header else lines, "sha256": hashlib.sha256(data).hexdigest()}
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:

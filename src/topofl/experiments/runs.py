@@ -3,9 +3,12 @@
 An experiment is a list of :class:`RunSpec` (one method, one seed, one setting). Each run writes
 its own files under ``DIR/runs/`` as its rounds finish — ``<id>.rounds.csv`` (per round and
 client), ``<id>.curves.csv`` (per round), ``<id>.log.jsonl`` (server logs) — and, when complete,
-``<id>.done.json`` (final metrics, client metrics, seconds). With ``resume=True`` completed runs
-are skipped and partial ones are started again from scratch; since every run is deterministic
-given its seed, a resumed experiment ends with exactly the results of an uninterrupted one.
+``<id>.done.json`` (final metrics, client metrics, seconds, and each file's row count and SHA-256),
+written atomically. With ``resume=True`` a run counts as complete only when its done-record
+parses and every file still matches it; a run whose files were torn, edited or deleted, or whose
+done-record is torn, is redone from scratch with a warning naming the file. Since every run is
+deterministic given its seed, a resumed experiment ends with exactly the results of an
+uninterrupted one.
 When all runs are complete, their files are merged, in plan order, into ``DIR/rounds.csv``,
 ``DIR/curves.csv`` and ``DIR/server_log.jsonl``.
 """
@@ -22,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from topofl.experiments.results import CsvAppender, _json_default, append_jsonl, read_csv
+from topofl.experiments.results import CsvAppender, _json_default, append_jsonl, file_record, read_csv, write_json_atomic, write_text_atomic
 from topofl.federation.history import ROUND_FIELDS, RoundSummary
 
 log = logging.getLogger(__name__)
@@ -64,6 +67,10 @@ class RunSpec:
         return f"{slug.strip('-')}_{hashlib.sha1(text.encode()).hexdigest()[:8]}"
 
 
+#: a run's result files (by kind) and whether each has a header line
+RESULT_FILES = {"rounds": True, "curves": True, "log": False}
+
+
 def run_paths(run_dir: Path, spec: RunSpec) -> dict[str, Path]:
     rid = spec.run_id
     return {k: run_dir / f"{rid}.{k}.{ext}" for k, ext in (("rounds", "csv"), ("curves", "csv"), ("log", "jsonl"), ("done", "json"))}
@@ -102,15 +109,39 @@ def execute_run(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
         "total_bytes": int(sum(r.bytes_up + r.bytes_down for r in history.rounds)),
         "adversarial": [c.client_id for c in fed if c.meta.get("adversarial")],
     }
-    write_done(paths["done"], done)
-    return done
+    return write_done(paths, done)
 
 
-def write_done(path: Path, done: Mapping[str, Any]) -> None:
-    """Atomically write a run's done-record: a run is either complete or not."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(done, default=_json_default))
-    os.replace(tmp, path)
+def write_done(paths: Mapping[str, Path], done: Mapping[str, Any]) -> dict[str, Any]:
+    """Atomically write a run's done-record, with every result file's row count and SHA-256:
+    a run is either complete, with files that can be verified, or not. Returns the record."""
+    record = {**done, "files": {kind: file_record(paths[kind], header) for kind, header in RESULT_FILES.items()}}
+    write_json_atomic(paths["done"], record, indent=None)
+    return json.loads(json.dumps(record, default=_json_default))  # as a resumed run reads it back
+
+
+def verified_done(paths: Mapping[str, Path]) -> tuple[dict[str, Any] | None, str | None]:
+    """``(done-record, None)`` when the run is complete and its files match the record;
+    ``(None, reason)`` when it must be redone (``reason`` is ``None`` for a run never finished)."""
+    done = paths["done"]
+    if not done.exists():
+        return None, None
+    try:
+        record = json.loads(done.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        return None, f"{done.name} is torn or not JSON ({exc})"
+    files = record.get("files") if isinstance(record, dict) else None
+    if not isinstance(files, dict):
+        return None, f"{done.name} records no file row counts and hashes (written by an older topofl)"
+    for kind, header in RESULT_FILES.items():
+        path = paths[kind]
+        if not path.exists():
+            return None, f"{path.name} is missing"
+        got, want = file_record(path, header), files.get(kind)
+        if got != want:
+            rows = want.get("rows") if isinstance(want, dict) else "?"
+            return None, f"{path.name} does not match its done-record ({got['rows']} rows now, {rows} recorded; SHA-256 differs)"
+    return record, None
 
 
 def _worker(spec: RunSpec, run_dir: str) -> dict[str, Any]:
@@ -144,57 +175,70 @@ def execute(
     ids = [s.run_id for s in specs]
     if len(set(ids)) != len(ids):
         raise ValueError("the experiment plan holds duplicate runs")
-    todo = [s for s in specs if not run_paths(run_dir, s)["done"].exists()]
+    records: dict[str, dict[str, Any]] = {}
+    todo = []
+    for spec in specs:
+        record, problem = verified_done(run_paths(run_dir, spec))
+        if record is None:
+            if problem:
+                log.warning("run %s: %s; redoing the run", spec.run_id, problem)
+            todo.append(spec)
+        else:
+            records[spec.run_id] = record
     if resume and len(todo) < len(specs):
         log.info("resuming: %d of %d runs already complete", len(specs) - len(todo), len(specs))
     for spec in specs:
-        if spec not in todo and on_done is not None:
-            on_done(spec, load_done(run_dir, spec))
+        if spec.run_id in records and on_done is not None:
+            on_done(spec, records[spec.run_id])
+
+    def finished(spec: RunSpec, done: dict[str, Any]) -> None:
+        records[spec.run_id] = done
+        if on_done is not None:
+            on_done(spec, done)
+
     if jobs <= 1 or len(todo) <= 1:
         for spec in todo:
-            done = execute_run(spec, run_dir)
-            if on_done is not None:
-                on_done(spec, done)
+            finished(spec, execute_run(spec, run_dir))
     else:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             futures = {pool.submit(_worker, s, str(run_dir)): s for s in todo}
             try:
                 pending = set(futures)
                 while pending:
-                    finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                    for f in finished:
-                        done = f.result()
-                        if on_done is not None:
-                            on_done(futures[f], done)
+                    done_now, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    for f in done_now:
+                        finished(futures[f], f.result())
             except BaseException:
                 pool.shutdown(wait=False, cancel_futures=True)
                 raise
     merge(specs, out)
-    return [load_done(run_dir, s) for s in specs]
+    return [records[s.run_id] for s in specs]
 
 
 def load_done(run_dir: Path, spec: RunSpec) -> dict[str, Any]:
-    return json.loads(run_paths(run_dir, spec)["done"].read_text())
+    """A complete run's verified done-record; ``ValueError`` naming the file otherwise."""
+    record, problem = verified_done(run_paths(run_dir, spec))
+    if record is None:
+        raise ValueError(f"run {spec.run_id} is not complete: {problem or 'no done-record'}")
+    return record
 
 
 def merge(specs: Sequence[RunSpec], out: Path) -> None:
-    """Concatenate the runs' files, in plan order, into the experiment's tidy files."""
+    """Concatenate the runs' files, in plan order, into the experiment's tidy files (atomically)."""
     run_dir = out / "runs"
     for kind, name in (("rounds", "rounds.csv"), ("curves", "curves.csv"), ("log", "server_log.jsonl")):
-        target = out / name
-        tmp = target.with_suffix(target.suffix + ".tmp")
-        with tmp.open("w") as dst:
-            header_written = False
-            for spec in specs:
-                lines = run_paths(run_dir, spec)[kind].read_text().splitlines(keepends=True)
-                if kind == "log":
-                    dst.writelines(lines)
-                    continue
-                if lines and not header_written:
-                    dst.write(lines[0])
-                    header_written = True
-                dst.writelines(lines[1:])
-        os.replace(tmp, target)
+        parts: list[str] = []
+        header_written = False
+        for spec in specs:
+            lines = run_paths(run_dir, spec)[kind].read_text().splitlines(keepends=True)
+            if not RESULT_FILES[kind]:
+                parts.extend(lines)
+                continue
+            if lines and not header_written:
+                parts.append(lines[0])
+                header_written = True
+            parts.extend(lines[1:])
+        write_text_atomic(out / name, "".join(parts))
 
 
 def load_curves(out: Path) -> list[dict[str, str]]:

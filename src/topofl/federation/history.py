@@ -57,6 +57,7 @@ class History:
     server_logs: list[dict[str, Any]] = field(default_factory=list)
     client_metrics: dict[int, dict[str, float]] = field(default_factory=dict)
     failures: list[Any] = field(default_factory=list)  # topofl.federation.pool.Failure, per round
+    out_dir: str | None = None  # where a runtime wrote the run's files, if it did
 
     @property
     def final(self) -> dict[str, float]:

@@ -21,6 +21,7 @@ import numpy as np
 from topofl.algorithms.base import Algorithm, ClientContext
 from topofl.data.federation import ClientData, Federation
 from topofl.federation.messages import ClientUpdate, ServerMessage
+from topofl.federation.validation import ClientInfo, declared_infos
 from topofl.metrics import evaluate
 from topofl.models.linear import LinearModel
 
@@ -67,9 +68,14 @@ def evaluate_client(algorithm: Algorithm, ctx: ClientContext, message: ServerMes
 
 
 class ClientPool(ABC):
-    """The clients of a run, wherever they live."""
+    """The clients of a run, wherever they live.
+
+    ``infos`` holds what each client declared when it joined (:class:`ClientInfo`): the server
+    weights and checks every reply by it, never by what the reply itself claims.
+    """
 
     client_ids: list[int]
+    infos: dict[int, ClientInfo]
 
     @abstractmethod
     def fit(self, rnd: int, messages: dict[int, ServerMessage]) -> tuple[list[ClientUpdate], list[Failure]]:
@@ -92,6 +98,7 @@ class InProcessPool(ClientPool):
     def __init__(self, federation: Federation, algorithm: Algorithm, model: LinearModel, seed: int) -> None:
         self.federation, self.algorithm, self.model, self.seed = federation, algorithm, model, seed
         self.client_ids = federation.client_ids
+        self.infos = declared_infos(federation.clients, federation.task)
         self.states: dict[int, dict[str, Any]] = {cid: {} for cid in self.client_ids}
 
     def fit(self, rnd, messages):

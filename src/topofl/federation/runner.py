@@ -11,18 +11,24 @@ depend on which other clients ran or in which order (the same numbers in any run
 from __future__ import annotations
 
 import logging
+import math
+import warnings
 from typing import Callable
 
 import numpy as np
 
-from topofl._validation import check_int, check_range
+from topofl._validation import TrainingWarning, check_int, check_range
 from topofl.algorithms.base import Algorithm
-from topofl.data.federation import Federation
+from topofl.data.federation import Federation, feature_scale_problem
 from topofl.federation.history import History, RoundSummary, nanmean, nanstd
 from topofl.federation.messages import BYTES_PER_FLOAT
 from topofl.federation.pool import ClientEvaluation, ClientPool, Failure, InProcessPool, client_rng  # noqa: F401 (re-export)
+from topofl.federation.validation import ClientInfo, evaluation_problem, screen_updates
+from topofl.limits import MAX_ROUNDS, MAX_SEED
 from topofl.metrics import pooled
 from topofl.models.linear import LinearModel, make_model
+
+__all__ = ["TrainingWarning", "run_federation", "run_rounds", "select_clients"]
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +72,11 @@ def run_federation(
     progress : bool
         Show a rich progress bar.
     """
-    check_int("rounds", rounds, 1, 1_000_000)
-    check_int("seed", seed, 0)
+    check_int("rounds", rounds, 1, MAX_ROUNDS)
+    check_int("seed", seed, 0, MAX_SEED)
+    problem = feature_scale_problem(federation.clients)
+    if problem:
+        warnings.warn(TrainingWarning(problem), stacklevel=2)
     model = make_model(federation.task, algorithm.input_dim(federation.n_features), max(federation.n_classes, 2), algorithm.config.l2)
     pool = InProcessPool(federation, algorithm, model, seed)
     return run_rounds(pool, algorithm, model, rounds, seed, client_fraction=client_fraction, on_round=on_round, progress=progress)
@@ -86,34 +95,32 @@ def run_rounds(
     progress: bool = False,
 ) -> History:
     """The round loop of every runtime: select → broadcast → local work (``pool.fit``) → validate
-    → aggregate → evaluate (``pool.evaluate``) → account → report.
+    → aggregate → evaluate (``pool.evaluate``) → validate → account → report.
 
-    A client that fails or sends an invalid payload is left out of the round and recorded in
-    ``history.failures`` with the reason (never aggregated). When fewer than ``min_replies``
-    valid updates arrive, the server state is left unchanged for that round (logged as
-    ``skipped`` in the server log) and the run goes on.
+    Every reply is screened before anything reads it (:func:`topofl.federation.validation.screen_updates`,
+    :func:`~topofl.federation.validation.evaluation_problem`): a client that fails or sends an
+    invalid payload is left out of the round — never aggregated, never averaged — and recorded in
+    ``history.failures`` with the reason. When fewer than ``min_replies`` valid updates arrive,
+    the server state is left unchanged for that round (logged as ``skipped`` in the server log)
+    and the run goes on. A diverging loss raises one :class:`TrainingWarning`.
     """
-    check_int("rounds", rounds, 1, 1_000_000)
-    check_int("seed", seed, 0)
+    check_int("rounds", rounds, 1, MAX_ROUNDS)
+    check_int("seed", seed, 0, MAX_SEED)
     check_range("client_fraction", client_fraction, 0.0, 1.0, low_open=True)
     check_int("min_replies", min_replies, 0)
     ids = list(pool.client_ids)
     rng = np.random.default_rng(np.random.SeedSequence([int(seed), 0x5E1EC7]))
     algorithm.setup(model, ids, rng)
     history = History(method=algorithm.name, seed=seed)
+    watch = _DivergenceWatch(model)
     bar = _progress(progress, f"{algorithm.name} seed {seed}", rounds)
     try:
         for rnd in range(1, rounds + 1):
             selected = select_clients(rng, ids, client_fraction)
             messages = algorithm.configure_fit(rnd, selected)
             updates, failures = pool.fit(rnd, messages)
-            valid = []
-            for update in updates:
-                reason = algorithm.check_update(update)
-                if reason is None:
-                    valid.append(update)
-                else:
-                    failures.append(Failure(rnd, update.client_id, "fit", f"invalid payload: {reason}"))
+            valid, rejected = screen_updates(algorithm, updates, messages, pool.infos)
+            failures.extend(Failure(rnd, cid, "fit", f"invalid payload: {reason}") for cid, reason in rejected)
             up = {u.client_id: u.n_floats() for u in valid}
             down = {cid: messages[cid].n_floats() for cid in selected}
             for u in valid:
@@ -125,7 +132,9 @@ def run_rounds(
                 log_entry = {"skipped": f"{len(valid)} valid update(s) < min_replies={min_replies}"}
                 log.warning("round %d: %s; server state unchanged", rnd, log_entry["skipped"])
             history.server_logs.append({"round": rnd, **log_entry})
-            evaluations, eval_failures = pool.evaluate(rnd, {cid: algorithm.message_for(cid) for cid in ids})
+            eval_messages = {cid: algorithm.message_for(cid) for cid in ids}
+            evaluations, eval_failures = pool.evaluate(rnd, eval_messages)
+            evaluations = _screen_evaluations(evaluations, eval_messages, pool.infos, model, rnd, eval_failures)
             failures.extend(eval_failures)
             for f in failures:
                 log.warning("round %d: client %s (node %s) failed in %s: %s", f.round, f.client, f.node_id, f.stage, f.reason)
@@ -133,6 +142,7 @@ def run_rounds(
             summary = _summarise_round(history, model, evaluations, rnd, up, down)
             history.rounds.append(summary)
             log.debug("round %d: auc=%.4f acc=%.4f", rnd, summary.auc, summary.accuracy)
+            watch(summary)
             if on_round is not None:
                 on_round(history, summary)
             if bar is not None:
@@ -141,6 +151,55 @@ def run_rounds(
         if bar is not None:
             bar[0].stop()
     return history
+
+
+def _n_classes(model: LinearModel) -> int:
+    return {"regression": 0, "binary": 2}.get(model.task, model.n_outputs)
+
+
+def _screen_evaluations(
+    evaluations: list[ClientEvaluation], asked: dict[int, object], infos: dict[int, ClientInfo], model: LinearModel,
+    rnd: int, failures: list[Failure],
+) -> list[ClientEvaluation]:
+    """The evaluations fit to average: from clients that were asked, once each, and sound
+    (:func:`~topofl.federation.validation.evaluation_problem`); the others become failures."""
+    good, seen = [], set()
+    for ev in evaluations:
+        cid = getattr(ev, "client_id", None)
+        if not isinstance(ev, ClientEvaluation) or isinstance(cid, bool) or not isinstance(cid, (int, np.integer)) or cid not in asked:
+            failures.append(Failure(rnd, None, "evaluate", f"invalid payload: an evaluation from {cid!r}, which was not asked"))
+            continue
+        reason = "a second evaluation from the same client" if cid in seen else evaluation_problem(ev, infos[cid], model.task, _n_classes(model))
+        seen.add(cid)
+        if reason:
+            failures.append(Failure(rnd, int(cid), "evaluate", f"invalid payload: {reason}"))
+        else:
+            good.append(ev)
+    return good
+
+
+class _DivergenceWatch:
+    """Warns once when the clients' mean test loss shows training diverging: above 10 × the loss
+    of an uninformed classifier (log C), or, for regression, 100 × the first round's loss."""
+
+    def __init__(self, model: LinearModel) -> None:
+        self.task = model.task
+        self.reference = math.log(max(_n_classes(model), 2)) * 10.0 if model.task != "regression" else None
+        self.warned = False
+
+    def __call__(self, summary: RoundSummary) -> None:
+        if self.warned or not math.isfinite(summary.loss):
+            return
+        if self.reference is None:
+            self.reference = 100.0 * max(summary.loss, 1e-12)
+            return
+        if summary.loss > self.reference:
+            self.warned = True
+            warnings.warn(TrainingWarning(
+                f"round {summary.round}: the clients' mean test loss is {summary.loss:.4g}, above {self.reference:.4g}: "
+                "training diverges. Lower lr, or standardise the features "
+                "(Federation.from_arrays(..., standardise='per_client' or 'federated'))"
+            ), stacklevel=3)
 
 
 def _summarise_round(history: History, model: LinearModel, evaluations: list[ClientEvaluation], rnd: int, up, down) -> RoundSummary:

@@ -484,6 +484,9 @@ class LocalDeployment:
         (needs a package index). Off: apps run in the current environment.
     env:
         Extra environment variables for every process.
+    results_root:
+        The results root of the ServerApp (``$TOPOFL_RESULTS_ROOT`` of every process): a run's
+        ``out-dir`` must lie inside it. Default ``log_dir/results``.
     connection_name:
         Name of the SuperLink connection written to the CLI's ``config.toml``.
     """
@@ -502,6 +505,7 @@ class LocalDeployment:
         heartbeat_interval: float | None = None,
         runtime_dependency_installation: bool = False,
         env: Mapping[str, str] | None = None,
+        results_root: str | os.PathLike[str] | None = None,
         connection_name: str = "topofl-local",
     ) -> None:
         if num_nodes < 1:
@@ -528,6 +532,8 @@ class LocalDeployment:
         self.runtime_dependency_installation = runtime_dependency_installation
         self.connection_name = _check_key(connection_name)
         self._extra_env = dict(env or {})
+        self.results_root = Path(results_root if results_root is not None else self.log_dir / "results").resolve()
+        self._extra_env.setdefault("TOPOFL_RESULTS_ROOT", str(self.results_root))
         self._node_extras = extras
         self.superlink: ManagedProcess | None = None
         self.nodes: list[ManagedProcess] = []

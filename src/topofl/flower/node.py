@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
@@ -21,12 +22,14 @@ import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 
 from topofl.algorithms.registry import build
-from topofl.data.federation import ClientData, Federation, _validated_client, infer_task
+from topofl.data.federation import ClientData, Federation, _validated_client, feature_scale_problem, infer_task
 from topofl.federation.pool import ClientEvaluation, client_context, evaluate_client
 from topofl.flower.records import (
     decode_server_message, encode_evaluation, encode_update, load_state, save_state,
 )
 from topofl.models.linear import make_model
+
+log = logging.getLogger(__name__)
 
 
 def job_key(job: Mapping[str, Any]) -> str:
@@ -88,9 +91,13 @@ def describe(node_config: Mapping[str, Any], content: RecordDict) -> RecordDict:
     """Reply to the server's discovery query: partition id, data sizes, task."""
     job = dict(content["config"])
     data, task, n_classes = node_data(node_config, job)
+    problem = feature_scale_problem([data])
+    if problem:
+        log.warning("%s", problem)
+    test_classes = 0 if task == "regression" else int(np.unique(data.y_test).size)
     return RecordDict({"info": ConfigRecord({
         "client": data.client_id, "n_train": data.n_train, "n_test": int(data.X_test.shape[0]),
-        "n_features": data.n_features, "task": task, "n_classes": int(n_classes),
+        "n_features": data.n_features, "task": task, "n_classes": int(n_classes), "test_classes": test_classes,
     })})
 
 

@@ -1,37 +1,79 @@
 """Results of a Flower run, written as rounds finish (finished work is never lost).
 
-``rounds.csv`` (one row per round and client), ``curves.csv`` (one row per round),
+Where: the ``out-dir`` of the run config is a path *inside the results root* of the host that
+runs the ServerApp (the SuperLink host in a deployment): ``$TOPOFL_RESULTS_ROOT``, or
+``./results`` of its working directory. An out-dir that escapes the root (absolute elsewhere,
+``..``, a symlink out) is refused before the run starts — whoever submits a run must not choose
+where the server writes. Every run writes into a fresh directory ``<root>/<out-dir>/run-<run id>``
+(``-1``, ``-2``, ... when that name is taken), so no run ever deletes or overwrites another's files.
+
+What: ``rounds.csv`` (one row per round and client), ``curves.csv`` (one row per round),
 ``server_log.jsonl`` (the server's log per round), ``failures.jsonl`` (every failed or dropped
-reply, with the reason) and, at the end, ``result.json``
+reply, with the reason) and, at the end, ``result.json`` written atomically
 (``{"method", "rounds", "final", "clients", "failures", "settings"}``).
 """
 from __future__ import annotations
 
-import json
+import itertools
 import logging
+import os
+import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from topofl.experiments.results import CsvAppender, _json_default, append_jsonl
+from topofl.experiments.results import CsvAppender, append_jsonl, write_json_atomic
 from topofl.federation.pool import Failure
 
 log = logging.getLogger(__name__)
 
+#: environment variable, set on the host running the ServerApp, naming the results root
+RESULTS_ROOT_ENV = "TOPOFL_RESULTS_ROOT"
+
+
+def results_root() -> Path:
+    """The results root of this host: ``$TOPOFL_RESULTS_ROOT`` or ``./results`` (resolved)."""
+    return Path(os.environ.get(RESULTS_ROOT_ENV) or Path.cwd() / "results").resolve()
+
+
+def resolve_run_dir(out_dir: str, root: str | os.PathLike[str], run_id: Any) -> Path | None:
+    """Create and return the fresh directory of one run: ``<root>/<out_dir>/run-<run_id>``.
+
+    ``None`` when ``out_dir`` is empty (no files). ``ValueError`` naming ``out-dir`` when the
+    path (absolute, relative to ``root``, after ``..`` and symlinks) is not inside ``root``.
+    """
+    if not out_dir:
+        return None
+    root = Path(root).resolve()
+    given = Path(out_dir)
+    target = (given if given.is_absolute() else root / given).resolve()
+    if target != root and root not in target.parents:
+        raise ValueError(
+            f"out-dir={out_dir!r} is outside the results root {root}; give a path inside it "
+            f"(the root is set on the host running the ServerApp with ${RESULTS_ROOT_ENV})"
+        )
+    target.mkdir(parents=True, exist_ok=True)
+    base = "run-" + (re.sub(r"[^A-Za-z0-9_.-]+", "-", str(run_id)).strip("-.") or "x")
+    for k in itertools.count():
+        candidate = target / (base if k == 0 else f"{base}-{k}")
+        try:
+            candidate.mkdir()
+        except FileExistsError:
+            continue
+        return candidate
+    raise AssertionError("unreachable")  # pragma: no cover
+
 
 class RunOutputs:
-    """Appends a run's results under ``out_dir`` (does nothing when ``out_dir`` is empty)."""
+    """Appends a run's results in ``run_dir`` (from :func:`resolve_run_dir`; nothing when ``None``)."""
 
-    def __init__(self, out_dir: str, record_fields: Sequence[str], curve_fields: Sequence[str]) -> None:
-        self.dir = Path(out_dir) if out_dir else None
+    def __init__(self, run_dir: Path | None, record_fields: Sequence[str], curve_fields: Sequence[str]) -> None:
+        self.dir = run_dir
         self.failures: list[Failure] = []
         self.last: dict[str, Any] = {}
         self.n_rounds = 0
         self.clients: set[int] = set()
         self._records = self._curves = None
         if self.dir is not None:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            for name in ("rounds.csv", "curves.csv", "server_log.jsonl", "failures.jsonl", "result.json"):
-                (self.dir / name).unlink(missing_ok=True)  # a new run replaces an old one's files
             self._records = CsvAppender(self.dir / "rounds.csv", record_fields)
             self._curves = CsvAppender(self.dir / "curves.csv", curve_fields)
 
@@ -60,7 +102,7 @@ class RunOutputs:
         if self.dir is not None:
             self._records.close()
             self._curves.close()
-            (self.dir / "result.json").write_text(json.dumps(result, indent=2, default=_json_default))
+            write_json_atomic(self.dir / "result.json", result)
             log.info("results written to %s", self.dir)
         return result
 

@@ -12,6 +12,7 @@ from flwr.app import MessageType
 
 from topofl.federation.messages import ServerMessage
 from topofl.federation.pool import ClientPool
+from topofl.federation.validation import ClientInfo
 from topofl.flower.exchange import exchange
 from topofl.flower.records import decode_evaluation, decode_update, encode_server_message
 
@@ -19,9 +20,11 @@ from topofl.flower.records import decode_evaluation, decode_update, encode_serve
 class FlowerPool(ClientPool):
     """Clients ``nodes`` (client id → Flower node id) reached through a Flower ``Grid``."""
 
-    def __init__(self, grid: Any, nodes: Mapping[int, int], job: Mapping[str, Any], timeout: float) -> None:
+    def __init__(self, grid: Any, nodes: Mapping[int, int], job: Mapping[str, Any], timeout: float,
+                 infos: Mapping[int, ClientInfo]) -> None:
         self.grid, self.nodes, self.job, self.timeout = grid, dict(nodes), dict(job), float(timeout)
         self.client_ids = sorted(self.nodes)
+        self.infos = dict(infos)  # what each node declared at discovery: its weight, never a reply's claim
 
     def _send(self, rnd: int, messages: dict[int, ServerMessage], message_type: str, stage: str, decode):
         contents = {cid: encode_server_message(m, self.job, rnd) for cid, m in messages.items()}

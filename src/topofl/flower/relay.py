@@ -35,7 +35,7 @@ from topofl.decentralised import make_graph
 from topofl.decentralised.runner import DecentralisedHistory, _divergence_error, summarise_peers
 from topofl.federation.pool import Failure
 from topofl.flower.exchange import exchange
-from topofl.flower.outputs import RunOutputs
+from topofl.flower.outputs import RunOutputs, resolve_run_dir, results_root
 from topofl.flower.peer import peer_algorithm, peer_model
 from topofl.flower.records import arrays_record, config_record, record_arrays
 from topofl.flower.settings import FlowerSettings
@@ -56,10 +56,10 @@ def _decode_step(content: RecordDict) -> dict[str, Any]:
 class Relay:
     """State of one relayed run: who is alive, what each node sent last, bits."""
 
-    def __init__(self, grid: Grid, settings: FlowerSettings) -> None:
+    def __init__(self, grid: Grid, settings: FlowerSettings, run_dir: Any = None) -> None:
         from topofl.flower.server_app import discover, reconcile_task
 
-        self.grid, self.settings = grid, settings
+        self.grid, self.settings, self.run_dir = grid, settings, run_dir
         self.algorithm = peer_algorithm(settings.job()["method"], settings.job()["hyperparameters"])
         nodes, infos, self.failures = discover(grid, settings)
         self.clients = sorted(nodes)  # graph node k = k-th client (node k = client k in process)
@@ -143,7 +143,7 @@ class Relay:
         """Setup, then per iteration one message per phase to every live node, then a final one."""
         s, phases = self.settings, self.algorithm.phases
         history = DecentralisedHistory(self.algorithm.name, s.seed)
-        out = RunOutputs(s.out_dir, RECORD_FIELDS, CURVE_FIELDS)
+        out = RunOutputs(self.run_dir, RECORD_FIELDS, CURVE_FIELDS)
         self.round_failures: list[Failure] = []
         self.setup()
         schedule = [(k, p) for k in range(1, s.rounds + 1) for p in phases] + [(s.rounds, "")]
@@ -176,12 +176,17 @@ class Relay:
             inbox = self._route(got) if phase else {}
             prev = (k, phase)
         self.failures.extend(self.round_failures)
-        history.failures = self.failures  # type: ignore[attr-defined]
+        history.failures = self.failures
+        history.out_dir = str(self.run_dir) if self.run_dir is not None else None
         out.failures = list(self.failures)
         out.finish(s.method, s.as_dict(), {"graph_edges": sorted(map(list, self.graph.edges)), "dropped": sorted(self.clients[k] for k in set(self.flwr_node) - self.alive)})
         return history
 
 
-def relay_main(grid: Grid, settings: FlowerSettings) -> DecentralisedHistory:
-    """Run a decentralised method on the connected SuperNodes through the relay."""
-    return Relay(grid, settings).run()
+def relay_main(grid: Grid, settings: FlowerSettings, run_id: Any = None, root: Any = None) -> DecentralisedHistory:
+    """Run a decentralised method on the connected SuperNodes through the relay (results in a
+    fresh directory under the results root, checked before any node is contacted)."""
+    from topofl.flower.server_app import new_run_id
+
+    run_dir = resolve_run_dir(settings.out_dir, root if root is not None else results_root(), run_id if run_id is not None else new_run_id())
+    return Relay(grid, settings, run_dir).run()

@@ -10,17 +10,21 @@ forwards each node's messages to its graph neighbours and never aggregates.
 from __future__ import annotations
 
 import logging
+import os
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
-from flwr.app import Context, MessageType, RecordDict
+from flwr.app import ConfigRecord, Context, MessageType, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
 from topofl.algorithms.registry import build
+from topofl.data.federation import TASKS
 from topofl.federation.history import ROUND_FIELDS, History, RoundSummary
+from topofl.federation.pool import Failure
 from topofl.federation.runner import run_rounds
+from topofl.federation.validation import client_info
 from topofl.flower.exchange import exchange
-from topofl.flower.outputs import RunOutputs
+from topofl.flower.outputs import RunOutputs, resolve_run_dir, results_root
 from topofl.flower.pool import FlowerPool
 from topofl.flower.records import config_record
 from topofl.flower.settings import FlowerSettings
@@ -45,26 +49,53 @@ def wait_for_nodes(grid: Grid, settings: FlowerSettings) -> list[int]:
 
 
 def discover(grid: Grid, settings: FlowerSettings) -> tuple[dict[int, int], dict[int, dict[str, Any]], list]:
-    """Ask every connected node which client it is: ``({client: node_id}, {client: info}, failures)``."""
+    """Ask every connected node which client it is: ``({client: node_id}, {client: info}, failures)``.
+
+    A node's declaration is validated (:func:`declaration`); a node whose declaration is invalid
+    is left out of the run with a ``discover`` failure naming the field, never trusted.
+    """
     node_ids = wait_for_nodes(grid, settings)
     contents = {nid: RecordDict({"config": config_record(settings.job())}) for nid in node_ids}
 
     def decode(content: RecordDict) -> dict[str, Any]:
+        if "info" not in content or not isinstance(content["info"], ConfigRecord):
+            raise ValueError("the reply has no 'info' ConfigRecord")
         return dict(content["info"])
 
     infos, failures = exchange(grid, {n: n for n in node_ids}, contents, MessageType.QUERY, 0, "discover", settings.node_wait or settings.round_timeout, decode)
     nodes: dict[int, int] = {}
     by_client: dict[int, dict[str, Any]] = {}
     for nid, info in sorted(infos.items()):
-        cid = int(info["client"])
+        try:
+            checked = declaration(info)
+        except ValueError as exc:
+            failures.append(Failure(0, None, "discover", f"invalid declaration: {exc}", nid))
+            continue
+        cid = checked["client"]
         if cid in nodes:
             raise ValueError(f"SuperNodes {nodes[cid]} and {nid} both claim partition-id={cid}; give every node its own partition-id")
-        nodes[cid], by_client[cid] = nid, info
+        nodes[cid], by_client[cid] = nid, checked
     for f in failures:
-        log.warning("node %s did not answer discovery: %s", f.node_id, f.reason)
+        log.warning("node %s left out of the run at discovery: %s", f.node_id, f.reason)
     if not nodes:
-        raise RuntimeError("no SuperNode answered the discovery query; see the node logs")
+        raise RuntimeError("no SuperNode answered the discovery query with a valid declaration; see the node logs")
     return nodes, by_client, failures
+
+
+def declaration(info: Mapping[str, Any]) -> dict[str, Any]:
+    """A node's validated discovery reply: counts through :func:`~topofl.federation.validation.client_info`,
+    ``task`` one of the tasks, ``n_classes`` and ``n_features`` integers in range; ``ValueError`` otherwise."""
+    ci = client_info(info.get("client"), info)
+    task = info.get("task")
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {', '.join(TASKS)}; got {task!r}")
+    out = {"client": ci.client_id, "n_train": ci.n_train, "n_test": ci.n_test, "test_classes": ci.test_classes, "task": task}
+    for key, low, high in (("n_classes", 0, 100_000), ("n_features", 1, 10**7)):
+        value = info.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ValueError(f"{key} must be an integer in [{low}, {high}]; got {value!r}")
+        out[key] = value
+    return out
 
 
 def reconcile_task(infos: dict[int, dict[str, Any]]) -> tuple[str, int]:
@@ -85,15 +116,25 @@ def reconcile(infos: dict[int, dict[str, Any]]) -> tuple[str, int, int]:
     return (*reconcile_task(infos), next(iter(dims.values())))
 
 
-def federated_main(grid: Grid, settings: FlowerSettings) -> History:
-    """Run a federated (server-based) topofl method on the connected SuperNodes."""
+def new_run_id() -> str:
+    """A run id for runs that Flower gave none (in-memory grids): time and process."""
+    return time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
+
+
+def federated_main(grid: Grid, settings: FlowerSettings, run_id: Any = None, root: str | os.PathLike[str] | None = None) -> History:
+    """Run a federated (server-based) topofl method on the connected SuperNodes.
+
+    Results go to a fresh directory under the results root (:func:`topofl.flower.outputs.resolve_run_dir`),
+    checked before any node is contacted; ``history.out_dir`` names it.
+    """
+    run_dir = resolve_run_dir(settings.out_dir, root if root is not None else results_root(), run_id if run_id is not None else new_run_id())
     nodes, infos, failures = discover(grid, settings)
     task, n_classes, n_features = reconcile(infos)
     algorithm = build(settings.method, dict(settings.hyperparameters))
     model = make_model(task, algorithm.input_dim(n_features), max(n_classes, 2), algorithm.config.l2)
     job = {**settings.job(), "task": task, "n_classes": n_classes, "n_features": n_features}
     log.info("%s on %d SuperNode(s) (clients %s), %d round(s)", settings.method, len(nodes), sorted(nodes), settings.rounds)
-    out = RunOutputs(settings.out_dir, ROUND_FIELDS, CURVE_FIELDS)
+    out = RunOutputs(run_dir, ROUND_FIELDS, CURVE_FIELDS)
     out.failures.extend(failures)
 
     def on_round(history: History, summary: RoundSummary) -> None:
@@ -102,31 +143,37 @@ def federated_main(grid: Grid, settings: FlowerSettings) -> History:
         out.round(rows, {**summary.as_dict(), "n_clients": len(rows), "n_failures": len(fails)}, history.server_logs[-1], fails)
         log.info("round %d: accuracy %.4f, auc %.4f over %d client(s); %d failure(s)", summary.round, summary.accuracy, summary.auc, len(rows), len(fails))
 
-    pool = FlowerPool(grid, nodes, job, settings.round_timeout)
+    pool = FlowerPool(grid, nodes, job, settings.round_timeout, {cid: client_info(cid, i) for cid, i in infos.items()})
     history = run_rounds(pool, algorithm, model, settings.rounds, settings.seed, min_replies=settings.min_replies, on_round=on_round)
     history.failures[:0] = failures
+    history.out_dir = str(run_dir) if run_dir is not None else None
     out.finish(settings.method, settings.as_dict())
     return history
 
 
-def run(grid: Grid, settings: FlowerSettings) -> Any:
+def run(grid: Grid, settings: FlowerSettings, run_id: Any = None, root: str | os.PathLike[str] | None = None) -> Any:
     """Dispatch to the federated loop or the decentralised relay."""
     if settings.decentralised:
         from topofl.flower.relay import relay_main
 
-        return relay_main(grid, settings)
-    return federated_main(grid, settings)
+        return relay_main(grid, settings, run_id, root)
+    return federated_main(grid, settings, run_id, root)
 
 
-def make_server_app(settings: FlowerSettings | None = None, on_result: Callable[[Any], None] | None = None) -> ServerApp:
+def make_server_app(
+    settings: FlowerSettings | None = None,
+    on_result: Callable[[Any], None] | None = None,
+    results_root: str | os.PathLike[str] | None = None,
+) -> ServerApp:
     """A ServerApp running ``settings`` (default: read from the run config); ``on_result`` receives
-    the run's history (used by :func:`topofl.flower.simulation.simulate_flower`)."""
+    the run's history (used by :func:`topofl.flower.simulation.simulate_flower`). ``results_root``
+    overrides this host's results root (for a local, trusted caller such as ``topofl flower``)."""
     server_app = ServerApp()
 
     @server_app.main()
     def main(grid: Grid, context: Context) -> None:
         s = settings if settings is not None else FlowerSettings.from_run_config(dict(context.run_config))
-        result = run(grid, s)
+        result = run(grid, s, context.run_id, results_root)
         if on_result is not None:
             on_result(result)
 

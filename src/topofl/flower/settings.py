@@ -13,6 +13,7 @@ from typing import Any, Mapping
 
 from topofl._validation import check_choice, check_int, check_range
 from topofl.cli_parsing import parse_assignments
+from topofl.limits import MAX_ROUNDS, MAX_SEED
 
 #: run-config key → (settings field, default, help)
 KEYS: dict[str, tuple[str, Any, str]] = {
@@ -76,8 +77,8 @@ class FlowerSettings:
 
         check_choice("method", self.method, [*available(), *DECENTRALISED])
         check_choice("scenario", self.scenario, list(SCENARIOS))
-        check_int("num-server-rounds", self.rounds, 1, 1_000_000)
-        check_int("seed", self.seed, 0)
+        check_int("num-server-rounds", self.rounds, 1, MAX_ROUNDS)
+        check_int("seed", self.seed, 0, MAX_SEED)
         check_int("min-nodes", self.min_nodes, 1)
         check_range("node-wait", self.node_wait, 0.0)
         check_int("min-replies", self.min_replies, 0)

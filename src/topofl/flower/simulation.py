@@ -21,6 +21,7 @@ def simulate_flower(
     *,
     cpus_per_node: float = 1.0,
     verbose: bool = False,
+    results_root: str | os.PathLike[str] | None = None,
     **run_config: Any,
 ) -> Any:
     """Run a topofl job on Flower's Simulation Runtime (Ray) and return its history.
@@ -34,6 +35,9 @@ def simulate_flower(
         Virtual SuperNodes; default: the scenario's number of clients.
     cpus_per_node : float
         Ray CPUs per ClientApp (1 lets two run at once on 2 cores).
+    results_root : path, optional
+        Root that the settings' ``out_dir`` is resolved in (default: ``$TOPOFL_RESULTS_ROOT`` or
+        ``./results``); the run writes into a fresh ``run-<id>`` directory there (``history.out_dir``).
 
     Returns
     -------
@@ -66,7 +70,7 @@ def simulate_flower(
     }
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # run_simulation's own deprecation notice
-        run_simulation(make_server_app(settings, results.append), client_app, num_supernodes=n_nodes,
+        run_simulation(make_server_app(settings, results.append, results_root), client_app, num_supernodes=n_nodes,
                        backend_config=backend, verbose_logging=verbose)
     if not results:
         raise RuntimeError("the Flower simulation ended without a result; see the log above")

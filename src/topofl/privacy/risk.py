@@ -11,6 +11,11 @@ import numpy as np
 from topofl._validation import check_int, check_range
 
 ALPHA_C = 0.1  # the paper's estimated compression factor of the PH map (§3.6)
+#: the names :func:`client_privacy` reports (all non-negative)
+PRIVACY_METRICS = (
+    "transmitted_model_dim", "transmitted_descriptor_dim", "risk_gradient", "risk_descriptor",
+    "mi_gradient_bits", "mi_descriptor_bits",
+)
 
 
 def _check(n: int, d: int) -> None:

@@ -33,7 +33,7 @@ from typing import Sequence
 import numpy as np
 
 from topofl._validation import as_points, check_choice, check_int
-from topofl.tda.diagrams import diagrams
+from topofl.tda.diagrams import diagrams, representable_scale
 
 SCALINGS = ("none", "standard", "unit_box")
 DEFAULT_N_SUB = 80
@@ -103,9 +103,15 @@ def subsample(X: np.ndarray, n_sub: int, rng: np.random.Generator) -> np.ndarray
 
 
 def scale_points(X: np.ndarray, scale: str) -> np.ndarray:
-    """Apply the descriptor's optional scaling (see module docstring)."""
+    """Apply the descriptor's optional scaling (see module docstring).
+
+    Both scalings are invariant to a global factor, so the points are first divided by a power of
+    two (exact) that brings their spread near 1: means and variances of features near 1e300 or
+    1e-300 then neither overflow nor underflow.
+    """
     if scale == "none":
         return X
+    X = X / representable_scale(X)
     if scale == "standard":
         sd = X.std(axis=0)
         return (X - X.mean(axis=0)) / np.where(sd > 0, sd, 1.0)
@@ -120,6 +126,18 @@ def persistence_entropy(pers: np.ndarray) -> float:
         return 0.0
     p = pers[pers > 0] / total
     return max(0.0, float(-(p * np.log(p)).sum()))  # max: a single pair gives 0.0, not -0.0
+
+
+def _amplitude(pers: np.ndarray) -> float:
+    """A_j = (Σ pers_i²)^{1/2} (Eq. 5), computed as m·‖pers/m‖ with m = max pers so that squares
+    of persistences near 1e-300 or 1e300 neither underflow nor overflow."""
+    m = float(pers.max()) if pers.size else 0.0
+    if m <= 0.0:
+        return 0.0
+    if 1e-100 < m < 1e100:  # squares are safe: the plain formula (bit-identical to earlier releases)
+        return float(np.sqrt(pers @ pers))
+    q = pers / m
+    return m * float(np.sqrt(q @ q))
 
 
 def betti_curve(dgm: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
@@ -153,7 +171,7 @@ def descriptor_from_diagrams(dgms: Sequence[np.ndarray], n_thresholds: int = DEF
         pers = d[:, 1] - d[:, 0]
         scalars[j] = pers.size
         scalars[2 + j] = persistence_entropy(pers)
-        scalars[4 + j] = float(np.sqrt(pers @ pers))
+        scalars[4 + j] = _amplitude(pers)
         med = _quantile_sorted(np.sort(pers), 0.5) if pers.size else 0.0
         scalars[6 + j] = float((pers > med).sum())
     return np.concatenate([scalars, betti_curve(d0, thresholds), betti_curve(d1, thresholds)])
@@ -222,3 +240,53 @@ def descriptors(
         except ValueError as exc:
             raise ValueError(f"point cloud {k}: {exc}") from None
     return np.vstack(rows)
+
+
+def descriptor_problems(phi: np.ndarray, n_thresholds: int = DEFAULT_N_THRESHOLDS, n_points: int | None = None) -> str | None:
+    """Why ``phi`` cannot be the descriptor of any point cloud; ``None`` when it can.
+
+    Checks the invariants of :func:`descriptor_from_diagrams` for a cloud of ``n_points``
+    distinct-enough points (the subsample size, ``min(n, n_sub)``; ``None`` = unknown):
+
+    * β_0 (finite H0 pairs) is an integer in [1, n − 1] — a cloud of n points merges n − 1
+      times; 0 only for a cloud of identical points, which carries no topology and is refused;
+    * β_1 is an integer in [0, n(n−1)/2 − (n − 1)] (each H1 pair needs an edge that closes a cycle);
+    * entropy H_j in [0, log β_j] (0 when β_j <= 1); amplitude A_j >= 0, and > 0 exactly when β_j > 0;
+    * persistent counts are integers in [0, ⌊β_j / 2⌋] (pairs strictly above the median);
+    * Betti-curve values are integers in [0, β_j]; the H0 curve starts at β_0 (every H0 pair is
+      born at 0 and alive at the first threshold, 0) and never increases.
+
+    Used by the server before it clusters on a reply's descriptor (a forged one is dropped).
+    """
+    L = n_thresholds
+    phi = np.asarray(phi, dtype=np.float64)
+    if phi.shape != (len(_SCALARS) + 2 * L,):
+        return f"descriptor must have shape ({len(_SCALARS) + 2 * L},); got {phi.shape}"
+    if not np.isfinite(phi).all():
+        return "descriptor holds non-finite values"
+    names = _layout_names(L)
+    counts = phi[:2]
+    for j, b in enumerate(counts):
+        hi = (n_points - 1 if j == 0 else n_points * (n_points - 1) // 2 - (n_points - 1)) if n_points else np.inf
+        lo = 1 if j == 0 else 0
+        if b != np.round(b) or not lo <= b <= hi:
+            return f"descriptor h{j}_betti must be an integer in [{lo}, {hi}]; got {b:.6g}"
+    for j, b in enumerate(counts):
+        ent, amp, npers = phi[2 + j], phi[4 + j], phi[6 + j]
+        ent_max = float(np.log(b)) if b > 1 else 0.0
+        if not -1e-12 <= ent <= ent_max + 1e-9:
+            return f"descriptor h{j}_entropy must be in [0, log β_{j} = {ent_max:.6g}]; got {ent:.6g}"
+        if amp < 0 or (amp > 0) != (b > 0):
+            return f"descriptor h{j}_amplitude must be > 0 when h{j}_betti > 0 and 0 otherwise; got {amp:.6g} with β_{j} = {b:.0f}"
+        if npers != np.round(npers) or not 0 <= npers <= b // 2:
+            return f"descriptor h{j}_n_persistent must be an integer in [0, {int(b // 2)}]; got {npers:.6g}"
+    curves = (phi[len(_SCALARS): len(_SCALARS) + L], phi[len(_SCALARS) + L:])
+    for j, (curve, b) in enumerate(zip(curves, counts)):
+        bad = (curve != np.round(curve)) | (curve < 0) | (curve > b)
+        if bad.any():
+            i = int(np.argmax(bad))
+            return f"descriptor {names[len(_SCALARS) + j * L + i]} must be an integer in [0, {b:.0f}]; got {curve[i]:.6g}"
+    h0 = curves[0]
+    if h0[0] != counts[0] or np.any(np.diff(h0) > 0):
+        return "descriptor h0_curve must start at h0_betti and never increase (every H0 pair is born at 0)"
+    return None

@@ -67,8 +67,47 @@ def diagrams(
     if validate:
         X = as_points(X, "X", min_points=3)
         check_int("maxdim", maxdim, 0, 3)
-    dgms = raw_ripser(np.ascontiguousarray(X, dtype=np.float64), maxdim=maxdim, n_threads=n_threads)
-    return [canonical(d) for d in dgms]
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    s = representable_scale(X, "X")
+    if s == 1.0:
+        return [canonical(d) for d in raw_ripser(X, maxdim=maxdim, n_threads=n_threads)]
+    dgms = raw_ripser(X / s, maxdim=maxdim, n_threads=n_threads)
+    return [canonical(d) * s for d in dgms]
+
+
+#: coordinate spreads within [2**-SAFE_EXPONENT, 2**SAFE_EXPONENT] go to the PH library as given
+SAFE_EXPONENT = 40
+
+
+def representable_scale(X: np.ndarray, field: str = "X") -> float:
+    """A power of two ``s`` such that ``X / s`` has a coordinate spread near 1, or 1.0 when the
+    spread is already in the safe window [2⁻⁴⁰, 2⁴⁰] (then nothing is rescaled).
+
+    giotto-ph stores filtration values in float32, whose range (1e-45 to 3e38) is far narrower
+    than float64's: ``X * 1e39`` overflowed to empty diagrams and ``X * 1e-46`` underflowed. Dividing
+    by a power of two is exact, Rips diagrams are equivariant under scaling, and the diagram is
+    multiplied back, so any cloud whose pairwise distances are representable in float64 gets its
+    exact diagrams (to float32 precision, as at ordinary scales). ``ValueError`` naming ``field``
+    when the distances are not representable in float64.
+    """
+    if X.size == 0:
+        return 1.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        spread = np.ptp(X, axis=0)
+        largest = float(spread.max())
+        reach = largest * np.sqrt(X.shape[1])
+    if not np.isfinite(reach):
+        col = int(np.argmax(~np.isfinite(spread))) if not np.isfinite(spread).all() else int(np.argmax(spread))
+        raise ValueError(
+            f"{field}: pairwise distances are not representable in float64 (the coordinates of column {col} "
+            f"span more than 1.8e308); rescale the data"
+        )
+    if largest == 0.0:
+        return 1.0
+    exponent = int(np.floor(np.log2(largest)))
+    if -SAFE_EXPONENT <= exponent <= SAFE_EXPONENT:
+        return 1.0
+    return float(2.0 ** exponent) if exponent > -1022 else float(np.ldexp(1.0, exponent))
 
 
 def canonical(dgm: np.ndarray) -> np.ndarray:

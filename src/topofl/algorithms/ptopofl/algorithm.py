@@ -13,16 +13,18 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from topofl._validation import check_choice, check_int, check_range
-from topofl.algorithms.base import Algorithm, AlgorithmConfig, ClientContext, hp
+from topofl.algorithms.base import Algorithm, AlgorithmConfig, ClientContext, cap_shares, hp
 from topofl.algorithms.ptopofl import maths
 from topofl.federation.messages import ClientUpdate, ServerMessage
-from topofl.privacy.risk import client_privacy
-from topofl.tda.descriptor import LAYOUT, SCALINGS, descriptor
+from topofl.federation.validation import ArraySpec, ClientInfo, ReplySchema
+from topofl.privacy.risk import PRIVACY_METRICS, client_privacy
+from topofl.tda.descriptor import LAYOUT, SCALINGS, descriptor, descriptor_from_diagrams, descriptor_problems
 from topofl.tda.distances import normalise_rows, pairwise_descriptor_distances, pairwise_diagram_distances
 from topofl.tda.features import N_FEATURES, TopoContext
 
@@ -129,6 +131,36 @@ class PTopoFL(Algorithm):
     def descriptor_size(self) -> int:
         """8 scalars + two Betti curves of ``n_thresholds`` points (48 with the paper's L = 20)."""
         return 8 + 2 * self.config.n_thresholds
+
+    def reply_schema(self, client_id: int, message: ServerMessage, info: ClientInfo) -> ReplySchema:
+        """The model (near the cluster model sent), the descriptor — required when the server
+        asked for it, checked against the invariants of a PH descriptor of ``min(n_k, n_sub)``
+        points — the diagrams when clustering by a diagram distance, and the privacy metrics."""
+        c = self.config
+        dgm = ArraySpec((None, 2), required=False, low=0.0)
+        return ReplySchema(
+            ArraySpec((self.update_size(),)),
+            centers=message.params[None, :],
+            extras={} if c.cluster_distance == "l2" else {"dgm0": dgm, "dgm1": dgm},
+            descriptor=ArraySpec((self.descriptor_size(),), required=bool(message.config.get("need_descriptor", False))),
+            descriptor_check=partial(descriptor_problems, n_thresholds=c.n_thresholds, n_points=min(info.n_train, c.n_sub)),
+            metrics={k: (0.0, float("inf")) for k in PRIVACY_METRICS},
+        )
+
+    def reply_problem(self, update: ClientUpdate, message: ServerMessage, info: ClientInfo) -> str | None:
+        """With a diagram distance, the descriptor must be the one of the diagrams sent beside it."""
+        if self.config.cluster_distance == "l2":
+            return None
+        dgms = [update.extras.get(k) for k in ("dgm0", "dgm1")]
+        if update.descriptor is None:
+            return "diagrams sent without a descriptor" if any(d is not None for d in dgms) else None
+        if any(d is None for d in dgms):
+            return f"cluster_distance={self.config.cluster_distance!r} needs the diagrams dgm0 and dgm1 with the descriptor"
+        if any(np.any(d[:, 1] <= d[:, 0]) for d in dgms):
+            return "diagram pairs must die after they are born"
+        if not np.allclose(descriptor_from_diagrams(dgms, self.config.n_thresholds), update.descriptor, rtol=1e-9, atol=1e-12):
+            return "the descriptor does not match the diagrams sent with it"
+        return None
 
     def setup(self, model, client_ids, rng) -> None:
         super().setup(model, client_ids, rng)
@@ -245,6 +277,8 @@ class PTopoFL(Algorithm):
                 centroids[j],
                 np.array([self.trust[u.client_id] for u in members]),
             )
+            if self.config.max_client_weight < 1.0:
+                w = cap_shares(w, self.config.max_client_weight)
             self.cluster_raw[j] = w @ np.vstack([u.params for u in members])
         self.cluster_models = maths.blend(self.cluster_raw, self._sizes(), self.config.beta)
         return {

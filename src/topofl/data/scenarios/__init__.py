@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from topofl.data.federation import Federation
+from topofl.limits import MAX_SEED
 from topofl.data.scenarios.benchmark import BenchmarkConfig, make_benchmark
 from topofl.data.scenarios.continual import ContinualConfig, make_continual
 from topofl.data.scenarios.healthcare import HealthcareConfig, make_healthcare
@@ -40,8 +41,8 @@ def make_scenario(name: str, seed: int = 0, **params: Any) -> Federation:
     """A seeded scenario federation by name; ``params`` override the scenario's defaults."""
     if name not in SCENARIOS:
         raise ValueError(f"unknown scenario {name!r}; available: {', '.join(SCENARIOS)}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer; got {seed!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"seed must be an integer in [0, {MAX_SEED}]; got {seed!r}")
     return SCENARIOS[name][0](seed, **params)
 
 

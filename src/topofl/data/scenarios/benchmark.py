@@ -15,7 +15,7 @@ import numpy as np
 
 from topofl._validation import check_int, check_range
 from topofl.data.federation import ClientData, Federation
-from topofl.data.scenarios.common import build_config, split_train_test
+from topofl.data.scenarios.common import build_config, check_size, split_train_test
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class BenchmarkConfig:
     test_fraction: float = 0.25
 
     def __post_init__(self) -> None:
-        check_int("n_clients", self.n_clients, 1)
+        check_size(self.n_clients, self.n_max, self.n_features)
         check_int("n_features", self.n_features, 2)
         check_int("n_informative", self.n_informative, 1, self.n_features)
         check_int("n_redundant", self.n_redundant, 0, self.n_features - self.n_informative)

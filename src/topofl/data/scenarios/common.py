@@ -8,6 +8,22 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.special import expit
 
+from topofl._validation import check_int
+from topofl.limits import MAX_CLIENTS, MAX_FEATURES, MAX_SAMPLES_PER_CLIENT, MAX_SCENARIO_VALUES
+
+
+def check_size(n_clients: int, n_per_client: int, n_features: int, samples_field: str = "n_max") -> None:
+    """Refuse, before generating anything, a scenario above the documented bounds (:mod:`topofl.limits`)."""
+    check_int("n_clients", n_clients, 1, MAX_CLIENTS)
+    check_int(samples_field, n_per_client, 1, MAX_SAMPLES_PER_CLIENT)
+    check_int("n_features", n_features, 1, MAX_FEATURES)
+    total = n_clients * n_per_client * n_features
+    if total > MAX_SCENARIO_VALUES:
+        raise ValueError(
+            f"n_clients × {samples_field} × n_features = {n_clients} × {n_per_client} × {n_features} = {total:,} values "
+            f"exceeds the limit of {MAX_SCENARIO_VALUES:,}; lower one of them"
+        )
+
 
 def intercept_for_prevalence(logits: np.ndarray, prevalence: float) -> float:
     """Intercept b such that mean(σ(logits + b)) equals ``prevalence`` (bisection)."""

@@ -18,7 +18,8 @@ from scipy.special import expit
 
 from topofl._validation import check_int, check_range
 from topofl.data.federation import ClientData, Federation
-from topofl.data.scenarios.common import build_config
+from topofl.limits import MAX_ROUNDS
+from topofl.data.scenarios.common import build_config, check_size
 
 
 @dataclass(frozen=True)
@@ -36,10 +37,9 @@ class ContinualConfig:
     test_fraction: float = 0.3
 
     def __post_init__(self) -> None:
-        check_int("n_clients", self.n_clients, 1)
-        check_int("n_features", self.n_features, 1)
+        check_size(self.n_clients, self.n_per_client, self.n_features, "n_per_client")
         check_int("n_informative", self.n_informative, 1, self.n_features)
-        check_int("rounds", self.rounds, 2)
+        check_int("rounds", self.rounds, 2, MAX_ROUNDS)
         check_int("n_per_client", self.n_per_client, 10)
         for k in self.drifting:
             check_int("drifting client", k, 0, self.n_clients - 1)

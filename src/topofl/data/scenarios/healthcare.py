@@ -29,7 +29,7 @@ import numpy as np
 
 from topofl._validation import check_int, check_range
 from topofl.data.federation import ClientData, Federation
-from topofl.data.scenarios.common import flip_labels, intercept_for_prevalence, rotated_rule, split_train_test
+from topofl.data.scenarios.common import check_size, flip_labels, intercept_for_prevalence, rotated_rule, split_train_test
 
 
 @dataclass(frozen=True)
@@ -52,8 +52,7 @@ class HealthcareConfig:
     test_fraction: float = 0.3
 
     def __post_init__(self) -> None:
-        check_int("n_clients", self.n_clients, 1)
-        check_int("n_features", self.n_features, 1)
+        check_size(self.n_clients, self.n_max, self.n_features)
         check_int("n_informative", self.n_informative, 1, self.n_features)
         check_int("n_min", self.n_min, 10)
         check_int("n_max", self.n_max, self.n_min)

@@ -1,12 +1,11 @@
 """What every experiment provides, and the manifest its analysis leaves for the report."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from topofl.experiments.results import _json_default, write_csv
+from topofl.experiments.results import write_csv, write_json_atomic
 from topofl.experiments.runs import RunSpec
 
 
@@ -30,7 +29,7 @@ class Manifest:
         self.figures.append({**files, "caption": caption})
 
     def write(self, out: Path) -> None:
-        (out / "manifest.json").write_text(json.dumps(self.__dict__, indent=2, default=_json_default))
+        write_json_atomic(out / "manifest.json", self.__dict__)
 
 
 @dataclass(frozen=True)

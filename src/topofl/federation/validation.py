@@ -1,0 +1,371 @@
+"""What the server checks before it reads anything a client sent (DESIGN: "the server decides trust").
+
+Three kinds of client input reach a server, in every runtime:
+
+* **the declaration** a client makes when it joins (:class:`ClientInfo`: its example counts and
+  how many classes its test split holds) — in process it comes from the federation, on Flower
+  from the discovery query; it is validated once (:func:`client_info`) and is what the server
+  weights the client by from then on;
+* **fit replies** (:class:`~topofl.federation.messages.ClientUpdate`), screened by
+  :func:`screen_updates` against the schema the algorithm declares for each reply
+  (:class:`ReplySchema`: shapes, dtypes, ranges, required or optional arrays, descriptor,
+  metric names), the declared example count, the algorithm's own consistency checks, and a norm
+  bound relative to what the server sent;
+* **evaluation replies** (:class:`~topofl.federation.pool.ClientEvaluation`), screened by
+  :func:`evaluation_problem`: metric names and ranges, pooled arrays of the declared length.
+
+A reply that fails any check is never aggregated or averaged: it becomes a
+:class:`~topofl.federation.pool.Failure` with the reason. Nothing in a reply can crash the server.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Protocol, Sequence
+
+import numpy as np
+
+from topofl.federation.messages import ClientUpdate, ServerMessage
+from topofl.limits import MAX_CLIENT_EXAMPLES
+
+#: the metrics every evaluation reply carries, and nothing else
+EVALUATION_METRICS = ("auc", "accuracy", "loss")
+
+
+# ---- the declaration a client makes when it joins --------------------------------------------
+@dataclass(frozen=True)
+class ClientInfo:
+    """What a client declared when it joined: the server's only source for its weight.
+
+    ``test_classes`` is the number of distinct labels in its test split (0 for regression); a
+    client whose test split holds one class has no AUC.
+    """
+
+    client_id: int
+    n_train: int
+    n_test: int
+    test_classes: int = 0
+
+
+def _declared_int(field_name: str, value: Any, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{field_name} must be an integer; got {value!r}")
+    if not low <= int(value) <= high:
+        raise ValueError(f"{field_name} must be in [{low}, {high}]; got {int(value)}")
+    return int(value)
+
+
+def client_info(client_id: int, values: Mapping[str, Any]) -> ClientInfo:
+    """Validate a client's declaration (``n_train``, ``n_test``, ``test_classes``).
+
+    Raises ``ValueError`` naming the field: example counts are integers in
+    ``[1, MAX_CLIENT_EXAMPLES]`` (:mod:`topofl.limits`).
+    """
+    cid = _declared_int("client", client_id, 0, 2**31 - 1)
+    missing = [k for k in ("n_train", "n_test") if k not in values]
+    if missing:
+        raise ValueError(f"client {cid} declared no {', '.join(missing)}")
+    return ClientInfo(
+        cid,
+        _declared_int("n_train", values["n_train"], 1, MAX_CLIENT_EXAMPLES),
+        _declared_int("n_test", values["n_test"], 1, MAX_CLIENT_EXAMPLES),
+        _declared_int("test_classes", values.get("test_classes", 0), 0, 100_000),
+    )
+
+
+def declared_infos(clients: Sequence[Any], task: str) -> dict[int, ClientInfo]:
+    """Declarations of in-process clients (``ClientData`` objects), from their own data."""
+    out = {}
+    for c in clients:
+        classes = 0 if task == "regression" else int(np.unique(c.y_test).size)
+        out[c.client_id] = client_info(c.client_id, {"n_train": c.n_train, "n_test": int(c.X_test.shape[0]), "test_classes": classes})
+    return out
+
+
+# ---- what an algorithm receives ----------------------------------------------------------------
+@dataclass(frozen=True)
+class ArraySpec:
+    """What one array of a reply must be: float64 of ``shape`` (``None`` = any length), finite,
+    with a finite sum of squares, within ``[low, high]`` and, if ``integer``, whole numbers."""
+
+    shape: tuple[int | None, ...]
+    required: bool = True
+    low: float = -math.inf
+    high: float = math.inf
+    integer: bool = False
+
+    def problem(self, name: str, value: Any) -> str | None:
+        """Why ``value`` does not fit, naming the array; ``None`` when it does."""
+        if not isinstance(value, np.ndarray):
+            return f"{name} must be a numpy array; got {type(value).__name__}"
+        if value.dtype != np.float64:
+            return f"{name} must be float64; got {value.dtype}"
+        if value.ndim != len(self.shape) or any(s is not None and s != v for s, v in zip(self.shape, value.shape)):
+            want = "(" + ", ".join("n" if s is None else str(s) for s in self.shape) + ("," if len(self.shape) == 1 else "") + ")"
+            return f"{name} must have shape {want}; got {value.shape}"
+        if value.size == 0:
+            return None
+        bad = ~np.isfinite(value)
+        if bad.any():
+            return f"{name} holds {int(bad.sum())} non-finite value(s)"
+        with np.errstate(over="ignore"):
+            squares = float(np.dot(value.ravel(), value.ravel()))
+        if not math.isfinite(squares):
+            return f"{name}: its sum of squares overflows float64 (largest |value| {float(np.abs(value).max()):.3g})"
+        lo, hi = float(value.min()), float(value.max())
+        if lo < self.low or hi > self.high:
+            return f"{name} must be in [{_num(self.low)}, {_num(self.high)}]; got values in [{lo:.6g}, {hi:.6g}]"
+        if self.integer and not np.array_equal(value, np.round(value)):
+            return f"{name} must hold integers; got {float(value[value != np.round(value)][0]):.6g}"
+        return None
+
+
+def _num(v: float) -> str:
+    return f"{int(v)}" if math.isfinite(v) and v == int(v) else f"{v:g}"
+
+
+class DescriptorCheck(Protocol):
+    def __call__(self, phi: np.ndarray) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class ReplySchema:
+    """What an algorithm accepts in one client's fit reply (declared per client and round).
+
+    Attributes
+    ----------
+    params : ArraySpec
+        The parameter vector.
+    centers : ndarray or None
+        The model(s) the server sent, one per row: the update's deviation is its distance to the
+        nearest row. ``None`` when ``params`` is itself a difference (SCAFFOLD's Δy): the
+        deviation is then ``‖params‖``.
+    scale : float or None
+        The norm the deviation is compared with; default: the norm of the nearest center.
+    extras : mapping
+        Named arrays the reply may carry; any other name is refused.
+    descriptor : ArraySpec or None
+        The descriptor's spec, or ``None`` when the algorithm takes no descriptor.
+    descriptor_check : callable or None
+        Further checks of a sent descriptor's values (e.g. persistent-homology invariants).
+    metrics : mapping
+        Metric names the reply may report, with their ``(low, high)`` range.
+    """
+
+    params: ArraySpec
+    centers: np.ndarray | None = None
+    scale: float | None = None
+    extras: Mapping[str, ArraySpec] = field(default_factory=dict)
+    descriptor: ArraySpec | None = None
+    descriptor_check: DescriptorCheck | None = None
+    metrics: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+
+    def problem(self, update: ClientUpdate) -> str | None:
+        """Why ``update`` does not match this schema; ``None`` when it does."""
+        reason = self.params.problem("params", update.params)
+        if reason:
+            return reason
+        extras = update.extras if isinstance(update.extras, Mapping) else None
+        if extras is None:
+            return f"extras must be a mapping of named arrays; got {type(update.extras).__name__}"
+        unexpected = sorted(str(k) for k in extras if k not in self.extras)
+        if unexpected:
+            return f"unexpected extras {', '.join(repr(k) for k in unexpected)} (this method accepts: {', '.join(self.extras) or 'none'})"
+        for key, spec in self.extras.items():
+            if key not in extras:
+                if spec.required:
+                    return f"extras[{key!r}] is missing"
+                continue
+            reason = spec.problem(f"extras[{key!r}]", extras[key])
+            if reason:
+                return reason
+        d = update.descriptor
+        if self.descriptor is None:
+            if d is not None:
+                return "unexpected descriptor (this method takes none)"
+        elif d is None:
+            if self.descriptor.required:
+                return "descriptor is required (the server asked for it) but the reply has none"
+        else:
+            reason = self.descriptor.problem("descriptor", d)
+            if reason is None and self.descriptor_check is not None:
+                reason = self.descriptor_check(d)
+            if reason:
+                return reason
+        return _metrics_problem(update.metrics, self.metrics)
+
+    def deviation(self, params: np.ndarray) -> tuple[float, float]:
+        """``(‖params − nearest center‖, reference norm)`` for the norm bound."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            if self.centers is None:
+                dev, ref = float(np.linalg.norm(params)), 0.0
+            else:
+                C = np.atleast_2d(self.centers)
+                dists = np.linalg.norm(C - params[None, :], axis=1) if params.size else np.zeros(C.shape[0])
+                j = int(np.argmin(dists))
+                dev, ref = float(dists[j]), float(np.linalg.norm(C[j]))
+        return dev, ref if self.scale is None else float(self.scale)
+
+
+def _metrics_problem(metrics: Any, allowed: Mapping[str, tuple[float, float]]) -> str | None:
+    if not isinstance(metrics, Mapping):
+        return f"metrics must be a mapping; got {type(metrics).__name__}"
+    for key, value in metrics.items():
+        if key not in allowed:
+            return f"unexpected metric {key!r}"
+        lo, hi = allowed[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            return f"metric {key!r} must be a number; got {value!r}"
+        if not (math.isfinite(float(value)) and lo <= float(value) <= hi):
+            return f"metric {key!r} must be in [{_num(lo)}, {_num(hi)}]; got {float(value)!r}"
+    return None
+
+
+def count_problem(claimed: Any, declared: int) -> str | None:
+    """Why a reply's example count is refused: the server weights each client by what it declared
+    when it joined, so a reply must repeat that count exactly."""
+    if isinstance(claimed, bool) or not isinstance(claimed, (int, np.integer)):
+        return f"n_examples must be an integer; got {claimed!r}"
+    if int(claimed) != declared:
+        return f"n_examples={int(claimed)} differs from the count declared when the client joined (declared {declared})"
+    return None
+
+
+# ---- the round's screening --------------------------------------------------------------------
+class ScreenedAlgorithm(Protocol):
+    """What :func:`screen_updates` needs of an algorithm (see :class:`topofl.algorithms.base.Algorithm`)."""
+
+    config: Any
+
+    def reply_schema(self, client_id: int, message: ServerMessage, info: ClientInfo) -> ReplySchema: ...
+
+    def reply_problem(self, update: ClientUpdate, message: ServerMessage, info: ClientInfo) -> str | None: ...
+
+
+def lower_median(values: Sequence[float]) -> float:
+    """The lower median (an element of ``values``; 0 when empty)."""
+    if not values:
+        return 0.0
+    v = sorted(values)
+    return float(v[(len(v) - 1) // 2])
+
+
+def screen_updates(
+    algorithm: ScreenedAlgorithm,
+    updates: Sequence[Any],
+    messages: Mapping[int, ServerMessage],
+    infos: Mapping[int, ClientInfo],
+) -> tuple[list[ClientUpdate], list[tuple[int | None, str]]]:
+    """Split a round's replies into those fit to aggregate and ``(client, reason)`` rejections.
+
+    In order, for each reply: a :class:`ClientUpdate` from a client of this run that was asked
+    this round, once; the example count it declared when it joined; the algorithm's
+    :class:`ReplySchema`; the algorithm's own consistency checks. Then the **norm bound**: with
+    ``d_k`` the deviation from what the server sent (:meth:`ReplySchema.deviation`) and ``s_k``
+    the norm of that model, a reply is refused when
+
+        d_k > max_update_ratio · max(s_k, update_norm_floor, lower median of d_j over j ≠ k).
+
+    The last term lets honest clients on large-scale features through when the others' updates
+    are as large; it excludes the reply itself, so one reply can never widen its own bound.
+    """
+    cfg = algorithm.config
+    seen: set[int] = set()
+    passed: list[tuple[ClientUpdate, float, float]] = []
+    rejected: list[tuple[int | None, str]] = []
+    for u in updates:
+        if not isinstance(u, ClientUpdate):
+            rejected.append((None, f"a reply must be a ClientUpdate; got {type(u).__name__}"))
+            continue
+        cid = u.client_id
+        known = not isinstance(cid, bool) and isinstance(cid, (int, np.integer)) and int(cid) in infos
+        if not known:
+            rejected.append((None, f"client_id {cid!r} is not a client of this run"))
+            continue
+        cid = int(cid)
+        if cid not in messages:
+            reason = f"client {cid} was not asked for an update this round"
+        elif cid in seen:
+            reason = "a second reply from the same client in one round"
+        else:
+            seen.add(cid)
+            info = infos[cid]
+            schema = algorithm.reply_schema(cid, messages[cid], info)
+            reason = count_problem(u.n_examples, info.n_train) or schema.problem(u) or algorithm.reply_problem(u, messages[cid], info)
+            if reason is None:
+                passed.append((u, *schema.deviation(u.params)))
+                continue
+        rejected.append((cid, reason))
+    ratio, floor = float(cfg.max_update_ratio), float(cfg.update_norm_floor)
+    deviations = [d for _, d, _ in passed]
+    valid = []
+    for k, (u, dev, ref) in enumerate(passed):
+        widen = lower_median(deviations[:k] + deviations[k + 1:])
+        limit = ratio * max(ref, floor, widen)
+        if dev > limit:
+            rejected.append((u.client_id, (
+                f"update norm {dev:.4g} exceeds max_update_ratio={ratio:g} × max(norm of the model sent {ref:.4g}, "
+                f"update_norm_floor {floor:g}, median of the other updates {widen:.4g}) = {limit:.4g}"
+            )))
+        else:
+            valid.append(u)
+    return valid, rejected
+
+
+# ---- evaluation replies -------------------------------------------------------------------------
+def evaluation_problem(evaluation: Any, info: ClientInfo, task: str, n_classes: int) -> str | None:
+    """Why a client's evaluation must not be averaged in; ``None`` when it is sound.
+
+    Metrics are exactly ``auc``, ``accuracy`` and ``loss``. Classification: accuracy in [0, 1];
+    AUC in [0, 1], or NaN exactly when the client declared a single-class test split. Regression:
+    AUC and accuracy NaN. Loss finite and >= 0. Pooled predictions, when sent, are labels and
+    scores for the declared number of test samples (scores in [0, 1] for classification).
+    """
+    m = getattr(evaluation, "metrics", None)
+    if not isinstance(m, Mapping):
+        return f"metrics must be a mapping; got {type(m).__name__}"
+    missing = [k for k in EVALUATION_METRICS if k not in m]
+    if missing:
+        return f"missing metric(s) {', '.join(missing)}"
+    extra = [k for k in m if k not in EVALUATION_METRICS]
+    if extra:
+        return f"unexpected metric {extra[0]!r}"
+    values = {}
+    for k in EVALUATION_METRICS:
+        v = m[k]
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+            return f"{k} must be a number; got {v!r}"
+        values[k] = float(v)
+    auc, acc, loss = values["auc"], values["accuracy"], values["loss"]
+    if not (math.isfinite(loss) and loss >= 0):
+        return f"loss must be finite and >= 0; got {loss!r}"
+    if task == "regression":
+        if not (math.isnan(auc) and math.isnan(acc)):
+            return f"a regression client reports no auc or accuracy (NaN); got auc={auc!r}, accuracy={acc!r}"
+    else:
+        if not 0.0 <= acc <= 1.0:
+            return f"accuracy must be in [0, 1]; got {acc!r}"
+        if info.test_classes >= 2 and not 0.0 <= auc <= 1.0:
+            return f"auc must be in [0, 1] (the client declared {info.test_classes} classes in its test split); got {auc!r}"
+        if info.test_classes < 2 and not math.isnan(auc):
+            return f"auc must be NaN: the client declared a single-class test split; got {auc!r}"
+    return _pooled_problem(getattr(evaluation, "y_true", None), getattr(evaluation, "scores", None), info.n_test, task, n_classes)
+
+
+def _pooled_problem(y: Any, scores: Any, n: int, task: str, n_classes: int) -> str | None:
+    if y is None and scores is None:
+        return None
+    if y is None or scores is None:
+        return "pooled predictions need both y_true and scores"
+    c = max(n_classes, 2)
+    y_spec = ArraySpec((n,), low=0, high=c - 1, integer=True) if task != "regression" else ArraySpec((n,))
+    reason = y_spec.problem("y_true", y)
+    if reason:
+        return reason.replace("must be in", "must hold class labels in") if "must be in" in reason else reason
+    if task == "multiclass":
+        s_spec = ArraySpec((n, c), low=0.0, high=1.0)
+    elif task == "binary":
+        s_spec = ArraySpec((n,), low=0.0, high=1.0)
+    else:
+        s_spec = ArraySpec((n,))
+    return s_spec.problem("scores", scores)
