@@ -11,14 +11,15 @@ from __future__ import annotations
 import logging
 import time
 import tracemalloc
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import networkx as nx
 import numpy as np
 
-from topofl._validation import check_int
-from topofl.data.federation import ClientData
+from topofl._validation import TrainingWarning, check_int
+from topofl.data.federation import ClientData, feature_scale_problem
 from topofl.decentralised.algorithms import Peer, PeerAlgorithm
 from topofl.decentralised.transport import InProcessTransport
 from topofl.limits import MAX_ROUNDS, MAX_SEED
@@ -96,6 +97,9 @@ def run_decentralised(
     check_int("rounds", rounds, 1, MAX_ROUNDS)
     check_int("seed", seed, 0, MAX_SEED)
     check_int("eval_every", eval_every, 1)
+    problem = feature_scale_problem(clients)
+    if problem:
+        warnings.warn(TrainingWarning(problem), stacklevel=2)
     n_nodes = len(clients) + (1 if server_node else 0)
     if sorted(graph.nodes) != list(range(n_nodes)):
         raise ValueError(f"the graph must have nodes 0..{n_nodes - 1} (one per client{' plus the server' if server_node else ''}); got {graph.number_of_nodes()} nodes")

@@ -67,31 +67,36 @@ def diagrams(
     if validate:
         X = as_points(X, "X", min_points=3)
         check_int("maxdim", maxdim, 0, 3)
-    X = np.ascontiguousarray(X, dtype=np.float64)
-    s = representable_scale(X, "X")
+    Y, s = ph_ready(np.ascontiguousarray(X, dtype=np.float64), "X")
     if s == 1.0:
-        return [canonical(d) for d in raw_ripser(X, maxdim=maxdim, n_threads=n_threads)]
-    dgms = raw_ripser(X / s, maxdim=maxdim, n_threads=n_threads)
-    return [canonical(d) * s for d in dgms]
+        return [canonical(d) for d in raw_ripser(Y, maxdim=maxdim, n_threads=n_threads)]
+    return [canonical(d) * s for d in raw_ripser(Y, maxdim=maxdim, n_threads=n_threads)]
 
 
-#: coordinate spreads within [2**-SAFE_EXPONENT, 2**SAFE_EXPONENT] go to the PH library as given
+#: coordinate spreads within [2**-SAFE_EXPONENT, 2**SAFE_EXPONENT] go to the PH library unscaled
 SAFE_EXPONENT = 40
+#: a cloud farther from the origin than this many spreads is centred first
+CENTRE_RATIO = 64.0
 
 
-def representable_scale(X: np.ndarray, field: str = "X") -> float:
-    """A power of two ``s`` such that ``X / s`` has a coordinate spread near 1, or 1.0 when the
-    spread is already in the safe window [2⁻⁴⁰, 2⁴⁰] (then nothing is rescaled).
+def ph_ready(X: np.ndarray, field: str = "X") -> tuple[np.ndarray, float]:
+    """``(Y, s)`` with ``diagrams(X) = s · diagrams(Y)`` and ``Y`` safe for the PH library.
 
-    giotto-ph stores filtration values in float32, whose range (1e-45 to 3e38) is far narrower
-    than float64's: ``X * 1e39`` overflowed to empty diagrams and ``X * 1e-46`` underflowed. Dividing
-    by a power of two is exact, Rips diagrams are equivariant under scaling, and the diagram is
-    multiplied back, so any cloud whose pairwise distances are representable in float64 gets its
-    exact diagrams (to float32 precision, as at ordinary scales). ``ValueError`` naming ``field``
-    when the distances are not representable in float64.
+    giotto-ph stores filtration values in float32 (range 1e-45 to 3e38, 7 digits) and computes
+    distances from squared norms, so ``X * 1e39`` overflowed to empty diagrams, ``X * 1e-46``
+    underflowed, and a cloud far from the origin lost its small distances. Rips diagrams are
+    invariant under translation and equivariant under scaling, so:
+
+    * a cloud farther from the origin than ``CENTRE_RATIO`` × its spread is translated to the
+      centre of its bounding box;
+    * a cloud whose spread lies outside [2⁻⁴⁰, 2⁴⁰] is divided by a power of two ``s`` (exact),
+      and the diagrams are multiplied back by ``s``.
+
+    Ordinary clouds are passed on unchanged (bit-identical results). ``ValueError`` naming
+    ``field`` when the pairwise distances are not representable in float64.
     """
     if X.size == 0:
-        return 1.0
+        return X, 1.0
     with np.errstate(over="ignore", invalid="ignore"):
         spread = np.ptp(X, axis=0)
         largest = float(spread.max())
@@ -100,14 +105,23 @@ def representable_scale(X: np.ndarray, field: str = "X") -> float:
         col = int(np.argmax(~np.isfinite(spread))) if not np.isfinite(spread).all() else int(np.argmax(spread))
         raise ValueError(
             f"{field}: pairwise distances are not representable in float64 (the coordinates of column {col} "
-            f"span more than 1.8e308); rescale the data"
+            f"span up to {largest:.3g}, times sqrt(d) overflows); rescale the data"
         )
+    Y = X
+    if float(np.abs(X).max()) > CENTRE_RATIO * largest:
+        Y = X - (X.min(axis=0) + spread / 2.0)
     if largest == 0.0:
-        return 1.0
+        return Y, 1.0
     exponent = int(np.floor(np.log2(largest)))
     if -SAFE_EXPONENT <= exponent <= SAFE_EXPONENT:
-        return 1.0
-    return float(2.0 ** exponent) if exponent > -1022 else float(np.ldexp(1.0, exponent))
+        return Y, 1.0
+    s = float(np.ldexp(1.0, exponent))
+    return Y / s, s
+
+
+def representable_scale(X: np.ndarray, field: str = "X") -> float:
+    """The power of two :func:`ph_ready` divides ``X`` by (1.0 for ordinary clouds)."""
+    return ph_ready(X, field)[1]
 
 
 def canonical(dgm: np.ndarray) -> np.ndarray:
