@@ -64,7 +64,7 @@ class _Algo:
 
 
 def _round(params_by_client):
-    infos = {k: ClientInfo(k, 10, 5, 2) for k in params_by_client}
+    infos = {k: ClientInfo(k, 10, 5) for k in params_by_client}
     msgs = {k: ServerMessage(np.zeros(2)) for k in params_by_client}
     ups = [ClientUpdate(k, np.asarray(p, float), 10) for k, p in params_by_client.items()]
     return screen_updates(_Algo(), ups, msgs, infos)
@@ -79,7 +79,7 @@ def test_norm_bound_widens_to_the_others_lower_median():
 
 
 def test_screening_refuses_strangers_repeats_and_the_unasked():
-    infos = {0: ClientInfo(0, 10, 5, 2), 1: ClientInfo(1, 10, 5, 2)}
+    infos = {0: ClientInfo(0, 10, 5), 1: ClientInfo(1, 10, 5)}
     msgs = {0: ServerMessage(np.zeros(2))}
     ups = [ClientUpdate(0, np.zeros(2), 10), ClientUpdate(0, np.zeros(2), 10), ClientUpdate(1, np.zeros(2), 10),
            ClientUpdate(7, np.zeros(2), 10), "junk"]

@@ -83,10 +83,10 @@ def test_declared_counts_are_validated_at_join():
     from topofl.federation.validation import client_info
     from topofl.limits import MAX_CLIENT_EXAMPLES
 
-    assert client_info(3, {"n_train": 120, "n_test": 30, "test_classes": 2}).n_train == 120
+    assert client_info(3, {"n_train": 120, "n_test": 30}).n_train == 120
     for bad in (0, -1, MAX_CLIENT_EXAMPLES + 1, 2.5, "120", True):
         with pytest.raises(ValueError, match="n_train"):
-            client_info(3, {"n_train": bad, "n_test": 30, "test_classes": 2})
+            client_info(3, {"n_train": bad, "n_test": 30})
 
 
 def test_flower_reply_claiming_a_huge_count_is_dropped():

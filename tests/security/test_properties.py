@@ -97,7 +97,7 @@ def test_screening_never_raises_and_never_passes_garbage(method, params, extra, 
     model = make_model("binary", algo.input_dim(5), 2, algo.config.l2)
     algo.setup(model, [0, 1], np.random.default_rng(0))
     messages = algo.configure_fit(1, [0, 1])
-    infos = {0: ClientInfo(0, 30, 10, 2), 1: ClientInfo(1, 30, 10, 2)}
+    infos = {0: ClientInfo(0, 30, 10), 1: ClientInfo(1, 30, 10)}
     update = ClientUpdate(0, params, n, descriptor=phi, extras={"dc": extra, "cluster": extra, "dgm0": extra})
     valid, rejected = screen_updates(algo, [update], messages, infos)
     for u in valid:  # anything accepted is a finite float64 vector of the model's size with the declared count
@@ -116,7 +116,7 @@ def test_evaluation_checks_never_raise(auc, acc, loss, extra, y, s, task):
     from topofl.federation.pool import ClientEvaluation
 
     metrics = {"auc": auc, "accuracy": acc, "loss": loss, **({"x": 1.0} if extra else {})}
-    reason = evaluation_problem(ClientEvaluation(0, metrics, y, s), ClientInfo(0, 30, 10, 2), task, 3)
+    reason = evaluation_problem(ClientEvaluation(0, metrics, y, s), ClientInfo(0, 30, 10), task, 3)
     if reason is None:
         assert isinstance(loss, (int, float)) and math.isfinite(loss) and loss >= 0
 

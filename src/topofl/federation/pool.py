@@ -98,7 +98,7 @@ class InProcessPool(ClientPool):
     def __init__(self, federation: Federation, algorithm: Algorithm, model: LinearModel, seed: int) -> None:
         self.federation, self.algorithm, self.model, self.seed = federation, algorithm, model, seed
         self.client_ids = federation.client_ids
-        self.infos = declared_infos(federation.clients, federation.task)
+        self.infos = declared_infos(federation.clients)
         self.states: dict[int, dict[str, Any]] = {cid: {} for cid in self.client_ids}
 
     def fit(self, rnd, messages):

@@ -2,10 +2,9 @@
 
 Three kinds of client input reach a server, in every runtime:
 
-* **the declaration** a client makes when it joins (:class:`ClientInfo`: its example counts and
-  how many classes its test split holds) — in process it comes from the federation, on Flower
-  from the discovery query; it is validated once (:func:`client_info`) and is what the server
-  weights the client by from then on;
+* **the declaration** a client makes when it joins (:class:`ClientInfo`: its example counts) —
+  in process it comes from the federation, on Flower from the discovery query; it is validated
+  once (:func:`client_info`) and is what the server weights the client by from then on;
 * **fit replies** (:class:`~topofl.federation.messages.ClientUpdate`), screened by
   :func:`screen_updates` against the schema the algorithm declares for each reply
   (:class:`ReplySchema`: shapes, dtypes, ranges, required or optional arrays, descriptor,
@@ -35,16 +34,12 @@ EVALUATION_METRICS = ("auc", "accuracy", "loss")
 # ---- the declaration a client makes when it joins --------------------------------------------
 @dataclass(frozen=True)
 class ClientInfo:
-    """What a client declared when it joined: the server's only source for its weight.
-
-    ``test_classes`` is the number of distinct labels in its test split (0 for regression); a
-    client whose test split holds one class has no AUC.
-    """
+    """What a client declared when it joined: the server's only source for its weight, and the
+    size its pooled test predictions must have."""
 
     client_id: int
     n_train: int
     n_test: int
-    test_classes: int = 0
 
 
 def _declared_int(field_name: str, value: Any, low: int, high: int) -> int:
@@ -56,7 +51,7 @@ def _declared_int(field_name: str, value: Any, low: int, high: int) -> int:
 
 
 def client_info(client_id: int, values: Mapping[str, Any]) -> ClientInfo:
-    """Validate a client's declaration (``n_train``, ``n_test``, ``test_classes``).
+    """Validate a client's declaration (``n_train``, ``n_test``).
 
     Raises ``ValueError`` naming the field: example counts are integers in
     ``[1, MAX_CLIENT_EXAMPLES]`` (:mod:`topofl.limits`).
@@ -69,17 +64,12 @@ def client_info(client_id: int, values: Mapping[str, Any]) -> ClientInfo:
         cid,
         _declared_int("n_train", values["n_train"], 1, MAX_CLIENT_EXAMPLES),
         _declared_int("n_test", values["n_test"], 1, MAX_CLIENT_EXAMPLES),
-        _declared_int("test_classes", values.get("test_classes", 0), 0, 100_000),
     )
 
 
-def declared_infos(clients: Sequence[Any], task: str) -> dict[int, ClientInfo]:
+def declared_infos(clients: Sequence[Any]) -> dict[int, ClientInfo]:
     """Declarations of in-process clients (``ClientData`` objects), from their own data."""
-    out = {}
-    for c in clients:
-        classes = 0 if task == "regression" else int(np.unique(c.y_test).size)
-        out[c.client_id] = client_info(c.client_id, {"n_train": c.n_train, "n_test": int(c.X_test.shape[0]), "test_classes": classes})
-    return out
+    return {c.client_id: client_info(c.client_id, {"n_train": c.n_train, "n_test": int(c.X_test.shape[0])}) for c in clients}
 
 
 # ---- what an algorithm receives ----------------------------------------------------------------
@@ -317,9 +307,11 @@ def evaluation_problem(evaluation: Any, info: ClientInfo, task: str, n_classes: 
     """Why a client's evaluation must not be averaged in; ``None`` when it is sound.
 
     Metrics are exactly ``auc``, ``accuracy`` and ``loss``. Classification: accuracy in [0, 1];
-    AUC in [0, 1], or NaN exactly when the client declared a single-class test split. Regression:
-    AUC and accuracy NaN. Loss finite and >= 0. Pooled predictions, when sent, are labels and
-    scores for the declared number of test samples (scores in [0, 1] for classification).
+    AUC in [0, 1], or NaN for a test split that holds one class (it then has no AUC: it is kept
+    in the client's record and left out of the mean, and ``n_clients_auc`` says how many counted);
+    with pooled predictions, AUC is NaN exactly when their labels hold one class. Regression: AUC
+    and accuracy NaN. Loss finite and >= 0. Pooled predictions, when sent, are labels and scores
+    for the declared number of test samples (scores in [0, 1] for classification).
     """
     m = getattr(evaluation, "metrics", None)
     if not isinstance(m, Mapping):
@@ -345,11 +337,13 @@ def evaluation_problem(evaluation: Any, info: ClientInfo, task: str, n_classes: 
     else:
         if not 0.0 <= acc <= 1.0:
             return f"accuracy must be in [0, 1]; got {acc!r}"
-        if info.test_classes >= 2 and not 0.0 <= auc <= 1.0:
-            return f"auc must be in [0, 1] (the client declared {info.test_classes} classes in its test split); got {auc!r}"
-        if info.test_classes < 2 and not math.isnan(auc):
-            return f"auc must be NaN: the client declared a single-class test split; got {auc!r}"
-    return _pooled_problem(getattr(evaluation, "y_true", None), getattr(evaluation, "scores", None), info.n_test, task, n_classes)
+        if not (math.isnan(auc) or 0.0 <= auc <= 1.0):
+            return f"auc must be in [0, 1] (or NaN for a single-class test split); got {auc!r}"
+    y, scores = getattr(evaluation, "y_true", None), getattr(evaluation, "scores", None)
+    reason = _pooled_problem(y, scores, info.n_test, task, n_classes)
+    if reason is None and y is not None and task != "regression" and math.isnan(auc) != (np.unique(y).size < 2):
+        reason = f"auc={auc!r} but the pooled labels hold {np.unique(y).size} class(es)"
+    return reason
 
 
 def _pooled_problem(y: Any, scores: Any, n: int, task: str, n_classes: int) -> str | None:

@@ -94,10 +94,9 @@ def describe(node_config: Mapping[str, Any], content: RecordDict) -> RecordDict:
     problem = feature_scale_problem([data])
     if problem:
         log.warning("%s", problem)
-    test_classes = 0 if task == "regression" else int(np.unique(data.y_test).size)
     return RecordDict({"info": ConfigRecord({
         "client": data.client_id, "n_train": data.n_train, "n_test": int(data.X_test.shape[0]),
-        "n_features": data.n_features, "task": task, "n_classes": int(n_classes), "test_classes": test_classes,
+        "n_features": data.n_features, "task": task, "n_classes": int(n_classes),
     })})
 
 

@@ -89,7 +89,7 @@ def declaration(info: Mapping[str, Any]) -> dict[str, Any]:
     task = info.get("task")
     if task not in TASKS:
         raise ValueError(f"task must be one of {', '.join(TASKS)}; got {task!r}")
-    out = {"client": ci.client_id, "n_train": ci.n_train, "n_test": ci.n_test, "test_classes": ci.test_classes, "task": task}
+    out = {"client": ci.client_id, "n_train": ci.n_train, "n_test": ci.n_test, "task": task}
     for key, low, high in (("n_classes", 0, 100_000), ("n_features", 1, 10**7)):
         value = info.get(key)
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
