@@ -63,7 +63,11 @@ class FakeGrid:
             if self.raise_on(msg):
                 replies.append(Message(Error(2, "<class 'RuntimeError'>:<'injected failure'>"), reply_to=msg))
                 continue
-            reply = HANDLERS[msg.metadata.message_type](msg, self.contexts[nid])
+            try:
+                reply = HANDLERS[msg.metadata.message_type](msg, self.contexts[nid])
+            except Exception as exc:  # as Flower does: the ClientApp's exception becomes an error reply
+                replies.append(Message(Error(2, f"<class '{type(exc).__name__}'>:<'{exc}'>"), reply_to=msg))
+                continue
             reply.content = self.tamper(msg, reply.content)
             replies.append(reply)
         return replies

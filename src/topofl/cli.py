@@ -23,7 +23,7 @@ from topofl.cli_parsing import (
     method_hyperparameters,
     parse_assignments,
 )
-from topofl.limits import MAX_ROUNDS
+from topofl.limits import MAX_JOBS, MAX_ROUNDS
 
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 
@@ -268,8 +268,7 @@ def experiment(
 
     if name not in experiment_names():
         raise ValueError(f"unknown experiment {name!r}; available: {', '.join(experiment_names())}")
-    if jobs < 1:
-        raise ValueError(f"--jobs must be at least 1; got {jobs}")
+    check_int("--jobs", jobs, 1, MAX_JOBS)
     seed_list = parse_seeds(seeds) if seeds is not None else default_seeds(name)
     names = list(GROUPS.get(name, (name,)))
     prepare_out(out)

@@ -22,3 +22,7 @@ MAX_FEATURES = 10_000
 MAX_SCENARIO_VALUES = 200_000_000
 #: Largest example count a client may declare when it joins a federation (its aggregation weight).
 MAX_CLIENT_EXAMPLES = 10**9
+#: Most classes a classification task may have.
+MAX_CLASSES = 1000
+#: Most experiment runs executed in parallel (``--jobs``).
+MAX_JOBS = 64

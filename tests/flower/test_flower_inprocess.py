@@ -112,11 +112,16 @@ def test_min_replies_skips_aggregation_and_logs_it():
     assert len({tuple(np.round([r["loss"] for r in h.records if r["round"] == k], 12)) for k in (1, 2)}) == 1  # model unchanged
 
 
-def test_two_nodes_claiming_one_partition_is_an_error():
-    grid = FakeGrid(2, node_config=lambda k: {})
-    grid.contexts[grid.node_ids[1]].node_config["partition-id"] = 0
-    with pytest.raises(ValueError, match="both claim partition-id=0"):
-        federated_main(grid, FlowerSettings(method="fedavg", rounds=1, scenario_params={"n_clients": 2, "adversarial": (1,)}))
+def test_nodes_claiming_one_partition_are_left_out_and_the_run_goes_on():
+    grid = FakeGrid(3, node_config=lambda k: {})
+    grid.contexts[grid.node_ids[2]].node_config["partition-id"] = 0
+    h = federated_main(grid, FlowerSettings(method="fedavg", rounds=1, scenario_params={"n_clients": 3, "adversarial": (1,)}))
+    assert {r["client"] for r in h.records} == {1}
+    assert {f.node_id for f in h.failures if "partition-id=0 is claimed by nodes" in f.reason} == {grid.node_ids[0], grid.node_ids[2]}
+    only = FakeGrid(2, node_config=lambda k: {})
+    only.contexts[only.node_ids[1]].node_config["partition-id"] = 0
+    with pytest.raises(RuntimeError, match="no SuperNode answered"):
+        federated_main(only, FlowerSettings(method="fedavg", rounds=1, scenario_params={"n_clients": 2, "adversarial": (1,)}))
 
 
 @pytest.mark.parametrize("method, hps", [("sheaf", {"gamma": 0.3, "lam": 0.01}), ("dfedu", {}), ("dpsgd", {}), ("local-peers", {})])

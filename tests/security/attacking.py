@@ -28,6 +28,7 @@ def run_attacked(
     scenario: str = "healthcare",
     victim: int | set[int] = VICTIM,
     federation: Any = None,
+    client_fraction: float = 1.0,
     **hyperparameters: Any,
 ):
     """Run ``method`` with client ``victim``'s replies tampered; return ``(history, algorithm)``.
@@ -52,7 +53,7 @@ def run_attacked(
                 evaluations = [evaluate(e) if e.client_id in victims else e for e in evaluations]
             return evaluations, failures
 
-    history = run_rounds(Hostile(fed, algo, model, seed), algo, model, rounds, seed)
+    history = run_rounds(Hostile(fed, algo, model, seed), algo, model, rounds, seed, client_fraction=client_fraction)
     return history, algo
 
 

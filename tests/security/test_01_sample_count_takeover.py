@@ -118,3 +118,47 @@ def test_flower_node_declaring_a_huge_count_at_discovery_is_refused():
     h = federated_main(grid, FlowerSettings(method="fedavg", rounds=2, seed=0))
     assert VICTIM not in {r["client"] for r in h.records}
     assert any(f.stage == "discover" and "n_train" in f.reason for f in h.failures)
+
+
+@pytest.mark.parametrize("changes, words", [
+    ({"n_features": 21}, "declared 21 features"),
+    ({"task": "regression", "n_classes": 0}, "declared a regression task"),
+    ({"task": "multiclass", "n_classes": 100000}, "n_classes must be an integer in [0, 1000]"),
+    ({"n_test": 0}, "n_test must be in"),
+    ({"client": "0"}, "client must be an integer"),
+])
+def test_one_node_cannot_redefine_or_abort_the_run_at_discovery(changes, words):
+    pytest.importorskip("flwr")
+    from fake_grid import FakeGrid, tamper_discovery
+
+    from topofl.flower.server_app import federated_main
+    from topofl.flower.settings import FlowerSettings
+
+    settings = FlowerSettings(method="fedavg", rounds=2, seed=0)
+    clean = federated_main(FakeGrid(8), settings)
+    grid = FakeGrid(8)
+    grid.tamper = tamper_discovery(grid.node_ids[VICTIM], changes)
+    h = federated_main(grid, settings)
+    assert VICTIM not in {r["client"] for r in h.records}
+    assert any(f.stage == "discover" and words in f.reason for f in h.failures), [f.reason for f in h.failures]
+    others = [r["auc"] for r in clean.records if r["round"] == 2 and r["client"] != VICTIM]
+    assert abs(h.final["auc"] - np.mean(others)) < 0.02  # the 7 others train as before, without the victim
+
+
+def test_the_run_config_pins_the_task_and_classes_of_sites_with_their_own_data(tmp_path):
+    pytest.importorskip("flwr")
+    from fake_grid import FakeGrid
+
+    from topofl.flower.server_app import federated_main
+    from topofl.flower.settings import FlowerSettings
+
+    rng = np.random.default_rng(0)
+    for k in range(3):
+        X = rng.standard_normal((60, 4))
+        y = np.where(X[:, 0] > 0, 2.0, 1.0)  # labels {1, 2}: ambiguous without the run config
+        np.savez(tmp_path / f"site{k}.npz", X_train=X[:45], y_train=y[:45], X_test=X[45:], y_test=y[45:])
+    config = lambda k: {"data-path": str(tmp_path / f"site{k}.npz")}  # noqa: E731
+    with pytest.raises(RuntimeError, match="no SuperNode answered"):  # without classes every node refuses its labels
+        federated_main(FakeGrid(3, node_config=config), FlowerSettings(method="fedavg", rounds=1))
+    h = federated_main(FakeGrid(3, node_config=config), FlowerSettings(method="fedavg", rounds=2, classes="1,2"))
+    assert h.final["auc"] > 0.9 and not h.failures

@@ -1,6 +1,8 @@
 """Finding 2: a model scaled ×1000, or all entries 1e300, was aggregated silently (server values
 reached 2e299). Every update is now checked against bounds relative to the model the server sent
 (``max_update_ratio``) and for finite squares before aggregation."""
+from collections.abc import Mapping
+
 import numpy as np
 import pytest
 from attacking import replace, run_attacked, victim_failures
@@ -55,6 +57,72 @@ def test_the_bound_is_configurable_and_validated():
 
 def test_one_reply_cannot_widen_its_own_bound():
     """The bound widens to the lower median of the *other* replies' deviations (so honest clients
-    on large-scale features pass); two colluders can widen it for each other, one cannot."""
-    h, _ = run_attacked("fedavg", scaled(1000.0), rounds=1, victim={1})
-    assert victim_failures(h)
+    on large-scale features pass). With one honest client and two absurd ones, a median that
+    counted the reply itself would be absurd and let both through; the others' lower median is
+    the honest client's, so both are refused."""
+    from helpers import blob_client
+
+    import topofl
+
+    rng = np.random.default_rng(0)
+    fed = topofl.Federation.from_arrays([blob_client(rng, 80) for _ in range(3)])
+    factors = {1: 1000.0, 2: 1200.0}
+    h, _ = run_attacked("fedavg", lambda u, m: replace(u, params=u.params * factors[u.client_id]), rounds=2,
+                        federation=fed, victim={1, 2})
+    refused = sorted((f.round, f.client) for f in h.failures)
+    assert refused == [(1, 1), (1, 2), (2, 1), (2, 2)] and all("update norm" in f.reason for f in h.failures)
+
+
+class Sneaky(np.ndarray):
+    """An array that hides its values from every check (a hostile in-process client's trick)."""
+
+    def __array_ufunc__(self, *args, **kwargs):
+        return np.zeros(1, dtype=bool) if args[0] is np.isfinite else super().__array_ufunc__(*args, **kwargs)
+
+
+def test_array_subclasses_are_refused():
+    h, algo = run_attacked("fedavg", lambda u, m: replace(u, params=np.full_like(u.params, 1e300).view(Sneaky)), rounds=1)
+    (f,) = victim_failures(h)
+    assert "plain numpy array" in f.reason and np.abs(algo.global_params).max() < 100
+
+
+class Exploding(Mapping):
+    """A mapping that raises when read."""
+
+    def __init__(self, **kw):
+        self.kw = kw
+
+    def __getitem__(self, key):
+        raise RuntimeError("boom")
+
+    def __iter__(self):
+        raise RuntimeError("boom")
+
+    def __len__(self):
+        return 1
+
+
+@pytest.mark.parametrize("tamper, words", [
+    (lambda u, m: replace(u, metrics={"risk_gradient": 10**400}), "an integer of 401 digits"),
+    (lambda u, m: replace(u, metrics=Exploding(a=1.0)), "malformed reply (RuntimeError: boom)"),
+    (lambda u, m: replace(u, extras=Exploding(a=1.0)), "malformed reply (RuntimeError: boom)"),
+])
+def test_malformed_replies_are_refused_not_raised(tamper, words):
+    h, _ = run_attacked("ptopofl", tamper, rounds=1)
+    (f,) = victim_failures(h)
+    assert words in f.reason
+
+
+def test_all_updates_refused_warns_once():
+    """Honest clients on unscaled features alone in their round: every update exceeds the bound,
+    the model cannot move; the user is told why and what to do (once)."""
+    from test_09_scale import breast_cancer_clients
+
+    from topofl.federation.runner import TrainingWarning
+
+    with pytest.warns(TrainingWarning) as record:
+        import topofl
+
+        topofl.simulate(breast_cancer_clients(), "fedavg", rounds=4, seed=0, client_fraction=0.25)
+    texts = [str(w.message) for w in record if "exceeded the update-norm bound" in str(w.message)]
+    assert len(texts) == 1 and "standardise" in texts[0]

@@ -61,6 +61,20 @@ def test_a_torn_done_record_counts_as_not_done(finished, caplog):
     assert (full / "rounds.csv").read_bytes() == (cut / "rounds.csv").read_bytes()
 
 
+def test_an_edited_value_with_the_same_row_count_is_caught_by_the_hash(finished, caplog):
+    full, cut = finished
+    path = run_paths(cut / "runs", specs()[3])["curves"]
+    text = path.read_text()
+    last = text.rstrip("\n").split("\n")[-1]
+    edited = last.replace("0.", "0.9", 1)
+    assert edited != last
+    path.write_text(text.replace(last, edited))
+    with caplog.at_level(logging.WARNING, logger="topofl"):
+        execute(specs(), cut, resume=True)
+    assert path.name in caplog.text and "SHA-256 differs" in caplog.text
+    assert (full / "curves.csv").read_bytes() == (cut / "curves.csv").read_bytes()
+
+
 def test_a_deleted_run_file_is_redone(finished, caplog):
     full, cut = finished
     run_paths(cut / "runs", specs()[0])["curves"].unlink()

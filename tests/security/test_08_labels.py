@@ -62,3 +62,15 @@ def test_unambiguous_labels_still_infer():
 def test_binary_task_with_other_labels_names_them():
     with pytest.raises(ValueError, match=r"classes=\[1, 2\]"):
         Federation.from_arrays(arrays([1.0, 2.0], [1.0, 2.0]), task="binary")
+
+
+def test_label_edge_cases():
+    with pytest.raises(ValueError, match="exceeds the limit of 1000 classes"):
+        Federation.from_arrays(arrays([0.0, 1e9], [0.0]), task="multiclass")
+    with pytest.raises(ValueError, match="a single class: pass classes=\\[...\\] listing every class"):
+        Federation.from_arrays(arrays([2.0], [2.0]))
+    rng = np.random.default_rng(0)
+    clients = [(rng.standard_normal((10, 2)), np.r_[np.zeros(5), np.ones(5)], rng.standard_normal((4, 2)), np.r_[0.0, 1, 0, 1])]
+    with pytest.raises(ValueError, match="contradicts task='binary'"):
+        Federation(clients, task="binary", n_classes=7)
+    assert Federation(clients, task="multiclass", n_classes=5).n_classes == 5  # classes absent from the data

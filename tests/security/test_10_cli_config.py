@@ -52,6 +52,7 @@ def test_output_path_under_a_file_is_a_one_line_error(tmp_path):
     (["run", "--rounds", "100000000"], ("rounds",)),
     (["run", "--seed", str(2**40)], ("seed",)),
     (["experiment", "privacy", "--seeds", "0-5000"], ("seeds", "1000")),
+    (["experiment", "privacy", "--seeds", "0", "--jobs", "100000"], ("--jobs", "64")),
 ])
 def test_requests_above_the_documented_bounds_are_refused_before_any_work(tmp_path, args, fragments):
     from topofl.limits import MAX_CLIENTS, MAX_SEEDS

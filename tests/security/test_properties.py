@@ -91,14 +91,16 @@ weird_arrays = st.one_of(
 @pytest.mark.parametrize("method", ["fedavg", "scaffold", "ifca", "ptopofl", "local"])
 @FAST
 @given(params=weird_arrays, extra=weird_arrays, phi=weird_arrays,
-       n=st.one_of(st.integers(-5, 10**13), st.floats(allow_nan=True), st.none()))
-def test_screening_never_raises_and_never_passes_garbage(method, params, extra, phi, n):
+       n=st.one_of(st.integers(-5, 10**13), st.just(10**400), st.floats(allow_nan=True), st.none()),
+       m=st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True), st.just(10**400), st.text(max_size=2)))
+def test_screening_never_raises_and_never_passes_garbage(method, params, extra, phi, n, m):
     algo = build(method, {})
     model = make_model("binary", algo.input_dim(5), 2, algo.config.l2)
     algo.setup(model, [0, 1], np.random.default_rng(0))
     messages = algo.configure_fit(1, [0, 1])
     infos = {0: ClientInfo(0, 30, 10), 1: ClientInfo(1, 30, 10)}
-    update = ClientUpdate(0, params, n, descriptor=phi, extras={"dc": extra, "cluster": extra, "dgm0": extra})
+    update = ClientUpdate(0, params, n, descriptor=phi, extras={"dc": extra, "cluster": extra, "dgm0": extra},
+                          metrics={"risk_gradient": m} if m is not None else {})
     valid, rejected = screen_updates(algo, [update], messages, infos)
     for u in valid:  # anything accepted is a finite float64 vector of the model's size with the declared count
         assert isinstance(u.params, np.ndarray) and u.params.dtype == np.float64 and np.isfinite(u.params).all()
@@ -106,7 +108,8 @@ def test_screening_never_raises_and_never_passes_garbage(method, params, extra, 
     assert len(valid) + len(rejected) == 1
 
 
-metric = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-3, 3), st.none(), st.text(max_size=3))
+metric = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-3, 3), st.just(10**400), st.just(-(10**400)),
+                   st.none(), st.text(max_size=3), st.booleans())
 
 
 @FAST
@@ -161,3 +164,34 @@ def test_server_message_sanity():  # the fixtures above build real server messag
     algo = build("fedavg", {})
     algo.setup(make_model("binary", 5, 2), [0], np.random.default_rng(0))
     assert isinstance(algo.message_for(0), ServerMessage)
+
+
+def _toml_value(v):
+    import json
+
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float, str)):
+        return json.dumps(v)
+    return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+
+
+toml_values = st.one_of(st.integers(-10, 10**12), st.floats(-1e9, 1e9), st.text(max_size=6), st.booleans(),
+                        st.lists(st.one_of(st.integers(0, 5), st.text(max_size=4)), max_size=3))
+
+
+@FAST
+@given(entries=st.dictionaries(st.sampled_from(["scenario", "method", "methods", "seed", "seeds", "rounds", "client_fraction",
+                                                "scenario_params", "hyperparameters", "bogus"]), toml_values, max_size=4))
+def test_config_files_are_type_checked_never_crash(entries, tmp_path_factory):
+    from topofl.cli_parsing import CONFIG_KEYS, load_toml
+
+    path = tmp_path_factory.mktemp("toml") / "c.toml"
+    path.write_text("".join(f"{k} = {_toml_value(v)}\n" for k, v in entries.items()))
+    try:
+        data = load_toml(path)
+    except ValueError as exc:
+        assert "c.toml" in str(exc)
+        return
+    for key, value in data.items():
+        assert CONFIG_KEYS[key][1](value)

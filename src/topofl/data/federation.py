@@ -12,6 +12,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from topofl._validation import as_labels, as_points
+from topofl.limits import MAX_CLASSES
 
 log = logging.getLogger(__name__)
 
@@ -58,23 +59,6 @@ def _validated_client(k: int, arrays: Sequence[Any], meta: Mapping[str, Any] | N
     return ClientData(Xtr, ytr, Xte, yte, client_id=k, meta=dict(meta or {}))
 
 
-def infer_task(labels: Sequence[np.ndarray]) -> tuple[str, int]:
-    """Task and number of classes from *part* of a federation's labels (one site's own data).
-
-    A site may hold only some of the classes, so any non-negative integer labels are taken as
-    class ids (the server reconciles the classes of all sites); other labels mean regression.
-    A whole federation's labels go through :func:`resolve_labels`, which guesses nothing.
-    """
-    y = np.concatenate([np.asarray(v).ravel() for v in labels])
-    if np.all(y == np.round(y)) and y.min() >= 0:
-        n_classes = int(y.max()) + 1
-        if n_classes <= 2:
-            return "binary", 2
-        if n_classes <= max(50, int(np.sqrt(y.size))):
-            return "multiclass", n_classes
-    return "regression", 0
-
-
 def _show_labels(values: np.ndarray, limit: int = 6) -> str:
     shown = ", ".join(f"{v:g}" for v in values[:limit])
     return "{" + shown + (f", ... ({values.size} distinct)" if values.size > limit else "") + "}"
@@ -106,8 +90,8 @@ def resolve_labels(
             cls = np.asarray(list(classes), dtype=np.float64)
         except (TypeError, ValueError):
             raise ValueError(f"classes must be a list of label values; got {classes!r}") from None
-        if cls.ndim != 1 or cls.size < 2 or np.unique(cls).size != cls.size or not np.isfinite(cls).all():
-            raise ValueError(f"classes must list at least 2 distinct finite label values; got {classes!r}")
+        if cls.ndim != 1 or not 2 <= cls.size <= MAX_CLASSES or np.unique(cls).size != cls.size or not np.isfinite(cls).all():
+            raise ValueError(f"classes must list 2 to {MAX_CLASSES} distinct finite label values; got {classes!r}")
         missing = values[~np.isin(values, cls)]
         if missing.size:
             raise ValueError(f"labels {_show_labels(missing)} are not in classes={_show_labels(cls)}")
@@ -131,11 +115,16 @@ def resolve_labels(
     if task is None and contiguous:
         return "multiclass", int(values.size), None
     if task == "multiclass":
-        if integers and values[0] >= 0:
+        if integers and values[0] >= 0 and values[-1] < MAX_CLASSES:
             return "multiclass", int(values[-1]) + 1, None
+        if integers and values[0] >= 0:
+            raise ValueError(f"task='multiclass' with class ids up to {values[-1]:g} exceeds the limit of {MAX_CLASSES} classes; "
+                             "pass classes=[...] listing the label values")
         raise ValueError(f"task='multiclass' needs non-negative integer class ids; got {shown}: pass classes=[...] to map them")
     # ambiguous: say what was found and what to pass
-    if np.all(np.isin(values, (-1.0, 1.0))):
+    if values.size == 1:
+        hint = "a single class: pass classes=[...] listing every class (at least 2), or task=\"regression\""
+    elif np.all(np.isin(values, (-1.0, 1.0))):
         hint = 'pass task="binary" (maps -1 to 0 and +1 to 1) or task="regression"'
     elif not integers:
         hint = 'pass task="regression" for a numeric target, or classes=[...] if these are class labels'
@@ -212,6 +201,22 @@ def feature_scale_problem(clients: Sequence[ClientData], ratio: float = 100.0) -
     )
 
 
+def _checked_n_classes(task: str, inferred: int, given: int | None) -> int:
+    """The number of classes: what the labels need, widened by ``given`` (some classes may be absent
+    from the data); ``ValueError`` when ``given`` contradicts the task or the labels."""
+    if given is None or given == 0 and task == "regression":
+        return inferred
+    if isinstance(given, bool) or not isinstance(given, (int, np.integer)):
+        raise ValueError(f"n_classes must be an integer; got {given!r}")
+    if task == "regression":
+        raise ValueError(f"n_classes={given} describes classes; a regression task has none")
+    if task == "binary" and given != 2:
+        raise ValueError(f"n_classes={given} contradicts task='binary' (2 classes)")
+    if not inferred <= given <= MAX_CLASSES:
+        raise ValueError(f"n_classes must be in [{inferred} (the labels' classes), {MAX_CLASSES}]; got {given}")
+    return int(given)
+
+
 class Federation:
     """A validated set of clients sharing one feature space and one task.
 
@@ -245,7 +250,7 @@ class Federation:
             checked = [ClientData(c.X_train, mapping(c.y_train), c.X_test, mapping(c.y_test), c.client_id, c.meta) for c in checked]
         self.clients: list[ClientData] = standardise_clients(checked, standardise)
         self.task = task
-        self.n_classes = 0 if task == "regression" else max(int(n_classes or 0), inferred_c)
+        self.n_classes = _checked_n_classes(task, inferred_c, n_classes)
         self.name = name
         self.info: dict[str, Any] = {**dict(info or {}), **({"standardise": standardise} if standardise != "none" else {})}
 

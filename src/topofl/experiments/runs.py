@@ -25,8 +25,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from topofl._validation import check_int
 from topofl.experiments.results import CsvAppender, _json_default, append_jsonl, file_record, read_csv, write_json_atomic, write_text_atomic
 from topofl.federation.history import ROUND_FIELDS, RoundSummary
+from topofl.limits import MAX_JOBS
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +169,7 @@ def execute(
 
     Returns the done-records in plan order.
     """
+    check_int("jobs", jobs, 1, MAX_JOBS)
     out = Path(out)
     run_dir = out / "runs"
     if run_dir.exists() and any(run_dir.iterdir()) and not resume:

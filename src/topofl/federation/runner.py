@@ -121,6 +121,8 @@ def run_rounds(
             updates, failures = pool.fit(rnd, messages)
             valid, rejected = screen_updates(algorithm, updates, messages, pool.infos)
             failures.extend(Failure(rnd, cid, "fit", f"invalid payload: {reason}") for cid, reason in rejected)
+            if rejected and not valid and all(r.startswith("update norm") for _, r in rejected):
+                watch.all_refused(rnd, len(rejected))
             up = {u.client_id: u.n_floats() for u in valid}
             down = {cid: messages[cid].n_floats() for cid in selected}
             for u in valid:
@@ -169,7 +171,10 @@ def _screen_evaluations(
         if not isinstance(ev, ClientEvaluation) or isinstance(cid, bool) or not isinstance(cid, (int, np.integer)) or cid not in asked:
             failures.append(Failure(rnd, None, "evaluate", f"invalid payload: an evaluation from {cid!r}, which was not asked"))
             continue
-        reason = "a second evaluation from the same client" if cid in seen else evaluation_problem(ev, infos[cid], model.task, _n_classes(model))
+        try:
+            reason = "a second evaluation from the same client" if cid in seen else evaluation_problem(ev, infos[cid], model.task, _n_classes(model))
+        except Exception as exc:  # noqa: BLE001 - a malformed evaluation is refused, never a crash
+            reason = f"malformed evaluation ({type(exc).__name__}: {exc})"[:300]
         seen.add(cid)
         if reason:
             failures.append(Failure(rnd, int(cid), "evaluate", f"invalid payload: {reason}"))
@@ -180,12 +185,25 @@ def _screen_evaluations(
 
 class _DivergenceWatch:
     """Warns once when the clients' mean test loss shows training diverging: above 10 × the loss
-    of an uninformed classifier (log C), or, for regression, 100 × the first round's loss."""
+    of an uninformed classifier (log C), or, for regression, 100 × the first round's loss; and
+    once when every update of a round is refused by the norm bound."""
 
     def __init__(self, model: LinearModel) -> None:
         self.task = model.task
         self.reference = math.log(max(_n_classes(model), 2)) * 10.0 if model.task != "regression" else None
-        self.warned = False
+        self.warned = self.bound_warned = False
+
+    def all_refused(self, rnd: int, n: int) -> None:
+        """Every update of a round exceeded the norm bound: warn once (honest clients on unscaled
+        features look like this, and then the model never moves)."""
+        if self.bound_warned:
+            return
+        self.bound_warned = True
+        warnings.warn(TrainingWarning(
+            f"round {rnd}: all {n} update(s) exceeded the update-norm bound and were refused, so the server model "
+            "does not move. If the clients are honest, standardise the features (Federation.from_arrays(..., "
+            "standardise='per_client' or 'federated')) or raise max_update_ratio / update_norm_floor"
+        ), stacklevel=3)
 
     def __call__(self, summary: RoundSummary) -> None:
         if self.warned or not math.isfinite(summary.loss):

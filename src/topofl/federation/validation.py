@@ -86,8 +86,8 @@ class ArraySpec:
 
     def problem(self, name: str, value: Any) -> str | None:
         """Why ``value`` does not fit, naming the array; ``None`` when it does."""
-        if not isinstance(value, np.ndarray):
-            return f"{name} must be a numpy array; got {type(value).__name__}"
+        if type(value) is not np.ndarray:  # a subclass could override isfinite, dot, norm, ...
+            return f"{name} must be a plain numpy array; got {type(value).__name__}"
         if value.dtype != np.float64:
             return f"{name} must be float64; got {value.dtype}"
         if value.ndim != len(self.shape) or any(s is not None and s != v for s, v in zip(self.shape, value.shape)):
@@ -204,18 +204,35 @@ def _metrics_problem(metrics: Any, allowed: Mapping[str, tuple[float, float]]) -
         if key not in allowed:
             return f"unexpected metric {key!r}"
         lo, hi = allowed[key]
-        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-            return f"metric {key!r} must be a number; got {value!r}"
-        if not (math.isfinite(float(value)) and lo <= float(value) <= hi):
-            return f"metric {key!r} must be in [{_num(lo)}, {_num(hi)}]; got {float(value)!r}"
+        x = as_number(value)
+        if x is None:
+            return f"metric {key!r} must be a number; got {_short(value)}"
+        if not (math.isfinite(x) and lo <= x <= hi):
+            return f"metric {key!r} must be in [{_num(lo)}, {_num(hi)}]; got {x!r}"
     return None
+
+
+def as_number(value: Any) -> float | None:
+    """``value`` as a float if it is a real number (not a bool) that fits in a float, else ``None``
+    (an integer like 10**400 overflows float: it is not a metric, it is an attack)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        return None
+    try:
+        return float(value)
+    except (OverflowError, ValueError):
+        return None
+
+
+def _short(value: Any) -> str:
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10**30 else f"an integer of {len(str(abs(value)))} digits"
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def count_problem(claimed: Any, declared: int) -> str | None:
     """Why a reply's example count is refused: the server weights each client by what it declared
     when it joined, so a reply must repeat that count exactly."""
     if isinstance(claimed, bool) or not isinstance(claimed, (int, np.integer)):
-        return f"n_examples must be an integer; got {claimed!r}"
+        return f"n_examples must be an integer; got {_short(claimed)}"
     if int(claimed) != declared:
         return f"n_examples={int(claimed)} differs from the count declared when the client joined (declared {declared})"
     return None
@@ -281,10 +298,17 @@ def screen_updates(
             seen.add(cid)
             info = infos[cid]
             schema = algorithm.reply_schema(cid, messages[cid], info)
-            reason = count_problem(u.n_examples, info.n_train) or schema.problem(u) or algorithm.reply_problem(u, messages[cid], info)
-            if reason is None:
-                passed.append((u, *schema.deviation(u.params)))
-                continue
+            try:
+                # a snapshot in plain dicts: what is checked is exactly what is aggregated
+                u = ClientUpdate(cid, u.params, u.n_examples, u.descriptor,
+                                 dict(u.metrics) if isinstance(u.metrics, Mapping) else u.metrics,
+                                 dict(u.extras) if isinstance(u.extras, Mapping) else u.extras)
+                reason = count_problem(u.n_examples, info.n_train) or schema.problem(u) or algorithm.reply_problem(u, messages[cid], info)
+                if reason is None:
+                    passed.append((u, *schema.deviation(u.params)))
+                    continue
+            except Exception as exc:  # noqa: BLE001 - e.g. a mapping that raises when read: refused, never a crash
+                reason = f"malformed reply ({type(exc).__name__}: {str(exc)[:200]})"
         rejected.append((cid, reason))
     ratio, floor = float(cfg.max_update_ratio), float(cfg.update_norm_floor)
     deviations = [d for _, d, _ in passed]
@@ -324,10 +348,10 @@ def evaluation_problem(evaluation: Any, info: ClientInfo, task: str, n_classes: 
         return f"unexpected metric {extra[0]!r}"
     values = {}
     for k in EVALUATION_METRICS:
-        v = m[k]
-        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
-            return f"{k} must be a number; got {v!r}"
-        values[k] = float(v)
+        x = as_number(m[k])
+        if x is None:
+            return f"{k} must be a number; got {_short(m[k])}"
+        values[k] = x
     auc, acc, loss = values["auc"], values["accuracy"], values["loss"]
     if not (math.isfinite(loss) and loss >= 0):
         return f"loss must be finite and >= 0; got {loss!r}"

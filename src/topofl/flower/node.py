@@ -22,7 +22,7 @@ import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 
 from topofl.algorithms.registry import build
-from topofl.data.federation import ClientData, Federation, _validated_client, feature_scale_problem, infer_task
+from topofl.data.federation import ClientData, Federation, _validated_client, feature_scale_problem, resolve_labels
 from topofl.federation.pool import ClientEvaluation, client_context, evaluate_client
 from topofl.flower.records import (
     decode_server_message, encode_evaluation, encode_update, load_state, save_state,
@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 def job_key(job: Mapping[str, Any]) -> str:
     """A short fingerprint of the job (method, hyper-parameters, data, seed): state of another job is ignored."""
-    keys = ("method", "hyperparameters", "scenario", "scenario_params", "seed")
+    keys = ("method", "hyperparameters", "scenario", "scenario_params", "seed", "classes")
     return hashlib.blake2b(json.dumps({k: job.get(k) for k in keys}, sort_keys=True).encode(), digest_size=8).hexdigest()
 
 
@@ -69,7 +69,13 @@ def node_data(node_config: Mapping[str, Any], job: Mapping[str, Any], rnd: int =
     pid = partition_id(node_config)
     if node_config.get("data-path"):
         data = _npz(str(node_config["data-path"]), pid)
-        task, n_classes = infer_task([data.y_train, data.y_test])
+        classes = [float(v) for v in str(job.get("classes") or "").split(",") if v.strip()] or None
+        try:  # labels are never guessed: 0..C-1, or the run config's task / classes
+            task, n_classes, mapping = resolve_labels([data.y_train, data.y_test], job.get("task") or None, classes)
+        except ValueError as exc:
+            raise ValueError(f"data-path={node_config['data-path']!r}: {exc} (in the run config: task=..., classes='a,b')") from None
+        if mapping is not None:
+            data = ClientData(data.X_train, mapping(data.y_train), data.X_test, mapping(data.y_test), data.client_id, data.meta)
         return data, task, n_classes
     fed = _scenario(str(job["scenario"]), int(job["seed"]), str(job.get("scenario_params", "{}")))
     ids = fed.client_ids

@@ -57,14 +57,15 @@ class Relay:
     """State of one relayed run: who is alive, what each node sent last, bits."""
 
     def __init__(self, grid: Grid, settings: FlowerSettings, run_dir: Any = None) -> None:
-        from topofl.flower.server_app import discover, reconcile_task
+        from topofl.flower.server_app import discover, reconcile
 
         self.grid, self.settings, self.run_dir = grid, settings, run_dir
         self.algorithm = peer_algorithm(settings.job()["method"], settings.job()["hyperparameters"])
         nodes, infos, self.failures = discover(grid, settings)
+        self.task, self.n_classes, _, left_out = reconcile(nodes, infos, settings, shared_features=False)  # feature counts may differ (Sheaf-FMTL)
+        self.failures.extend(left_out)
         self.clients = sorted(nodes)  # graph node k = k-th client (node k = client k in process)
         self.flwr_node = {k: nodes[cid] for k, cid in enumerate(self.clients)}
-        self.task, self.n_classes = reconcile_task(infos)  # feature counts may differ (Sheaf-FMTL)
         l2 = self.algorithm.config.l2
         self.dims = {k: peer_model(self.task, int(infos[cid]["n_features"]), self.n_classes, l2).n_params for k, cid in enumerate(self.clients)}
         self.graph = make_graph(settings.graph, len(self.clients), seed=settings.seed, **dict(settings.graph_params))

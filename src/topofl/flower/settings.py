@@ -13,7 +13,8 @@ from typing import Any, Mapping
 
 from topofl._validation import check_choice, check_int, check_range
 from topofl.cli_parsing import parse_assignments
-from topofl.limits import MAX_ROUNDS, MAX_SEED
+from topofl.data.federation import TASKS
+from topofl.limits import MAX_CLASSES, MAX_ROUNDS, MAX_SEED
 
 #: run-config key → (settings field, default, help)
 KEYS: dict[str, tuple[str, Any, str]] = {
@@ -31,6 +32,8 @@ KEYS: dict[str, tuple[str, Any, str]] = {
     "graph": ("graph", "ring", "communication graph of decentralised methods (topofl.decentralised.make_graph kinds)"),
     "graph-params": ("graph_params", "", "graph parameters, 'k=v,k=v' (e.g. p=0.3)"),
     "pooled-metrics": ("pooled_metrics", False, "clients also send test labels and scores so the server can compute pooled metrics"),
+    "task": ("task", "", "binary | multiclass | regression; '' = what most nodes declare (nodes that disagree are left out)"),
+    "classes": ("classes", "", "label values in class order, 'a,b,c': a node with its own data-path maps label classes[i] to class i"),
 }
 
 #: decentralised method names as the run config spells them → topofl.decentralised registry names
@@ -70,6 +73,8 @@ class FlowerSettings:
     graph: str = "ring"
     graph_params: Mapping[str, Any] = field(default_factory=dict)
     pooled_metrics: bool = False
+    task: str = ""
+    classes: str = ""
 
     def __post_init__(self) -> None:
         from topofl.algorithms.registry import available
@@ -85,6 +90,24 @@ class FlowerSettings:
         check_range("round-timeout", self.round_timeout, 0.0, low_open=True)
         if not isinstance(self.pooled_metrics, bool):
             raise ValueError(f"pooled-metrics must be true or false; got {self.pooled_metrics!r}")
+        check_choice("task", self.task, ["", *TASKS])
+        if self.classes:
+            if self.task == "regression":
+                raise ValueError("classes cannot be combined with task='regression'")
+            _ = self.class_values
+
+    @property
+    def class_values(self) -> list[float]:
+        """The ``classes`` run-config value as label values (``[]`` when not set)."""
+        if not self.classes:
+            return []
+        try:
+            values = [float(v) for v in str(self.classes).split(",") if v.strip()]
+        except ValueError:
+            raise ValueError(f"classes must be comma-separated numbers, e.g. '1,2,4'; got {self.classes!r}") from None
+        if len(values) < 2 or len(set(values)) != len(values) or len(values) > MAX_CLASSES:
+            raise ValueError(f"classes must list 2 to {MAX_CLASSES} distinct label values; got {self.classes!r}")
+        return values
 
     @property
     def decentralised(self) -> bool:
@@ -115,6 +138,8 @@ class FlowerSettings:
             "scenario_params": json.dumps(dict(self.scenario_params), sort_keys=True),
             "seed": int(self.seed),
             "pooled": bool(self.pooled_metrics),
+            "task": self.task,
+            "classes": ",".join(repr(v) for v in self.class_values),
         }
 
     def as_dict(self) -> dict[str, Any]:

@@ -218,6 +218,24 @@ class PTopoFL(Algorithm):
         self.labels = dict(zip(ids, labels.tolist()))
         self.cluster_raw = {j: self.init_params.copy() for j in set(self.labels.values())}
 
+    def _provisional(self, updates: list[ClientUpdate]) -> dict[str, Any]:
+        """Before M clients have sent descriptors (partial participation, dropped replies) the
+        round-0 clustering of §3.3 cannot run: the participants are aggregated as one group with
+        Eq. 6's weights into the model every client starts from, and clustering waits."""
+        self.trust, z, flagged = self._trust()
+        members = [u for u in updates if u.client_id in self.phi]
+        if members:
+            phi_hat = normalise_rows(np.vstack([self.phi[u.client_id] for u in members]))
+            w = maths.intra_cluster_weights(
+                np.array([u.n_examples for u in members], float), phi_hat, phi_hat.mean(axis=0),
+                np.array([self.trust[u.client_id] for u in members]),
+            )
+            if self.config.max_client_weight < 1.0:
+                w = cap_shares(w, self.config.max_client_weight)
+            self.init_params = w @ np.vstack([u.params for u in members])
+        return {"clusters": {}, "trust": self.trust, "z": z, "flagged": flagged, "drift": {}, "reclustered": [],
+                "waiting": f"{len(self.phi)} descriptor(s) < n_clusters={self.config.n_clusters}: clustering waits"}
+
     def _assign_nearest(self, cid: int) -> int:
         others = {k: v for k, v in self.labels.items() if k != cid}
         cents = maths.cluster_centroids(self.phi, others) or maths.cluster_centroids(self.phi, self.labels)
@@ -259,6 +277,8 @@ class PTopoFL(Algorithm):
                     self.dgms[u.client_id] = [np.asarray(u.extras[k]) for k in sorted(u.extras)]
         for cid, phi in self.phi.items():  # signature tracking: φ_k^(r) ← φ_k (Algorithm 1)
             self.history.setdefault(cid, []).append(phi)
+        if not self.labels and len(self.phi) < self.config.n_clusters:
+            return self._provisional(updates)
         if not self.labels:
             self._cluster_all()
         for cid in self.phi:
