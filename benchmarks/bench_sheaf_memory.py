@@ -20,10 +20,10 @@ import resource
 import time
 
 import numpy as np
+from topofl.decentralised.maps import FLOAT
 
 from topofl.data.federation import ClientData
 from topofl.decentralised import build, make_graph, run_decentralised
-from topofl.decentralised.maps import FLOAT
 
 GB = 1e9
 

@@ -21,10 +21,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+from topofl.decentralised.algorithms import SheafFMTL
 
 from topofl.data.loaders import rotated_digits
 from topofl.decentralised import make_graph
-from topofl.decentralised.algorithms import SheafConfig, SheafFMTL
 from topofl.decentralised.runner import build_peers
 from topofl.decentralised.transport import InProcessTransport
 from topofl.experiments.suite.sheaf import SHEAF_HP

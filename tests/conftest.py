@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import blob_client
 
+from helpers import blob_client
 from topofl import Federation
 
 

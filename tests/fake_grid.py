@@ -8,10 +8,9 @@ answers nothing, and a tamper function can corrupt a reply's content.
 from __future__ import annotations
 
 import uuid
-from typing import Callable
+from collections.abc import Callable
 
 from flwr.app import Error, Message, RecordDict
-
 from flwr.supercore.task_identity import TaskIdentity
 
 from topofl.flower import client_app

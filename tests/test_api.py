@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 import topofl
-from topofl import Federation, make_scenario, simulate
 from helpers import blob_client
+from topofl import Federation, make_scenario, simulate
 
 
 def test_simulate_returns_final_metrics(small_federation):

@@ -38,7 +38,8 @@ def as_points(X: Any, field: str = "X", min_points: int = 1) -> np.ndarray:
 
 def as_real(X: Any, field: str) -> np.ndarray:
     """``X`` as a float64 array of real numbers; ``ValueError`` naming ``field`` for complex,
-    text or other non-real input (instead of NumPy's silent casts and warnings)."""
+    text or other non-real input (instead of NumPy's silent casts and warnings).
+    """
     try:
         raw = np.asarray(X)
     except (TypeError, ValueError) as exc:

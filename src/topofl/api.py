@@ -3,11 +3,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from topofl.algorithms.base import Algorithm
-from topofl.algorithms.registry import build
 from topofl.data.federation import Federation
+from topofl.federation.algorithm import Algorithm
 from topofl.federation.history import History
 from topofl.federation.runner import OnRound, run_federation
+from topofl.methods import build_peer, build_server
 
 
 def simulate(
@@ -28,7 +28,7 @@ def simulate(
     federation : Federation
         From :meth:`Federation.from_arrays` or :func:`topofl.data.make_scenario`.
     method : str or Algorithm
-        A registered name (``topofl.algorithms.available()``) or a configured algorithm object.
+        A registered server-based method (``topofl.methods.available("server")``) or a configured algorithm object.
     rounds, seed, client_fraction, progress, on_round
         See :func:`topofl.federation.run_federation`.
     **hyperparameters
@@ -48,7 +48,7 @@ def simulate(
             raise ValueError("pass hyper-parameters either in the Algorithm's config or as keywords, not both")
         algorithm = method
     else:
-        algorithm = build(method, hyperparameters)
+        algorithm = build_server(method, hyperparameters)
     return run_federation(federation, algorithm, rounds, seed, client_fraction=client_fraction, on_round=on_round, progress=progress)
 
 
@@ -77,12 +77,12 @@ def simulate_decentralised(
         ready ``networkx.Graph`` on nodes 0..N-1.
     **hyperparameters
         The method's hyper-parameters (``topofl methods`` lists the federated ones; see
-        :class:`topofl.decentralised.algorithms.SheafConfig`).
+        :class:`topofl.decentralised.sheaf.SheafConfig`).
     """
     import networkx as nx
 
     from topofl.data.federation import ClientData, _validated_client, resolve_labels
-    from topofl.decentralised import build, make_graph, run_decentralised
+    from topofl.decentralised import make_graph, run_decentralised
 
     if isinstance(clients, Federation):
         data, task, n_classes = clients.clients, task or clients.task, n_classes or clients.n_classes
@@ -99,4 +99,4 @@ def simulate_decentralised(
         if mapping is not None:
             data = [ClientData(c.X_train, mapping(c.y_train), c.X_test, mapping(c.y_test), c.client_id, c.meta) for c in data]
     g = graph if isinstance(graph, nx.Graph) else make_graph(graph, len(data), seed=seed, **(graph_params or {}))
-    return run_decentralised(data, g, build(method, hyperparameters), rounds, seed, task=task, n_classes=n_classes or 2)
+    return run_decentralised(data, g, build_peer({"local": "local-peers"}.get(method, method), hyperparameters), rounds, seed, task=task, n_classes=n_classes or 2)

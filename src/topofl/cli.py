@@ -6,24 +6,25 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, List, Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from topofl.algorithms.registry import REGISTRY, available
 from topofl._validation import check_int
 from topofl.cli_parsing import (
     flatten_hyperparameters,
-    parse_seeds,
     load_toml,
     method_hyperparameters,
     parse_assignments,
+    parse_seeds,
 )
 from topofl.limits import MAX_JOBS, MAX_ROUNDS
+from topofl.methods import REGISTRY, available
 
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 
@@ -33,8 +34,8 @@ err_console = Console(stderr=True)
 
 def _hyperparameter_epilog() -> str:
     lines = ["Hyper-parameters (-p KEY=VALUE, or -p METHOD.KEY=VALUE for one method); `topofl methods` explains each:"]
-    for name, cls in REGISTRY.items():
-        lines.append(f"{name}: " + ", ".join(f"{k}={v[0]}" for k, v in cls.Config.field_help().items()))
+    for name, m in REGISTRY.items():
+        lines.append(f"{name} ({m.family}): " + ", ".join(f"{k}={v[0]}" for k, v in m.config.field_help().items()))
     return escape("\n\n".join(lines))
 
 
@@ -48,7 +49,8 @@ app = typer.Typer(
 
 def friendly_errors(fn: Callable) -> Callable:
     """Turn bad input into a one-line message and exit code 2, never a traceback. The message is
-    printed verbatim (rich markup escaped: ``topofl[flower]`` keeps its brackets)."""
+    printed verbatim (rich markup escaped: ``topofl[flower]`` keeps its brackets).
+    """
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -81,7 +83,8 @@ def _resolve(flag: Any, file: dict[str, Any], key: str, default: Any) -> Any:
 
 def prepare_out(path: Path, flag: str = "--out") -> Path:
     """Create output directory ``path`` (with its parents) or raise a one-line ``ValueError``
-    naming the flag and what is wrong (a file in the way, no permission, ...)."""
+    naming the flag and what is wrong (a file in the way, no permission, ...).
+    """
     path = Path(path)
     for parent in [path, *path.parents]:
         if parent.exists() and not parent.is_dir():
@@ -99,7 +102,11 @@ def _setup_logging(verbose: bool) -> None:
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
 
-def _build_spec(scenario, methods, seeds, rounds, params, scenario_params, config, client_fraction):
+GraphOpt = typer.Option(None, "--graph", help="Communication graph of peer-to-peer methods (sheaf, dfedu, dpsgd, local-peers): erdos_renyi (default), watts_strogatz, barabasi_albert, complete, ring, star.")
+GraphParamOpt = typer.Option(None, "--graph-param", "-g", help="Graph parameter KEY=VALUE (repeatable), e.g. p=0.3 for erdos_renyi.")
+
+
+def _build_spec(scenario, methods, seeds, rounds, params, scenario_params, config, client_fraction, graph=None, graph_param=None):
     from topofl.experiments.compare import CompareSpec
 
     file = load_toml(config) if config else {}
@@ -124,6 +131,8 @@ def _build_spec(scenario, methods, seeds, rounds, params, scenario_params, confi
         client_fraction=float(client_fraction),
         scenario_params=scen,
         hyperparameters=method_hyperparameters(methods, flat),
+        graph=graph or "erdos_renyi",
+        graph_params=parse_assignments(graph_param or [], "--graph-param"),
     )
 
 
@@ -153,17 +162,20 @@ def compare(
     seeds: Optional[str] = typer.Option(None, "--seeds", help="Seeds: 0-9 (default), 0,3,7, or 0-4,10."),
     rounds: Optional[int] = RoundsOpt,
     out: Optional[Path] = OutOpt,
-    param: Optional[List[str]] = ParamOpt,
-    scenario_param: Optional[List[str]] = ScenParamOpt,
+    param: Optional[list[str]] = ParamOpt,
+    scenario_param: Optional[list[str]] = ScenParamOpt,
     config: Optional[Path] = ConfigOpt,
     client_fraction: Optional[float] = FractionOpt,
+    graph: Optional[str] = GraphOpt,
+    graph_param: Optional[list[str]] = GraphParamOpt,
     verbose: bool = VerboseOpt,
 ) -> None:
     """Compare methods over seeds on a scenario: a table of final AUC and accuracy (mean ± std over
     seeds; each seed's value is the mean over clients of each client's score with the model it
     would use), pooled AUC and convergence round; writes DIR/rounds.csv and DIR/summary.csv.
 
-    With no flags: the healthcare comparison of all available methods, seeds 0-9, 15 rounds.
+    With no flags: the healthcare comparison of every server-based method, seeds 0-9, 15 rounds.
+    Peer-to-peer methods (sheaf, dfedu, dpsgd, local-peers) run on --graph and join the same table.
     """
     _setup_logging(verbose)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -172,10 +184,10 @@ def compare(
 
     file = load_toml(config) if config else {}
     scenario = _resolve(scenario, file, "scenario", "healthcare")
-    method_list = (methods.split(",") if methods is not None else file.get("methods", available()))
+    method_list = (methods.split(",") if methods is not None else file.get("methods", available("server")))
     spec = _build_spec(
         scenario, method_list, _resolve(seeds, file, "seeds", "0-9"), _resolve(rounds, file, "rounds", 15),
-        param, scenario_param, config, _resolve(client_fraction, file, "client_fraction", 1.0),
+        param, scenario_param, config, _resolve(client_fraction, file, "client_fraction", 1.0), graph, graph_param,
     )
     out = prepare_out(out or Path("results") / f"compare-{spec.scenario}")
     total = len(spec.methods) * len(spec.seeds) * spec.rounds
@@ -203,13 +215,17 @@ def run(
     rounds: Optional[int] = RoundsOpt,
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed of every random choice (default 0)."),
     out: Optional[Path] = OutOpt,
-    param: Optional[List[str]] = ParamOpt,
-    scenario_param: Optional[List[str]] = ScenParamOpt,
+    param: Optional[list[str]] = ParamOpt,
+    scenario_param: Optional[list[str]] = ScenParamOpt,
     config: Optional[Path] = ConfigOpt,
     client_fraction: Optional[float] = FractionOpt,
+    graph: Optional[str] = GraphOpt,
+    graph_param: Optional[list[str]] = GraphParamOpt,
     verbose: bool = VerboseOpt,
 ) -> None:
-    """Run one method with one seed and print its per-round metrics; with --out, write results."""
+    """Run one method with one seed and print its per-round metrics; with --out, write results.
+    Peer-to-peer methods (sheaf, dfedu, dpsgd, local-peers) run on --graph.
+    """
     _setup_logging(verbose)
     from topofl.experiments.compare import run_compare
 
@@ -217,7 +233,7 @@ def run(
     spec = _build_spec(
         _resolve(scenario, file, "scenario", "healthcare"), [_resolve(method, file, "method", "ptopofl")],
         str(_resolve(seed, file, "seed", 0)), _resolve(rounds, file, "rounds", 15), param, scenario_param, config,
-        _resolve(client_fraction, file, "client_fraction", 1.0),
+        _resolve(client_fraction, file, "client_fraction", 1.0), graph, graph_param,
     )
     if out is not None:
         prepare_out(out)
@@ -259,7 +275,8 @@ def experiment(
     verbose: bool = VerboseOpt,
 ) -> None:
     """Run one of the pTopoFL paper's experiments (or all of them and the report), writing tidy
-    results as runs finish; --resume continues an interrupted one with identical final results."""
+    results as runs finish; --resume continues an interrupted one with identical final results.
+    """
     _setup_logging(verbose)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
@@ -300,14 +317,20 @@ def report(out: Path = typer.Argument(Path("results/experiments"), help="Experim
 
 @app.command()
 def methods() -> None:
-    """List the methods and every hyper-parameter with its default and meaning."""
-    for name, cls in REGISTRY.items():
-        table = Table(title=f"{name} — {(cls.__doc__ or '').strip().splitlines()[0]}", title_justify="left")
+    """List every method of both families and each hyper-parameter with its default and meaning."""
+    overview = Table(title="methods (server: a server aggregates; peer: neighbours on a graph, no server)", title_justify="left")
+    for col in ("method", "family", "what it is"):
+        overview.add_column(col)
+    for name, m in REGISTRY.items():
+        overview.add_row(name, m.family, escape(m.summary))
+    console.print(overview)
+    for name, m in REGISTRY.items():
+        table = Table(title=f"{name} ({m.family}) — {escape(m.summary)}", title_justify="left")
         table.add_column("hyper-parameter")
         table.add_column("default", justify="right")
         table.add_column("meaning")
-        for key, (default, help_text) in cls.Config.field_help().items():
-            table.add_row(key, str(default), help_text)
+        for key, (default, help_text) in m.config.field_help().items():
+            table.add_row(key, escape(str(default)), escape(help_text))
         console.print(table)
 
 
@@ -336,8 +359,8 @@ def flower(
     rounds: int = typer.Option(3, "--rounds", "-r", help="Rounds (iterations for decentralised methods)."),
     seed: int = typer.Option(0, "--seed", help="Seed of every random choice."),
     nodes: Optional[int] = typer.Option(None, "--nodes", help="Virtual SuperNodes (default: the scenario's clients)."),
-    param: Optional[List[str]] = typer.Option(None, "--param", "-p", help="Hyper-parameter KEY=VALUE (repeatable)."),
-    scenario_param: Optional[List[str]] = ScenParamOpt,
+    param: Optional[list[str]] = typer.Option(None, "--param", "-p", help="Hyper-parameter KEY=VALUE (repeatable)."),
+    scenario_param: Optional[list[str]] = ScenParamOpt,
     graph: str = typer.Option("ring", "--graph", help="Communication graph of decentralised methods."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Directory; the run writes rounds.csv, curves.csv, failures.jsonl and result.json into a fresh DIR/run-<id>/."),
     pooled_metrics: bool = typer.Option(False, "--pooled-metrics", help="Clients also send test labels and scores (pooled AUC)."),

@@ -16,7 +16,8 @@ from topofl.models.linear import LinearModel
 def _auc_columns(pos: np.ndarray, scores: np.ndarray) -> np.ndarray:
     """Binary ROC AUC of each column of ``scores`` for the boolean labels ``pos`` (one column each):
     the Mann–Whitney statistic with average ranks for ties — what ``roc_auc_score`` computes,
-    vectorised over columns (the evaluation hot path: every client, every round)."""
+    vectorised over columns (the evaluation hot path: every client, every round).
+    """
     ranks = rankdata(scores, axis=0)
     n_pos = pos.sum(axis=0).astype(float)
     n_neg = pos.shape[0] - n_pos
@@ -25,7 +26,8 @@ def _auc_columns(pos: np.ndarray, scores: np.ndarray) -> np.ndarray:
 
 def auc_score(task: str, y: np.ndarray, scores: np.ndarray) -> float:
     """ROC AUC; multiclass: the macro mean of one-vs-rest AUCs over the classes present in ``y``
-    (each from the model's probability of that class). NaN when only one class is present."""
+    (each from the model's probability of that class). NaN when only one class is present.
+    """
     if task == "regression" or np.unique(y).size < 2:
         return float("nan")
     if task == "binary":
@@ -47,7 +49,12 @@ def evaluate(model: LinearModel, theta: np.ndarray, X: np.ndarray, y: np.ndarray
 
 def pooled(model: LinearModel, y: np.ndarray, scores: np.ndarray) -> dict[str, float]:
     """Pooled AUC and accuracy over all clients' test predictions concatenated."""
-    if model.task == "regression":
+    return pooled_scores(model.task, y, scores)
+
+
+def pooled_scores(task: str, y: np.ndarray, scores: np.ndarray) -> dict[str, float]:
+    """Pooled AUC and accuracy (MSE for regression) of concatenated test labels and scores."""
+    if task == "regression":
         return {"pooled_auc": float("nan"), "pooled_accuracy": float("nan"), "pooled_mse": float(np.mean((scores - y) ** 2))}
-    pred = (scores >= 0.5).astype(float) if model.task == "binary" else np.argmax(scores, axis=1).astype(float)
-    return {"pooled_auc": auc_score(model.task, y, scores), "pooled_accuracy": float(np.mean(pred == y))}
+    pred = (scores >= 0.5).astype(float) if task == "binary" else np.argmax(scores, axis=1).astype(float)
+    return {"pooled_auc": auc_score(task, y, scores), "pooled_accuracy": float(np.mean(pred == y))}

@@ -1,14 +1,13 @@
 """Baselines: exact special cases from the issue, stability on both scenarios."""
 import numpy as np
 import pytest
-from helpers import blob_client
 
+from helpers import blob_client
 from topofl import Federation, make_scenario, simulate
-from topofl.algorithms import available
-from topofl.algorithms.base import ClientContext
-from topofl.algorithms.registry import build
 from topofl.federation.local import sgd
 from topofl.federation.runner import client_rng, run_federation
+from topofl.methods import available
+from topofl.methods import build_server as build
 from topofl.models import LeastSquares
 
 
@@ -119,7 +118,7 @@ def test_ifca_forms_clusters_on_healthcare():
 @pytest.mark.parametrize("scenario", ["healthcare", "benchmark"])
 def test_every_method_is_stable_over_15_rounds(scenario):
     fed = make_scenario(scenario, seed=0)
-    for method in available():
+    for method in available("server"):
         h = simulate(fed, method, rounds=15, seed=0)
         auc = h.curve("auc")
         assert np.isfinite(auc).all() and np.isfinite(h.curve("loss")).all(), method

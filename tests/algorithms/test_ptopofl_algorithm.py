@@ -1,9 +1,9 @@
 """pTopoFL in whole runs: exact special cases, what is transmitted, drift, trust, clustering."""
 import numpy as np
 import pytest
-from helpers import blob_client
 from sklearn.metrics import adjusted_rand_score
 
+from helpers import blob_client
 from topofl import Federation, make_scenario, simulate
 from topofl.federation.messages import BYTES_PER_FLOAT
 
@@ -34,8 +34,8 @@ def test_one_cluster_equal_descriptors_no_augmentation_is_exactly_fedavg():
 def test_beta_one_sends_every_client_the_same_model():
     fed = make_scenario("healthcare", seed=0)
     h = simulate(fed, "ptopofl", rounds=2, seed=0, beta=1.0)
-    from topofl.algorithms.registry import build
     from topofl.federation.runner import run_federation
+    from topofl.methods import build_server as build
 
     algo = build("ptopofl", {"beta": 1.0})
     run_federation(fed, algo, 2, seed=0)
@@ -46,8 +46,8 @@ def test_beta_one_sends_every_client_the_same_model():
 
 def test_beta_zero_keeps_clusters_apart():
     fed = make_scenario("healthcare", seed=0)
-    from topofl.algorithms.registry import build
     from topofl.federation.runner import run_federation
+    from topofl.methods import build_server as build
 
     algo = build("ptopofl", {"beta": 0.0})
     run_federation(fed, algo, 2, seed=0)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import gzip
 import pickle
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import scipy.io

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from topofl.data.federation import ClientData
-from topofl.decentralised import NodeSpec, build, make_graph, run_decentralised
+from topofl.decentralised import NodeSpec, make_graph, run_decentralised
 from topofl.decentralised.runner import build_peers
+from topofl.methods import build_peer as build
 
 N_CLASSES = 3
 SEED = 7
@@ -70,7 +71,7 @@ CASES = {
     "sheaf-auto-local-steps": ("sheaf", {"gamma": 0.5, "map_init": "sparse_sign", "dense_limit": 0.0, "local_steps": 2, "eta": 0.05, "lam": 0.2, "lr": 0.05, "batch_size": 16}, [5, 6, 5, 6, 5, 6]),
     "dfedu": ("dfedu", {"lam": 0.3, "lr": 0.1, "batch_size": 16}, [5] * 6),
     "dpsgd": ("dpsgd", {"lr": 0.1, "batch_size": 16}, [5] * 6),
-    "local": ("local", {"lr": 0.1, "batch_size": 16}, [4, 7, 4, 7, 4, 7]),
+    "local": ("local-peers", {"lr": 0.1, "batch_size": 16}, [4, 7, 4, 7, 4, 7]),
 }
 
 
@@ -100,7 +101,7 @@ def test_phases_and_node_specs():
     dims = {i: 12 for i in range(5)}
     assert build("sheaf").phases == ("proj", "proj_new")
     assert build("dfedu").phases == build("dpsgd").phases == ("theta",)
-    assert build("local").phases == ("step",)
+    assert build("local-peers").phases == ("step",)
     specs = build("dpsgd").node_specs(dims, g, np.random.default_rng(0))
     assert list(specs) == [0, 1, 2, 3, 4]
     assert specs[0].neighbours == (1, 4) and specs[0].neighbour_dims == (12, 12)
@@ -151,9 +152,9 @@ def test_make_node_validates_its_spec():
     with pytest.raises(ValueError, match="needs weights"):
         build("dpsgd").make_node(spec, peers[1])
     with pytest.raises(ValueError, match="given the peer of node 0"):
-        build("local").make_node(spec, peers[0])
+        build("local-peers").make_node(spec, peers[0])
     with pytest.raises(ValueError, match="spec says model size 10"):
-        build("local").make_node(NodeSpec(1, (0, 2), (9, 9), 10, 0), peers[1])
+        build("local-peers").make_node(NodeSpec(1, (0, 2), (9, 9), 10, 0), peers[1])
     with pytest.raises(ValueError, match="neighbours of sizes"):
         build("dfedu").make_node(NodeSpec(1, (0, 2), (9, 12), 9, 0), peers[1])
     node = build("dfedu").make_node(spec, peers[1])
@@ -166,4 +167,4 @@ def test_make_node_validates_its_spec():
     sheaf = build("sheaf", {"gamma": 0.5}).make_node(spec, peers[1])
     with pytest.raises(RuntimeError, match="before outgoing"):
         sheaf.incoming("proj", {0: np.zeros(4), 2: np.zeros(4)}, np.random.default_rng(0))
-    assert build("local").make_node(spec, peers[1]).outgoing("step") == {}
+    assert build("local-peers").make_node(spec, peers[1]).outgoing("step") == {}

@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 
 from topofl.data.federation import ClientData
-from topofl.decentralised import build, make_graph, run_decentralised
-from topofl.decentralised.algorithms import SheafFMTL, edge_dim
+from topofl.decentralised import make_graph, run_decentralised
+from topofl.decentralised.sheaf import edge_dim
+from topofl.methods import build_peer as build
 
 
 def regression_clients(n_clients=4, d=3, n=40, seed=0, dims=None):
@@ -44,7 +45,7 @@ def test_identity_maps_with_large_lambda_reach_consensus():
     """P_ij = I: the disagreement between connected clients shrinks like 1/λ (Remark 1)."""
     clients = regression_clients()
     g = make_graph("ring", 4)
-    local = build("local", {"lr": 0.05, "batch_size": 1000, "l2": 0.0})
+    local = build("local-peers", {"lr": 0.05, "batch_size": 1000, "l2": 0.0})
     run_decentralised(clients, g, local, 1500, seed=0, task="regression")
     spreads = []
     for lam in (2.0, 8.0, 32.0):
@@ -136,7 +137,7 @@ def test_bits_count_every_directed_message():
     assert h.rounds[0]["bits"] == 2 * (2 * 6) * d_e * 32  # two exchanges × 12 directed edges
     hd = run_decentralised(clients, g, build("dfedu"), 3, seed=0, n_classes=3)
     assert hd.rounds[0]["bits"] == 12 * d * 32
-    hl = run_decentralised(clients, g, build("local"), 3, seed=0, n_classes=3)
+    hl = run_decentralised(clients, g, build("local-peers"), 3, seed=0, n_classes=3)
     assert hl.final["cumulative_bits"] == 0
 
 
@@ -208,7 +209,7 @@ def test_empty_edge_space_and_size_mismatches_are_refused():
     with pytest.raises(ValueError, match="dfedu needs equal model sizes"):
         run_decentralised(mixed, g, build("dfedu"), 1, seed=0, n_classes=3)
     with pytest.raises(ValueError, match="the graph must have nodes 0..5"):
-        run_decentralised(clients, make_graph("ring", 5), build("local"), 1, seed=0, n_classes=3)
+        run_decentralised(clients, make_graph("ring", 5), build("local-peers"), 1, seed=0, n_classes=3)
 
 
 def test_float32_compact_factors_track_float64_to_float32_precision():

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from topofl.data.federation import ClientData
-from topofl.decentralised import build, make_graph, run_decentralised
-from topofl.decentralised import maps as maps_module
-from topofl.decentralised.maps import NodeMaps, initial_maps
+from topofl.decentralised import make_graph, run_decentralised
+from topofl.decentralised.sheaf import maps as maps_module
+from topofl.decentralised.sheaf.maps import NodeMaps, initial_maps
+from topofl.methods import build_peer as build
 
 
 def clients(dims, n=60, seed=0):

@@ -11,11 +11,11 @@ from topofl.experiments.suite.sheaf import GAMMAS, plan_digits
 
 def spec(method, seed=0, **hp):
     return RunSpec("t", "tabular", method, seed, 6, label=method, hyperparameters={"gamma": 0.3, **hp} if method == "sheaf" else hp,
-                   scenario_params={"n_clients": 6}, runtime="decentralised", graph={"kind": "complete"})
+                   scenario_params={"n_clients": 6}, graph={"kind": "complete"})
 
 
 def test_decentralised_runs_write_tidy_results_and_resume(tmp_path):
-    specs = [spec("sheaf"), spec("local")]
+    specs = [spec("sheaf"), spec("local-peers")]
     done = execute(specs, tmp_path / "a")
     assert done[0]["final"]["cumulative_bits"] > 0 and done[1]["final"]["cumulative_bits"] == 0
     F = np.array(done[0]["frobenius"])
@@ -33,7 +33,9 @@ def test_digits_plan_covers_the_paper_comparison():
     specs = plan_digits([0, 1])
     labels = {s.label for s in specs}
     assert {f"Sheaf-FMTL γ={g:g}" for g in GAMMAS} | {"dFedU", "D-PSGD", "Local"} == labels
-    assert all(s.runtime == "decentralised" and s.graph == {"kind": "erdos_renyi", "p": 0.15} for s in specs)
+    from topofl.methods import family
+
+    assert all(family(s.method) == "peer" and s.graph == {"kind": "erdos_renyi", "p": 0.15} for s in specs)
     assert len(specs) == 2 * 7
 
 
@@ -44,7 +46,7 @@ def test_sheaf_experiments_default_to_the_papers_five_runs():
 
 
 def test_unknown_decentralised_dataset_is_a_clear_error(tmp_path):
-    bad = RunSpec("t", "imagenet", "local", 0, 2, runtime="decentralised")
+    bad = RunSpec("t", "imagenet", "local-peers", 0, 2)
     with pytest.raises(ValueError, match="unknown decentralised dataset 'imagenet'; available: digits, tabular"):
         execute([bad], tmp_path)
 

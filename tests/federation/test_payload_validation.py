@@ -91,9 +91,9 @@ def test_screening_refuses_strangers_repeats_and_the_unasked():
 
 def test_in_process_runner_drops_invalid_updates_and_records_why():
     import topofl
-    from topofl.algorithms.registry import build
     from topofl.federation.pool import InProcessPool
     from topofl.federation.runner import run_rounds
+    from topofl.methods import build_server as build
     from topofl.models.linear import make_model
 
     fed = topofl.make_scenario("healthcare", seed=0)

@@ -5,9 +5,10 @@ import pytest
 
 pytest.importorskip("flwr")
 
+from flwr.app import Array, ArrayRecord, MetricRecord  # noqa: E402
+
 import topofl  # noqa: E402
 from fake_grid import FakeGrid  # noqa: E402
-from flwr.app import Array, ArrayRecord, MetricRecord  # noqa: E402
 from topofl.flower.relay import relay_main  # noqa: E402
 from topofl.flower.server_app import federated_main  # noqa: E402
 from topofl.flower.settings import FlowerSettings  # noqa: E402
@@ -128,8 +129,7 @@ def test_nodes_claiming_one_partition_are_left_out_and_the_run_goes_on():
 def test_relay_run_equals_in_process(method, hps):
     settings = FlowerSettings(method=method, rounds=4, seed=1, scenario_params=SMALL, hyperparameters=hps, graph="ring")
     h = relay_main(FakeGrid(4), settings)
-    from topofl.flower.settings import DECENTRALISED
-    ref = topofl.simulate_decentralised(topofl.make_scenario("healthcare", seed=1, **SMALL), DECENTRALISED[method], rounds=4, seed=1, graph="ring", **hps)
+    ref = topofl.simulate_decentralised(topofl.make_scenario("healthcare", seed=1, **SMALL), method, rounds=4, seed=1, graph="ring", **hps)
     assert_same_records(h.records, ref.records, keys=("accuracy", "loss"))
     assert [r["bits"] for r in h.rounds] == [r["bits"] for r in ref.rounds]
     assert [r["map_storage_bytes"] for r in h.rounds] == [r["map_storage_bytes"] for r in ref.rounds]

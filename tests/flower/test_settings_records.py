@@ -58,6 +58,7 @@ def test_update_and_message_round_trip_through_records():
 def test_malformed_reply_is_a_payload_error_naming_the_record():
     pytest.importorskip("flwr")
     from flwr.app import ConfigRecord, RecordDict
+
     from topofl.flower.records import PayloadError, decode_update
 
     with pytest.raises(PayloadError, match="'params' is missing"):

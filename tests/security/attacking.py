@@ -7,12 +7,13 @@ server side under test (validation, aggregation) is the real one.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import topofl
-from topofl.algorithms.registry import build
 from topofl.federation.pool import InProcessPool
 from topofl.federation.runner import run_rounds
+from topofl.methods import build_server as build
 from topofl.models.linear import make_model
 
 VICTIM = 1

@@ -59,7 +59,6 @@ def test_cap_shares_water_fills():
 
 def test_max_client_weight_bounds_every_share_in_fedavg():
     from helpers import blob_client
-
     from topofl.algorithms.base import cap_shares
 
     rng = np.random.default_rng(0)
@@ -92,7 +91,6 @@ def test_declared_counts_are_validated_at_join():
 def test_flower_reply_claiming_a_huge_count_is_dropped():
     pytest.importorskip("flwr")
     from fake_grid import FakeGrid, tamper_train_metrics
-
     from topofl.flower.server_app import federated_main
     from topofl.flower.settings import FlowerSettings
 
@@ -109,7 +107,6 @@ def test_flower_reply_claiming_a_huge_count_is_dropped():
 def test_flower_node_declaring_a_huge_count_at_discovery_is_refused():
     pytest.importorskip("flwr")
     from fake_grid import FakeGrid, tamper_discovery
-
     from topofl.flower.server_app import federated_main
     from topofl.flower.settings import FlowerSettings
 
@@ -130,7 +127,6 @@ def test_flower_node_declaring_a_huge_count_at_discovery_is_refused():
 def test_one_node_cannot_redefine_or_abort_the_run_at_discovery(changes, words):
     pytest.importorskip("flwr")
     from fake_grid import FakeGrid, tamper_discovery
-
     from topofl.flower.server_app import federated_main
     from topofl.flower.settings import FlowerSettings
 
@@ -148,7 +144,6 @@ def test_one_node_cannot_redefine_or_abort_the_run_at_discovery(changes, words):
 def test_the_run_config_pins_the_task_and_classes_of_sites_with_their_own_data(tmp_path):
     pytest.importorskip("flwr")
     from fake_grid import FakeGrid
-
     from topofl.flower.server_app import federated_main
     from topofl.flower.settings import FlowerSettings
 

@@ -60,9 +60,8 @@ def test_one_reply_cannot_widen_its_own_bound():
     on large-scale features pass). With one honest client and two absurd ones, a median that
     counted the reply itself would be absurd and let both through; the others' lower median is
     the honest client's, so both are refused."""
-    from helpers import blob_client
-
     import topofl
+    from helpers import blob_client
 
     rng = np.random.default_rng(0)
     fed = topofl.Federation.from_arrays([blob_client(rng, 80) for _ in range(3)])

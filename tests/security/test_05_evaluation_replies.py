@@ -55,7 +55,6 @@ def test_a_nan_auc_must_agree_with_the_pooled_labels():
 def test_flower_evaluation_metrics_are_validated():
     pytest.importorskip("flwr")
     from fake_grid import FakeGrid, tamper_evaluate_metrics
-
     from topofl.flower.server_app import federated_main
     from topofl.flower.settings import FlowerSettings
 

@@ -44,7 +44,6 @@ def test_symlink_escape_is_refused(tmp_path):
 def test_server_app_refuses_an_escaping_out_dir_and_deletes_nothing(tmp_path, monkeypatch):
     pytest.importorskip("flwr")
     from fake_grid import FakeGrid
-
     from topofl.flower.server_app import federated_main
     from topofl.flower.settings import FlowerSettings
 
@@ -61,7 +60,6 @@ def test_server_app_refuses_an_escaping_out_dir_and_deletes_nothing(tmp_path, mo
 def test_each_run_writes_a_fresh_directory(tmp_path, monkeypatch):
     pytest.importorskip("flwr")
     from fake_grid import FakeGrid
-
     from topofl.flower.server_app import federated_main
     from topofl.flower.settings import FlowerSettings
 

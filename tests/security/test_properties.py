@@ -10,10 +10,11 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from topofl import Federation
-from topofl.algorithms.registry import available, build
 from topofl.cli_parsing import parse_assignments, parse_seeds
 from topofl.federation.messages import ClientUpdate, ServerMessage
 from topofl.federation.validation import ClientInfo, evaluation_problem, screen_updates
+from topofl.methods import available
+from topofl.methods import build_server as build
 from topofl.models.linear import make_model
 from topofl.tda import descriptor, diagrams
 from topofl.tda.descriptor import descriptor_problems
@@ -141,12 +142,13 @@ values = st.one_of(st.integers(-10**6, 10**20), st.floats(allow_nan=True, allow_
 @FAST
 @given(method=st.sampled_from(available()), data=st.data())
 def test_hyperparameters_are_validated_at_construction(method, data):
-    from topofl.algorithms.registry import get
+    from topofl.methods import build as build_any
+    from topofl.methods import get
 
-    name = data.draw(st.sampled_from(sorted(get(method).Config.field_help())))
+    name = data.draw(st.sampled_from(sorted(get(method).config.field_help())))
     value = data.draw(values)
     try:
-        build(method, {name: value})
+        build_any(method, {name: value})
     except ValueError:
         pass
 

@@ -1,5 +1,6 @@
-"""Federated algorithms and their registry."""
+"""The server-based methods (pTopoFL and the federated baselines), one module each. They
+implement :class:`topofl.federation.algorithm.Algorithm`; :mod:`topofl.methods` registers them.
+"""
 from topofl.algorithms.base import Algorithm, AlgorithmConfig, ClientContext
-from topofl.algorithms.registry import REGISTRY, available, build, get
 
-__all__ = ["Algorithm", "AlgorithmConfig", "ClientContext", "REGISTRY", "available", "build", "get"]
+__all__ = ["Algorithm", "AlgorithmConfig", "ClientContext"]

@@ -65,7 +65,8 @@ class Scaffold(Algorithm):
 
     def reply_problem(self, update: ClientUpdate, message: ServerMessage, info: ClientInfo) -> str | None:
         """Option II fixes Δc given Δy: c_i⁺ − c_i = −c − Δy / (K η_l), with K the local steps of a
-        client of the declared size; a Δc that departs from it (beyond rounding) is refused."""
+        client of the declared size; a Δc that departs from it (beyond rounding) is refused.
+        """
         K = self.local_steps(info.n_train)
         expected = -message.extras["c"] - update.params / (K * self.config.lr)
         gap = float(np.linalg.norm(update.extras["dc"] - expected))

@@ -6,8 +6,9 @@ federations (data that drift across rounds, paper §4.5) override :meth:`Federat
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -203,7 +204,8 @@ def feature_scale_problem(clients: Sequence[ClientData], ratio: float = 100.0) -
 
 def _checked_n_classes(task: str, inferred: int, given: int | None) -> int:
     """The number of classes: what the labels need, widened by ``given`` (some classes may be absent
-    from the data); ``ValueError`` when ``given`` contradicts the task or the labels."""
+    from the data); ``ValueError`` when ``given`` contradicts the task or the labels.
+    """
     if given is None or given == 0 and task == "regression":
         return inferred
     if isinstance(given, bool) or not isinstance(given, (int, np.integer)):
@@ -264,7 +266,7 @@ class Federation:
         *,
         classes: Sequence[Any] | None = None,
         standardise: str = "none",
-    ) -> "Federation":
+    ) -> Federation:
         """Federation from ``[(X_train, y_train, X_test, y_test), ...]``, one tuple per client.
 
         Parameters
@@ -301,7 +303,7 @@ class Federation:
     def __getitem__(self, k: int) -> ClientData:
         return self.clients[k]
 
-    def at_round(self, rnd: int) -> "Federation":
+    def at_round(self, rnd: int) -> Federation:
         """The federation's data at round ``rnd`` (1-based). Static federations return themselves."""
         return self
 

@@ -1,6 +1,10 @@
-"""Decentralised federated (multi-task) learning on a graph: Sheaf-FMTL, dFedU, D-PSGD, Local."""
-from topofl.decentralised.algorithms import REGISTRY, NodeSpec, Peer, PeerAlgorithm, PeerNode, build
+"""Decentralised federated (multi-task) learning on a graph, no server: the peer protocol
+(:mod:`~topofl.decentralised.protocol`), one module per method — Sheaf-FMTL
+(:mod:`~topofl.decentralised.sheaf`), dFedU, D-PSGD, Local — graphs, the transport and the
+round loop (:mod:`~topofl.decentralised.runner`). Methods are looked up in :mod:`topofl.methods`.
+"""
 from topofl.decentralised.graphs import make_graph
+from topofl.decentralised.protocol import NodeSpec, Peer, PeerAlgorithm, PeerConfig, PeerNode
 from topofl.decentralised.runner import DecentralisedHistory, run_decentralised
 
-__all__ = ["REGISTRY", "DecentralisedHistory", "NodeSpec", "Peer", "PeerAlgorithm", "PeerNode", "build", "make_graph", "run_decentralised"]
+__all__ = ["DecentralisedHistory", "NodeSpec", "Peer", "PeerAlgorithm", "PeerConfig", "PeerNode", "make_graph", "run_decentralised"]

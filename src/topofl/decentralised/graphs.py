@@ -7,7 +7,8 @@ otherwise refused with an error naming the kind and its parameters.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import networkx as nx
 import numpy as np
@@ -102,7 +103,8 @@ def _from_edges(n: int, edges: Iterable[Sequence[int]] | None) -> nx.Graph:
 
 def metropolis_weights(g: nx.Graph) -> dict[tuple[int, int], float]:
     """Metropolis–Hastings mixing weights W_ij = 1/(1 + max(deg i, deg j)) (Lian et al. 2017 use a
-    doubly stochastic W); W_ii = 1 − Σ_j W_ij."""
+    doubly stochastic W); W_ii = 1 − Σ_j W_ij.
+    """
     w: dict[tuple[int, int], float] = {}
     for i in g.nodes:
         total = 0.0

@@ -12,17 +12,20 @@ import logging
 import time
 import tracemalloc
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import networkx as nx
 import numpy as np
 
 from topofl._validation import TrainingWarning, check_int
 from topofl.data.federation import ClientData, feature_scale_problem
-from topofl.decentralised.algorithms import Peer, PeerAlgorithm
+from topofl.decentralised.protocol import Peer, PeerAlgorithm
 from topofl.decentralised.transport import InProcessTransport
+from topofl.federation.history import nanmean, nanstd
 from topofl.limits import MAX_ROUNDS, MAX_SEED
+from topofl.metrics import auc_score, pooled_scores
 from topofl.models.linear import make_model
 
 log = logging.getLogger(__name__)
@@ -124,6 +127,9 @@ def run_decentralised(
                 norm = float(np.linalg.norm(p.theta))
                 if not np.isfinite(norm) or norm > divergence_norm * start_norm:
                     raise _divergence_error(algorithm, k, p.node, norm)
+            per_float = transport.bits_per_float
+            sent = {i: b // per_float for i, b in transport.round_sent.items()}
+            received = {i: b // per_float for i, b in transport.round_received.items()}
             bits = transport.reset_round()
             cum_bits += bits
             cum_flops += algorithm.flops(algorithm.config.batch_size)
@@ -134,7 +140,7 @@ def run_decentralised(
             if track_memory:
                 row["peak_traced_bytes"] = tracemalloc.get_traced_memory()[1]
             if k % eval_every == 0 or k == rounds:
-                row.update(_evaluate(history, peers, k))
+                row.update(_evaluate(history, peers, k, sent, received))
             history.rounds.append(row)
             if algorithm.log():
                 history.logs.append({"round": k, **algorithm.log()})
@@ -146,12 +152,22 @@ def run_decentralised(
     return history
 
 
-def peer_metrics(p: Peer) -> dict[str, float]:
-    """Test accuracy (NaN for regression) and loss without the L2 penalty (MSE for least squares) of one peer."""
+def peer_scores(p: Peer) -> tuple[dict[str, float], np.ndarray | None]:
+    """One peer's test metrics — accuracy (NaN for regression), loss without the L2 penalty (MSE
+    for least squares) and ROC AUC (NaN for regression or a single-class test split) — and its
+    test scores (``None`` when the model gives none).
+    """
     X, y = p.data.X_test, p.data.y_test
     loss = p.model.loss(p.theta, X, y) - p.model._penalty(p.theta) if hasattr(p.model, "_penalty") else p.model.loss(p.theta, X, y)
     acc = float(np.mean(p.model.predict(p.theta, X) == y)) if p.model.task != "regression" else float("nan")
-    return {"accuracy": acc, "loss": float(loss)}
+    scores = p.model.predict_scores(p.theta, X) if hasattr(p.model, "predict_scores") else None
+    auc = auc_score(p.model.task, y, scores) if scores is not None else float("nan")
+    return {"accuracy": acc, "loss": float(loss), "auc": auc}, scores
+
+
+def peer_metrics(p: Peer) -> dict[str, float]:
+    """:func:`peer_scores` without the scores."""
+    return peer_scores(p)[0]
 
 
 def summarise_peers(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
@@ -163,7 +179,23 @@ def summarise_peers(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
             "loss": float(np.mean([r["loss"] for r in rows])) if rows else float("nan")}
 
 
-def _evaluate(history: DecentralisedHistory, peers: Sequence[Peer], k: int) -> dict[str, float]:
-    rows = [{"round": k, "client": p.node, **peer_metrics(p), "dim": p.dim} for p in peers if p.data is not None]
+def _evaluate(history: DecentralisedHistory, peers: Sequence[Peer], k: int, sent: dict[int, int], received: dict[int, int]) -> dict[str, float]:
+    """Per-client rows (with the numbers each peer sent and received this iteration) and the
+    iteration's summary: the means of :func:`summarise_peers`, and AUC over clients and pooled.
+    """
+    rows, ys, scores = [], [], []
+    for p in peers:
+        if p.data is None:
+            continue
+        metrics, s = peer_scores(p)
+        rows.append({"round": k, "client": p.node, **metrics, "dim": p.dim,
+                     "floats_up": sent.get(p.node, 0), "floats_down": received.get(p.node, 0)})
+        ys.append(p.data.y_test)
+        scores.append(s)
     history.records.extend(rows)
-    return summarise_peers(rows)
+    aucs = [r["auc"] for r in rows]
+    summary = {**summarise_peers(rows), "auc": nanmean(aucs), "auc_std": nanstd(aucs), "n_clients_auc": int(np.sum(~np.isnan(aucs)))}
+    task = peers[0].model.task
+    if all(s is not None for s in scores) and len({np.ndim(s) for s in scores}) == 1 and task != "regression":
+        summary.update(pooled_scores(task, np.concatenate(ys), np.concatenate(scores)))
+    return summary

@@ -27,6 +27,8 @@ class InProcessTransport:
         self.bits = 0
         self.round_bits = 0
         self.messages = 0
+        self.round_sent: defaultdict[int, int] = defaultdict(int)  # bits each node sent since reset_round
+        self.round_received: defaultdict[int, int] = defaultdict(int)  # ... and received
 
     def send(self, src: int, dst: int, tag: str, payload: np.ndarray) -> None:
         """Queue ``payload`` from ``src`` to its neighbour ``dst`` under ``tag``."""
@@ -35,6 +37,8 @@ class InProcessTransport:
         size = int(np.size(payload)) * self.bits_per_float
         self.bits += size
         self.round_bits += size
+        self.round_sent[src] += size
+        self.round_received[dst] += size
         self.messages += 1
         self._inbox[dst][(src, tag)] = payload
 
@@ -46,7 +50,10 @@ class InProcessTransport:
             raise RuntimeError(f"node {dst} expected a {tag!r} message from {src}, but none was sent") from None
 
     def reset_round(self) -> int:
+        """Bits sent since the last reset (per-node counts are cleared too)."""
         bits, self.round_bits = self.round_bits, 0
+        self.round_sent.clear()
+        self.round_received.clear()
         return bits
 
     def pending(self) -> dict[int, Any]:

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -16,7 +17,8 @@ def num(v: Any) -> float:
 
 def group_curves(rows: Iterable[Mapping[str, str]], by: Sequence[str], metric: str = "auc") -> dict[tuple, dict[str, np.ndarray]]:
     """``{group: {"round", "mean", "std", "n", "se"}}``: the metric over rounds — mean, std and
-    standard error over seeds — for each combination of the ``by`` columns."""
+    standard error over seeds — for each combination of the ``by`` columns.
+    """
     acc: dict[tuple, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
         acc[tuple(r[b] for b in by)][int(r["round"])].append(num(r[metric]))

@@ -15,17 +15,20 @@ from __future__ import annotations
 
 import platform
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from topofl.algorithms.registry import build
 from topofl.data.scenarios import make_scenario
+from topofl.decentralised.graphs import make_graph
 from topofl.experiments.results import CsvAppender, append_jsonl, write_csv, write_json_atomic
 from topofl.federation.history import ROUND_FIELDS, History, RoundSummary
+from topofl.federation.messages import BYTES_PER_FLOAT
 from topofl.federation.runner import run_federation
+from topofl.methods import build_peer, build_server, family
 from topofl.models.linear import make_model
 
 CURVE_FIELDS = ("method", "seed") + tuple(RoundSummary.__dataclass_fields__)
@@ -47,6 +50,8 @@ class CompareSpec:
     client_fraction: float = 1.0
     scenario_params: Mapping[str, Any] = field(default_factory=dict)
     hyperparameters: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    graph: str = "erdos_renyi"
+    graph_params: Mapping[str, Any] = field(default_factory=dict)
 
     def validate(self) -> None:
         """Fail fast (before any run starts) on unknown names or bad values."""
@@ -56,7 +61,13 @@ class CompareSpec:
             raise ValueError("seeds must hold at least one seed")
         federation = make_scenario(self.scenario, seed=self.seeds[0], **self.scenario_params)
         for m in self.methods:
-            algorithm = build(m, self.hyperparameters.get(m, {}))
+            if family(m) == "peer":
+                peer = build_peer(m, self.hyperparameters.get(m, {}))
+                graph = make_graph(self.graph, len(federation), seed=self.seeds[0], **dict(self.graph_params))
+                dim = make_model(federation.task, federation.n_features, max(federation.n_classes, 2)).n_params
+                peer.node_specs({k: dim for k in graph.nodes}, graph, np.random.default_rng(0))  # edge spaces, map storage
+                continue
+            algorithm = build_server(m, self.hyperparameters.get(m, {}))
             model = make_model(federation.task, algorithm.input_dim(federation.n_features), max(federation.n_classes, 2))
             algorithm.setup(model, federation.client_ids, np.random.default_rng(0))
 
@@ -97,7 +108,6 @@ def run_compare(
         for seed in spec.seeds:
             federation = make_scenario(spec.scenario, seed=seed, **spec.scenario_params)
             for method in spec.methods:
-                algorithm = build(method, spec.hyperparameters.get(method, {}))
 
                 def record(history: History, summary: RoundSummary, method=method, seed=seed) -> None:
                     if writers is not None:
@@ -109,7 +119,11 @@ def run_compare(
                         on_round(history, summary)
 
                 t0 = time.perf_counter()
-                history = run_federation(federation, algorithm, spec.rounds, seed, client_fraction=spec.client_fraction, on_round=record)
+                if family(method) == "peer":
+                    history = run_peers(federation, method, spec, seed, record)
+                else:
+                    algorithm = build_server(method, spec.hyperparameters.get(method, {}))
+                    history = run_federation(federation, algorithm, spec.rounds, seed, client_fraction=spec.client_fraction, on_round=record)
                 seconds[method].append(time.perf_counter() - t0)
                 histories[method].append(history)
                 if on_run_done is not None:
@@ -122,6 +136,41 @@ def run_compare(
     if out is not None:
         write_csv(out / "summary.csv", summary, SUMMARY_FIELDS)
     return summary
+
+
+def run_peers(federation: Any, method: str, spec: CompareSpec, seed: int,
+              on_round: Callable[[History, RoundSummary], None] | None = None) -> History:
+    """Run a decentralised method on the scenario's clients (graph ``spec.graph``, seeded) and
+    report it as a :class:`History`, so that both families fill the same tables.
+
+    Every payload is counted as floats and, as for the server-based methods, 8 bytes per float
+    (the Sheaf-FMTL experiments count float32, as the paper does).
+    """
+    from topofl.decentralised import run_decentralised
+
+    graph = make_graph(spec.graph, len(federation), seed=seed, **dict(spec.graph_params))
+    algo = build_peer(method, spec.hyperparameters.get(method, {}))
+    history = History(method=method, seed=seed)
+
+    def adapt(dh: Any, row: dict[str, Any]) -> None:
+        rows = [{k: r[k] for k in ("round", "client", "auc", "accuracy", "loss", "floats_up", "floats_down")}
+                for r in dh.records if r["round"] == row["round"]]
+        for r in rows:
+            r["bytes_up"], r["bytes_down"] = r["floats_up"] * BYTES_PER_FLOAT, r["floats_down"] * BYTES_PER_FLOAT
+        history.records.extend(rows)
+        summary = RoundSummary(
+            round=row["round"], auc=row["auc"], auc_std=row["auc_std"], accuracy=row["accuracy"], accuracy_std=row["accuracy_std"],
+            loss=row["loss"], pooled_auc=row.get("pooled_auc", float("nan")), pooled_accuracy=row.get("pooled_accuracy", float("nan")),
+            n_clients_auc=row["n_clients_auc"], bytes_up=sum(r["bytes_up"] for r in rows), bytes_down=sum(r["bytes_down"] for r in rows),
+        )
+        history.rounds.append(summary)
+        history.server_logs.append({"round": row["round"], "graph": spec.graph, "graph_edges": graph.number_of_edges(), **algo.log()})
+        if on_round is not None:
+            on_round(history, summary)
+
+    run_decentralised(federation.clients, graph, algo, spec.rounds, seed, task=federation.task,
+                      n_classes=max(federation.n_classes, 2), on_round=adapt)
+    return history
 
 
 def _open_outputs(spec: CompareSpec, out: Path) -> dict[str, CsvAppender]:

@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from topofl.experiments.results import CsvAppender, append_jsonl
-from topofl.experiments.runs import RunSpec, write_done
+from topofl.experiments.store import RunSpec, write_done
 
 # no wall-clock column: results must be identical however often a run is resumed (timings go to the done-record)
 CURVE_FIELDS = ("round", "accuracy", "accuracy_std", "loss", "bits", "cumulative_bits", "cumulative_flops", "map_storage_bytes")
@@ -28,7 +29,8 @@ def load_peer_data(name: str, seed: int, params: Mapping[str, Any]):
 
 
 def execute_decentralised(spec: RunSpec, paths: dict[str, Path]) -> dict[str, Any]:
-    from topofl.decentralised import build, make_graph, run_decentralised
+    from topofl.decentralised import make_graph, run_decentralised
+    from topofl.methods import build_peer
 
     for p in paths.values():
         p.unlink(missing_ok=True)
@@ -36,7 +38,7 @@ def execute_decentralised(spec: RunSpec, paths: dict[str, Path]) -> dict[str, An
     graph_args = dict(spec.graph)
     kind = graph_args.pop("kind", "erdos_renyi")
     graph = make_graph(kind, len(data.clients), seed=spec.seed, **graph_args)
-    algo = build(spec.method, spec.hyperparameters)
+    algo = build_peer(spec.method, spec.hyperparameters)
     key = spec.key
     eval_every = int(spec.setting.get("eval_every", 1)) if "eval_every" in spec.setting else max(1, spec.rounds // 50)
     with CsvAppender(paths["rounds"], tuple(key) + RECORD_FIELDS) as rounds_out, CsvAppender(paths["curves"], tuple(key) + CURVE_FIELDS) as curves_out:

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from topofl.experiments.compare import versions
 from topofl.experiments.results import write_json_atomic

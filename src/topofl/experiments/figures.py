@@ -1,8 +1,8 @@
 """Matplotlib helpers: consistent style, PNG + SVG output, readable at report size."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 

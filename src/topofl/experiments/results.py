@@ -15,8 +15,9 @@ import json
 import math
 import os
 import tempfile
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 
 class CsvAppender:
@@ -35,7 +36,8 @@ class CsvAppender:
 
     def write(self, rows: Iterable[Mapping[str, Any]]) -> None:
         """Append ``rows`` in one write (a round's rows land together or, if the process dies
-        mid-write, as a torn tail that the done-record's hash exposes)."""
+        mid-write, as a torn tail that the done-record's hash exposes).
+        """
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=self.fields, extrasaction="ignore")
         for row in rows:
@@ -46,7 +48,7 @@ class CsvAppender:
     def close(self) -> None:
         self._fh.close()
 
-    def __enter__(self) -> "CsvAppender":
+    def __enter__(self) -> CsvAppender:
         return self
 
     def __exit__(self, *exc) -> None:

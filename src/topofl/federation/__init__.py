@@ -1,15 +1,12 @@
-"""In-process federation runtime: messages, local training, the round loop, histories."""
+"""The server-based runtime: the contract of a method, messages, reply checks, local training,
+the round loop and histories. Nothing here imports a method: methods implement this contract.
+"""
+from topofl.federation.algorithm import Algorithm, AlgorithmConfig, ClientContext
 from topofl.federation.history import History, RoundSummary
 from topofl.federation.messages import ClientUpdate, ServerMessage
+from topofl.federation.runner import run_federation, run_rounds
 
-
-def __getattr__(name: str):
-    # The runner depends on the algorithms, which depend on this package's messages: import lazily.
-    if name == "run_federation":
-        from topofl.federation.runner import run_federation
-
-        return run_federation
-    raise AttributeError(name)
-
-
-__all__ = ["ClientUpdate", "History", "RoundSummary", "ServerMessage", "run_federation"]
+__all__ = [
+    "Algorithm", "AlgorithmConfig", "ClientContext", "ClientUpdate", "History", "RoundSummary", "ServerMessage",
+    "run_federation", "run_rounds",
+]

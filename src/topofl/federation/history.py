@@ -26,7 +26,8 @@ def nanstd(values) -> float:
 @dataclass
 class RoundSummary:
     """Metrics of one round. ``auc``/``accuracy`` are means over clients of each client's score
-    with the model it would use; ``pooled_*`` are computed on all test predictions together."""
+    with the model it would use; ``pooled_*`` are computed on all test predictions together.
+    """
 
     round: int
     auc: float
@@ -48,7 +49,8 @@ class RoundSummary:
 class History:
     """Result of :func:`topofl.simulate`: ``records`` (a dict per round and client), ``rounds``
     (a :class:`RoundSummary` per round), ``server_logs``, ``client_metrics`` (last reported) and
-    ``failures`` (clients that failed or sent an invalid payload, with the reason)."""
+    ``failures`` (clients that failed or sent an invalid payload, with the reason).
+    """
 
     method: str
     seed: int

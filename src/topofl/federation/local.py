@@ -1,7 +1,7 @@
 """Local training: mini-batch SGD on a model's flat parameters (vectorised over each batch)."""
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

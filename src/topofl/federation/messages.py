@@ -6,8 +6,9 @@ client's message is decided in :mod:`topofl.federation.validation`.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from topofl.algorithms.base import Algorithm, ClientContext
 from topofl.data.federation import ClientData, Federation
+from topofl.federation.algorithm import Algorithm, ClientContext
 from topofl.federation.messages import ClientUpdate, ServerMessage
 from topofl.federation.validation import ClientInfo, declared_infos
 from topofl.metrics import evaluate
@@ -43,7 +43,8 @@ class Failure:
 @dataclass(frozen=True)
 class ClientEvaluation:
     """One client's test metrics with the model it would use; ``y_true``/``scores`` only when
-    the runtime shares predictions for pooled metrics."""
+    the runtime shares predictions for pooled metrics.
+    """
 
     client_id: int
     metrics: dict[str, float]

@@ -13,13 +13,13 @@ from __future__ import annotations
 import logging
 import math
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
 from topofl._validation import TrainingWarning, check_int, check_range
-from topofl.algorithms.base import Algorithm
 from topofl.data.federation import Federation, feature_scale_problem
+from topofl.federation.algorithm import Algorithm
 from topofl.federation.history import History, RoundSummary, nanmean, nanstd
 from topofl.federation.messages import BYTES_PER_FLOAT
 from topofl.federation.pool import ClientEvaluation, ClientPool, Failure, InProcessPool, client_rng  # noqa: F401 (re-export)
@@ -164,7 +164,8 @@ def _screen_evaluations(
     rnd: int, failures: list[Failure],
 ) -> list[ClientEvaluation]:
     """The evaluations fit to average: from clients that were asked, once each, and sound
-    (:func:`~topofl.federation.validation.evaluation_problem`); the others become failures."""
+    (:func:`~topofl.federation.validation.evaluation_problem`); the others become failures.
+    """
     good, seen = [], set()
     for ev in evaluations:
         cid = getattr(ev, "client_id", None)
@@ -186,7 +187,8 @@ def _screen_evaluations(
 class _DivergenceWatch:
     """Warns once when the clients' mean test loss shows training diverging: above 10 × the loss
     of an uninformed classifier (log C), or, for regression, 100 × the first round's loss; and
-    once when every update of a round is refused by the norm bound."""
+    once when every update of a round is refused by the norm bound.
+    """
 
     def __init__(self, model: LinearModel) -> None:
         self.task = model.task
@@ -195,7 +197,8 @@ class _DivergenceWatch:
 
     def all_refused(self, rnd: int, n: int) -> None:
         """Every update of a round exceeded the norm bound: warn once (honest clients on unscaled
-        features look like this, and then the model never moves)."""
+        features look like this, and then the model never moves).
+        """
         if self.bound_warned:
             return
         self.bound_warned = True

@@ -19,8 +19,9 @@ A reply that fails any check is never aggregated or averaged: it becomes a
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -35,7 +36,8 @@ EVALUATION_METRICS = ("auc", "accuracy", "loss")
 @dataclass(frozen=True)
 class ClientInfo:
     """What a client declared when it joined: the server's only source for its weight, and the
-    size its pooled test predictions must have."""
+    size its pooled test predictions must have.
+    """
 
     client_id: int
     n_train: int
@@ -76,7 +78,8 @@ def declared_infos(clients: Sequence[Any]) -> dict[int, ClientInfo]:
 @dataclass(frozen=True)
 class ArraySpec:
     """What one array of a reply must be: float64 of ``shape`` (``None`` = any length), finite,
-    with a finite sum of squares, within ``[low, high]`` and, if ``integer``, whole numbers."""
+    with a finite sum of squares, within ``[low, high]`` and, if ``integer``, whole numbers.
+    """
 
     shape: tuple[int | None, ...]
     required: bool = True
@@ -214,7 +217,8 @@ def _metrics_problem(metrics: Any, allowed: Mapping[str, tuple[float, float]]) -
 
 def as_number(value: Any) -> float | None:
     """``value`` as a float if it is a real number (not a bool) that fits in a float, else ``None``
-    (an integer like 10**400 overflows float: it is not a metric, it is an attack)."""
+    (an integer like 10**400 overflows float: it is not a metric, it is an attack).
+    """
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         return None
     try:
@@ -230,7 +234,8 @@ def _short(value: Any) -> str:
 
 def count_problem(claimed: Any, declared: int) -> str | None:
     """Why a reply's example count is refused: the server weights each client by what it declared
-    when it joined, so a reply must repeat that count exactly."""
+    when it joined, so a reply must repeat that count exactly.
+    """
     if isinstance(claimed, bool) or not isinstance(claimed, (int, np.integer)):
         return f"n_examples must be an integer; got {_short(claimed)}"
     if int(claimed) != declared:

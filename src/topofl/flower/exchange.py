@@ -8,7 +8,8 @@ that cannot be decoded. A failure never ends the run.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Mapping, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from flwr.app import Message, RecordDict
 

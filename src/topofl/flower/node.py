@@ -14,19 +14,24 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 
-from topofl.algorithms.registry import build
 from topofl.data.federation import ClientData, Federation, _validated_client, feature_scale_problem, resolve_labels
 from topofl.federation.pool import ClientEvaluation, client_context, evaluate_client
 from topofl.flower.records import (
-    decode_server_message, encode_evaluation, encode_update, load_state, save_state,
+    decode_server_message,
+    encode_evaluation,
+    encode_update,
+    load_state,
+    save_state,
 )
+from topofl.methods import build_server
 from topofl.models.linear import make_model
 
 log = logging.getLogger(__name__)
@@ -90,7 +95,7 @@ def node_data(node_config: Mapping[str, Any], job: Mapping[str, Any], rnd: int =
 
 @lru_cache(maxsize=8)
 def _algorithm(method: str, hyperparameters: str):
-    return build(method, json.loads(hyperparameters))
+    return build_server(method, json.loads(hyperparameters))
 
 
 def describe(node_config: Mapping[str, Any], content: RecordDict) -> RecordDict:

@@ -18,8 +18,9 @@ import itertools
 import logging
 import os
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from topofl.experiments.results import CsvAppender, append_jsonl, write_json_atomic
 from topofl.federation.pool import Failure

@@ -13,24 +13,25 @@ Randomness is the in-process runner's: node ``i`` draws its mini-batches in iter
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from functools import lru_cache
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 from flwr.app import ConfigRecord, MetricRecord, RecordDict
 
 from topofl.decentralised import NodeSpec, Peer
-from topofl.decentralised import build as build_peer_algorithm
 from topofl.decentralised.runner import peer_metrics
 from topofl.flower.node import job_key, node_data
-from topofl.flower.records import arrays_record, record_arrays, load_state, save_state
+from topofl.flower.records import arrays_record, load_state, record_arrays, save_state
+from topofl.methods import build_peer
 from topofl.models.linear import make_model
 
 
 @lru_cache(maxsize=8)
 def peer_algorithm(method: str, hyperparameters: str):
     """The decentralised algorithm object of a job (configuration only; nodes hold the state)."""
-    return build_peer_algorithm(method, json.loads(hyperparameters))
+    return build_peer(method, json.loads(hyperparameters))
 
 
 def peer_model(task: str, n_features: int, n_classes: int, l2: float):

@@ -6,7 +6,8 @@ the clients' work runs differs. Train messages carry the algorithm's server mess
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from flwr.app import MessageType
 

@@ -11,7 +11,8 @@ naming the record, which the server turns into a logged, dropped reply.
 from __future__ import annotations
 
 import pickle
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict

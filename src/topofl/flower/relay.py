@@ -34,6 +34,7 @@ from flwr.serverapp import Grid
 from topofl.decentralised import make_graph
 from topofl.decentralised.runner import DecentralisedHistory, _divergence_error, summarise_peers
 from topofl.federation.pool import Failure
+from topofl.flower.discovery import discover, new_run_id, reconcile
 from topofl.flower.exchange import exchange
 from topofl.flower.outputs import RunOutputs, resolve_run_dir, results_root
 from topofl.flower.peer import peer_algorithm, peer_model
@@ -57,8 +58,6 @@ class Relay:
     """State of one relayed run: who is alive, what each node sent last, bits."""
 
     def __init__(self, grid: Grid, settings: FlowerSettings, run_dir: Any = None) -> None:
-        from topofl.flower.server_app import discover, reconcile
-
         self.grid, self.settings, self.run_dir = grid, settings, run_dir
         self.algorithm = peer_algorithm(settings.job()["method"], settings.job()["hyperparameters"])
         nodes, infos, self.failures = discover(grid, settings)
@@ -116,7 +115,8 @@ class Relay:
 
     def _route(self, got: dict[int, dict[str, Any]]) -> dict[int, dict[int, np.ndarray]]:
         """Node j's inbox: each live neighbour's payload to j; for a dropped (or silent) neighbour,
-        j's own payload to it (which zeroes that edge's coupling terms). Counts relayed bits."""
+        j's own payload to it (which zeroes that edge's coupling terms). Counts relayed bits.
+        """
         inbox: dict[int, dict[int, np.ndarray]] = {}
         for j in sorted(self.alive):
             inbox[j] = {}
@@ -186,8 +186,7 @@ class Relay:
 
 def relay_main(grid: Grid, settings: FlowerSettings, run_id: Any = None, root: Any = None) -> DecentralisedHistory:
     """Run a decentralised method on the connected SuperNodes through the relay (results in a
-    fresh directory under the results root, checked before any node is contacted)."""
-    from topofl.flower.server_app import new_run_id
-
+    fresh directory under the results root, checked before any node is contacted).
+    """
     run_dir = resolve_run_dir(settings.out_dir, root if root is not None else results_root(), run_id if run_id is not None else new_run_id())
     return Relay(grid, settings, run_dir).run()

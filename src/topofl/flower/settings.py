@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from topofl._validation import check_choice, check_int, check_range
-from topofl.cli_parsing import parse_assignments
 from topofl.data.federation import TASKS
 from topofl.limits import MAX_CLASSES, MAX_ROUNDS, MAX_SEED
+from topofl.parsing import parse_assignments
 
 #: run-config key → (settings field, default, help)
 KEYS: dict[str, tuple[str, Any, str]] = {
@@ -36,13 +37,12 @@ KEYS: dict[str, tuple[str, Any, str]] = {
     "classes": ("classes", "", "label values in class order, 'a,b,c': a node with its own data-path maps label classes[i] to class i"),
 }
 
-#: decentralised method names as the run config spells them → topofl.decentralised registry names
-DECENTRALISED = {"sheaf": "sheaf", "dfedu": "dfedu", "dpsgd": "dpsgd", "local-peers": "local"}
 
 
 def parse_pairs(text: str, key: str) -> dict[str, Any]:
     """``"a=1,b=x,c=(1, 2)"`` → ``{"a": 1, "b": "x", "c": (1, 2)}`` (values as Python literals
-    where possible; commas inside brackets belong to the value)."""
+    where possible; commas inside brackets belong to the value).
+    """
     items, depth, current = [], 0, ""
     for ch in str(text):
         depth += (ch in "([{") - (ch in ")]}")
@@ -77,10 +77,10 @@ class FlowerSettings:
     classes: str = ""
 
     def __post_init__(self) -> None:
-        from topofl.algorithms.registry import available
         from topofl.data.scenarios import SCENARIOS
+        from topofl.methods import available
 
-        check_choice("method", self.method, [*available(), *DECENTRALISED])
+        check_choice("method", self.method, available())
         check_choice("scenario", self.scenario, list(SCENARIOS))
         check_int("num-server-rounds", self.rounds, 1, MAX_ROUNDS)
         check_int("seed", self.seed, 0, MAX_SEED)
@@ -111,10 +111,12 @@ class FlowerSettings:
 
     @property
     def decentralised(self) -> bool:
-        return self.method in DECENTRALISED
+        from topofl.methods import family
+
+        return family(self.method) == "peer"
 
     @classmethod
-    def from_run_config(cls, run_config: Mapping[str, Any]) -> "FlowerSettings":
+    def from_run_config(cls, run_config: Mapping[str, Any]) -> FlowerSettings:
         """Settings from Flower's run config; unknown keys are an error listing the known ones."""
         unknown = sorted(set(run_config) - set(KEYS))
         if unknown:
@@ -132,7 +134,7 @@ class FlowerSettings:
     def job(self) -> dict[str, Any]:
         """What every node needs to build the same algorithm, data and model (sent in each message)."""
         return {
-            "method": DECENTRALISED.get(self.method, self.method),
+            "method": self.method,
             "hyperparameters": json.dumps(dict(self.hyperparameters), sort_keys=True),
             "scenario": self.scenario,
             "scenario_params": json.dumps(dict(self.scenario_params), sort_keys=True),

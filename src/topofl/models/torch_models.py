@@ -56,8 +56,9 @@ FC layer (3×3 "same" gives 104,746 / 133,978).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from scipy.special import softmax

@@ -26,9 +26,9 @@ feature of the subsample to [0, 1], for features in incomparable units.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Sequence
 
 import numpy as np
 
@@ -130,7 +130,8 @@ def persistence_entropy(pers: np.ndarray) -> float:
 
 def _amplitude(pers: np.ndarray) -> float:
     """A_j = (Σ pers_i²)^{1/2} (Eq. 5), computed as m·‖pers/m‖ with m = max pers so that squares
-    of persistences near 1e-300 or 1e300 neither underflow nor overflow."""
+    of persistences near 1e-300 or 1e300 neither underflow nor overflow.
+    """
     m = float(pers.max()) if pers.size else 0.0
     if m <= 0.0:
         return 0.0

@@ -7,7 +7,7 @@ Step 1: "pairwise Euclidean distance matrix on l2-normalised feature vectors").
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

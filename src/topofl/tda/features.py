@@ -36,7 +36,7 @@ class TopoContext:
     client_stats: np.ndarray  # (3,) h0_entropy, h1_entropy, betti0_median (already scaled)
 
     @classmethod
-    def from_data(cls, X: np.ndarray, dgms: list[np.ndarray], n_points: int) -> "TopoContext":
+    def from_data(cls, X: np.ndarray, dgms: list[np.ndarray], n_points: int) -> TopoContext:
         """Build the context from training points and the diagrams of their subsample."""
         d0, d1 = dgms[0], dgms[1] if len(dgms) > 1 else np.empty((0, 2))
         centroid = X.mean(axis=0)

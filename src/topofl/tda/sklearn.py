@@ -1,7 +1,7 @@
 """A scikit-learn transformer mapping point clouds to pTopoFL descriptors."""
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
@@ -27,7 +27,7 @@ class TopologicalDescriptor(TransformerMixin, BaseEstimator):
         self.scale = scale
         self.seed = seed
 
-    def fit(self, X: Sequence[np.ndarray], y=None) -> "TopologicalDescriptor":
+    def fit(self, X: Sequence[np.ndarray], y=None) -> TopologicalDescriptor:
         """Nothing to learn; records the output width."""
         self.n_features_out_ = len(DescriptorLayout(self.n_thresholds))
         return self

@@ -135,7 +135,8 @@ class PTopoFL(Algorithm):
     def reply_schema(self, client_id: int, message: ServerMessage, info: ClientInfo) -> ReplySchema:
         """The model (near the cluster model sent), the descriptor — required when the server
         asked for it, checked against the invariants of a PH descriptor of ``min(n_k, n_sub)``
-        points — the diagrams when clustering by a diagram distance, and the privacy metrics."""
+        points — the diagrams when clustering by a diagram distance, and the privacy metrics.
+        """
         c = self.config
         dgm = ArraySpec((None, 2), required=False, low=0.0)
         return ReplySchema(
@@ -221,7 +222,8 @@ class PTopoFL(Algorithm):
     def _provisional(self, updates: list[ClientUpdate]) -> dict[str, Any]:
         """Before M clients have sent descriptors (partial participation, dropped replies) the
         round-0 clustering of §3.3 cannot run: the participants are aggregated as one group with
-        Eq. 6's weights into the model every client starts from, and clustering waits."""
+        Eq. 6's weights into the model every client starts from, and clustering waits.
+        """
         self.trust, z, flagged = self._trust()
         members = [u for u in updates if u.client_id in self.phi]
         if members:

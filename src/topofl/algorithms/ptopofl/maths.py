@@ -1,7 +1,7 @@
 """Pure functions of pTopoFL's server (paper §3.3–3.5). Hand-checked in tests/algorithms."""
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 

@@ -25,72 +25,18 @@ Loaders (task, clients in the real data):
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
-
-from topofl.data.federation import ClientData, Federation
-
-
-@dataclass(frozen=True)
-class LoadedData:
-    """Clients of a loaded data set, before they are assembled into a :class:`Federation`.
-
-    Attributes
-    ----------
-    clients : list of ClientData
-        One entry per client, ``client_id`` equal to its position. Feature counts may differ
-        between clients.
-    task : str
-        ``"binary"``, ``"multiclass"`` or ``"regression"``.
-    n_classes : int
-        Number of classes (0 for regression).
-    name : str
-        Short name of the data set, e.g. ``"vehicle"``.
-    info : dict
-        Provenance: ``source`` (files read or generator), ``protocol`` (split / reduction applied
-        and its seed) and loader-specific facts.
-    """
-
-    clients: list[ClientData]
-    task: str
-    n_classes: int
-    name: str
-    info: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def n_clients(self) -> int:
-        """Number of clients."""
-        return len(self.clients)
-
-    @property
-    def feature_counts(self) -> list[int]:
-        """Number of features of each client (they may differ)."""
-        return [c.n_features for c in self.clients]
-
-    def to_federation(self) -> Federation:
-        """Validate the clients and build a :class:`~topofl.data.federation.Federation`.
-
-        Raises
-        ------
-        ValueError
-            If the clients do not share one feature count (heterogeneous model sizes cannot form
-            a single-feature-space federation), or any array fails the federation's checks.
-        """
-        return Federation(self.clients, task=self.task, n_classes=self.n_classes, name=self.name, info=self.info)
-
-
-# The loaders import LoadedData from this module, so they are imported after its definition.
-from topofl.data.loaders.protocol import reduce_half, split_client  # noqa: E402
-from topofl.data.loaders.matfiles import load_gleam, load_school, load_vehicle  # noqa: E402
-from topofl.data.loaders.har import load_har  # noqa: E402
-from topofl.data.loaders.images import (  # noqa: E402
+from topofl.data.loaders.base import LoadedData
+from topofl.data.loaders.har import load_har
+from topofl.data.loaders.images import (
     load_cifar10,
     load_mnist_idx,
     read_idx,
     rotated_digits,
     rotated_mnist,
 )
-from topofl.data.loaders.synthetic import synthetic_tabular  # noqa: E402
+from topofl.data.loaders.matfiles import load_gleam, load_school, load_vehicle
+from topofl.data.loaders.protocol import reduce_half, split_client
+from topofl.data.loaders.synthetic import synthetic_tabular
 
 __all__ = [
     "LoadedData",

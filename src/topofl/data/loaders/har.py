@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from topofl._validation import check_finite
-from topofl.data.loaders import LoadedData
+from topofl.data.loaders.base import LoadedData
 from topofl.data.loaders.protocol import build_clients, check_protocol_args, check_seed
 
 #: Activity names of labels 0..5 (file labels 1..6).

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import gzip
 import pickle
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from topofl._validation import check_int
-from topofl.data.loaders import LoadedData
+from topofl.data.loaders.base import LoadedData
 from topofl.data.loaders.protocol import (
     ASSIGN,
     build_clients,

@@ -17,7 +17,7 @@ import scipy.io
 import scipy.sparse
 
 from topofl._validation import check_finite
-from topofl.data.loaders import LoadedData
+from topofl.data.loaders.base import LoadedData
 from topofl.data.loaders.protocol import build_clients, check_protocol_args, check_seed
 
 
@@ -193,6 +193,7 @@ def load_vehicle(
         Fraction of training rows kept by a reduced client.
     x_key, y_key : str, default "X", "Y"
         Names of the feature and label cell arrays in the file.
+
     Returns
     -------
     LoadedData
@@ -244,6 +245,7 @@ def load_gleam(
         Fraction of training rows kept by a reduced client.
     x_key, y_key : str, default "X", "Y"
         Names of the feature and label cell arrays in the file.
+
     Returns
     -------
     LoadedData
@@ -294,6 +296,7 @@ def load_school(
         Fraction of training rows kept by a reduced client.
     x_key, y_key : str, default "X", "Y"
         Names of the feature and label cell arrays in the file.
+
     Returns
     -------
     LoadedData

@@ -12,7 +12,8 @@ for each purpose (client assignment, per-client split, reduction), see :func:`st
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -6,12 +6,13 @@ columns ``meta["features"]`` of a latent ``n_features``-dimensional input, so it
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from topofl._validation import check_int, check_range
-from topofl.data.loaders import LoadedData
+from topofl.data.loaders.base import LoadedData
 from topofl.data.loaders.protocol import (
     ASSIGN,
     GENERATE,

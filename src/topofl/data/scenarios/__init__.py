@@ -1,19 +1,22 @@
 """Seeded synthetic scenarios of the pTopoFL paper, by name."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from topofl.data.federation import Federation
-from topofl.limits import MAX_SEED
 from topofl.data.scenarios.benchmark import BenchmarkConfig, make_benchmark
 from topofl.data.scenarios.continual import ContinualConfig, make_continual
 from topofl.data.scenarios.healthcare import HealthcareConfig, make_healthcare
+from topofl.limits import MAX_SEED
+
 
 @dataclass(frozen=True)
 class DigitsConfig:
     """Rotated digits (scikit-learn's bundled 8×8 digits, 4 rotation groups), the Sheaf-FMTL
-    paper's protocol; see :func:`topofl.data.loaders.rotated_digits`."""
+    paper's protocol; see :func:`topofl.data.loaders.rotated_digits`.
+    """
 
     n_clients: int = 40
     groups: int = 4

@@ -18,8 +18,8 @@ from scipy.special import expit
 
 from topofl._validation import check_int, check_range
 from topofl.data.federation import ClientData, Federation
-from topofl.limits import MAX_ROUNDS
 from topofl.data.scenarios.common import build_config, check_size
+from topofl.limits import MAX_ROUNDS
 
 
 @dataclass(frozen=True)

@@ -72,7 +72,8 @@ class HealthcareConfig:
 
 def _case_mix(group: int, n: int, loadings: np.ndarray, noise: float, rng: np.random.Generator) -> np.ndarray:
     """Patients of a group: a broad full-dimensional cloud (group 0) or a few correlated
-    comorbidity factors plus noise (other groups); both with per-feature spread about 1.2."""
+    comorbidity factors plus noise (other groups); both with per-feature spread about 1.2.
+    """
     q, d = loadings.shape
     if group == 0:
         return rng.standard_normal((n, d)) * 1.2

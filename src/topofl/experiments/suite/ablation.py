@@ -1,15 +1,17 @@
 """Ablation (pTopoFL paper §4.7, Fig. 7): full pTopoFL against one component removed at a time,
-and Wasserstein vs L2 clustering distance, on healthcare; FedAvg for reference."""
+and Wasserstein vs L2 clustering distance, on healthcare; FedAvg for reference.
+"""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from topofl.experiments.analysis import final_table
 from topofl.experiments.figures import pyplot, save
-from topofl.experiments.runs import RunSpec
+from topofl.experiments.store import RunSpec
 from topofl.experiments.suite.base import Experiment, Manifest
 
 ROUNDS = 15

@@ -1,12 +1,13 @@
 """What every experiment provides, and the manifest its analysis leaves for the report."""
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from topofl.experiments.results import write_csv, write_json_atomic
-from topofl.experiments.runs import RunSpec
+from topofl.experiments.store import RunSpec
 
 
 @dataclass

@@ -1,17 +1,19 @@
 """Comparison (pTopoFL paper §4.2, Table 1, Figs 2–3): every method on healthcare and benchmark,
-15 rounds, final AUC / accuracy (mean ± std over seeds), convergence round, AUC curves, bars."""
+15 rounds, final AUC / accuracy (mean ± std over seeds), convergence round, AUC curves, bars.
+"""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
-from topofl.algorithms.registry import available
 from topofl.experiments.analysis import final_table, group_curves
 from topofl.experiments.figures import band, colour, pyplot, save
-from topofl.experiments.runs import RunSpec, load_curves
+from topofl.experiments.store import RunSpec, load_curves
 from topofl.experiments.suite.base import Experiment, Manifest
+from topofl.methods import available
 
 SCENARIOS = ("healthcare", "benchmark")
 ROUNDS = 15
@@ -23,7 +25,7 @@ PAPER_AUC = {
 
 
 def plan(seeds: Sequence[int]) -> list[RunSpec]:
-    return [RunSpec("comparison", sc, m, s, ROUNDS) for sc in SCENARIOS for s in seeds for m in available()]
+    return [RunSpec("comparison", sc, m, s, ROUNDS) for sc in SCENARIOS for s in seeds for m in available("server")]
 
 
 def analyse(out: Path, done: list[dict[str, Any]]) -> Manifest:
@@ -44,7 +46,7 @@ def analyse(out: Path, done: list[dict[str, Any]]) -> Manifest:
     plt = pyplot()
     fig, axes = plt.subplots(1, len(SCENARIOS), figsize=(11, 4.2), sharey=False)
     for ax, sc in zip(axes, SCENARIOS):
-        for i, m in enumerate(available()):
+        for i, m in enumerate(available("server")):
             c = curves.get((sc, m))
             if c is not None:
                 band(ax, c["round"], c["mean"], c["se"], m, colour(m, i))
@@ -52,7 +54,7 @@ def analyse(out: Path, done: list[dict[str, Any]]) -> Manifest:
     axes[-1].legend(fontsize=8, ncol=2, loc="lower right")
     man.figure(save(fig, out, "auc_curves"), "AUC-ROC over rounds: mean over seeds of the mean client AUC, shaded ±1 standard error over seeds (paper Fig. 2; the seeds differ in difficulty, so ±1 std bands would hide the curves — the table gives the std).")
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
-    methods = [m for m in available() if any(r["method"] == m for r in rows)]
+    methods = [m for m in available("server") if any(r["method"] == m for r in rows)]
     x = np.arange(len(methods))
     for j, sc in enumerate(SCENARIOS):
         by = {r["method"]: r for r in rows if r["scenario"] == sc}

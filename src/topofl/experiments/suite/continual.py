@@ -1,18 +1,20 @@
 """Continual FL (pTopoFL paper §4.5, Fig. 5): 6 clients, 20 rounds, clients 3–5 drift.
 Per-client H0/H1 persistence entropy over rounds, normalised drift Δ_k/‖φ_k^(1)‖ (Eq. 9), and
-which clients trigger re-clustering."""
+which clients trigger re-clustering.
+"""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from topofl.algorithms.ptopofl import PTopoFLConfig
 from topofl.data.scenarios.continual import ContinualConfig
 from topofl.experiments.figures import pyplot, save
-from topofl.experiments.runs import RunSpec
+from topofl.experiments.store import RunSpec
 from topofl.experiments.suite.base import Experiment, Manifest
 
 ROUNDS = 20

@@ -1,15 +1,15 @@
 """Persistence diagrams of representative clients (one per healthcare sub-population, and a
-poisoned one), with their Betti curves: what the descriptor sees."""
+poisoned one), with their Betti curves: what the descriptor sees.
+"""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
-
-import numpy as np
+from typing import Any
 
 from topofl.data.scenarios import make_scenario
 from topofl.experiments.figures import pyplot, save
-from topofl.experiments.runs import RunSpec
+from topofl.experiments.store import RunSpec
 from topofl.experiments.suite.base import Experiment, Manifest
 from topofl.tda.descriptor import LAYOUT, descriptor, thresholds_for
 

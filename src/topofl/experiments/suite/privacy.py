@@ -1,17 +1,19 @@
 """Privacy (pTopoFL paper §3.6, §4.6, Fig. 6): reconstruction risk ρ (Eqs. 10–11) and the MI proxy
 log2(1 + dim·α) of the descriptor channel against gradient sharing, across client configurations
 (n samples in R^d, a logistic model of p = d + 1 parameters) and for the healthcare hospitals.
-These are the paper's dimension-counting proxies, computed exactly; they need no training runs."""
+These are the paper's dimension-counting proxies, computed exactly; they need no training runs.
+"""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from topofl.data.scenarios import make_scenario
 from topofl.experiments.figures import pyplot, save
-from topofl.experiments.runs import RunSpec
+from topofl.experiments.store import RunSpec
 from topofl.experiments.suite.base import Experiment, Manifest
 from topofl.privacy.risk import ALPHA_C, client_privacy
 

@@ -10,16 +10,17 @@ stay clean. pTopoFL uses τ = 1.8 (paper Table 3, robustness runs).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
-from topofl.algorithms.registry import available
 from topofl.experiments.analysis import detection_scores, final_table, group_curves, num
 from topofl.experiments.figures import band, colour, pyplot, save
-from topofl.experiments.runs import RunSpec, load_curves
+from topofl.experiments.store import RunSpec, load_curves
 from topofl.experiments.suite.base import Experiment, Manifest
+from topofl.methods import available
 
 N_CLIENTS = 8
 RATES = tuple(m / N_CLIENTS for m in range(N_CLIENTS // 2 + 1))
@@ -29,7 +30,8 @@ FLIP_RATE = 1.0
 
 def adversaries(rate: float, seed: int, n_clients: int = N_CLIENTS) -> tuple[int, ...]:
     """A seeded choice of round(rate · K) clients (nested: a higher rate keeps the lower rate's
-    adversaries)."""
+    adversaries).
+    """
     order = np.random.default_rng(np.random.SeedSequence([int(seed), 0xBAD])).permutation(n_clients)
     return tuple(sorted(int(k) for k in order[: int(round(rate * n_clients))]))
 
@@ -39,7 +41,7 @@ def plan(seeds: Sequence[int]) -> list[RunSpec]:
     for rate in RATES:
         for s in seeds:
             params = {"adversarial": adversaries(rate, s), "flip_rate": FLIP_RATE}
-            for m in available():
+            for m in available("server"):
                 hp = {"tau": 1.8} if m == "ptopofl" else {}
                 specs.append(RunSpec("robustness", "healthcare", m, s, ROUNDS, hyperparameters=hp, scenario_params=params, setting={"attack_rate": rate}))
     return specs
@@ -53,7 +55,7 @@ def analyse(out: Path, done: list[dict[str, Any]]) -> Manifest:
     curves = group_curves(load_curves(out), ("attack_rate", "method"))
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    for i, m in enumerate(available()):
+    for i, m in enumerate(available("server")):
         pts = sorted((float(r["attack_rate"]), r["auc_mean"], r["auc_std"] / np.sqrt(r["n_seeds"])) for r in rows if r["method"] == m)
         if pts:
             x, y, e = map(np.array, zip(*pts))
@@ -63,7 +65,7 @@ def analyse(out: Path, done: list[dict[str, Any]]) -> Manifest:
     man.figure(save(fig, out, "auc_vs_rate"), "Final AUC against the share of label-flipping clients, ±1 standard error over seeds (paper Fig. 4A).")
     fig, axes = plt.subplots(1, 3, figsize=(13, 4), sharey=True)
     for ax, rate in zip(axes, (RATES[0], RATES[len(RATES) // 2 + 1], RATES[-1])):
-        for i, m in enumerate(available()):
+        for i, m in enumerate(available("server")):
             c = curves.get((repr(rate), m))  # CSV holds the rate as written by repr()
             if c is not None:
                 band(ax, c["round"], c["mean"], c["se"], m, colour(m, i))

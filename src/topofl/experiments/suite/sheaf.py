@@ -13,14 +13,15 @@ The paper reports 5 runs; these experiments default to seeds 0–4.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from topofl.experiments.analysis import group_curves, num
 from topofl.experiments.figures import pyplot, save
-from topofl.experiments.runs import RunSpec, load_curves
+from topofl.experiments.store import RunSpec, load_curves
 from topofl.experiments.suite.base import Experiment, Manifest
 
 SEEDS = tuple(range(5))
@@ -46,10 +47,10 @@ def plan_digits(seeds: Sequence[int]) -> list[RunSpec]:
     for s in seeds:
         for g in GAMMAS:
             specs.append(RunSpec("sheaf-digits", "digits", "sheaf", s, ROUNDS, label=_sheaf_label(g), hyperparameters={**SHEAF_HP, "gamma": g},
-                                 setting={"gamma": g}, runtime="decentralised", graph=GRAPH))
-        for m, label, hp in (("dfedu", "dFedU", DFEDU_HP), ("dpsgd", "D-PSGD", BASE_HP), ("local", "Local", BASE_HP)):
+                                 setting={"gamma": g}, graph=GRAPH))
+        for m, label, hp in (("dfedu", "dFedU", DFEDU_HP), ("dpsgd", "D-PSGD", BASE_HP), ("local-peers", "Local", BASE_HP)):
             specs.append(RunSpec("sheaf-digits", "digits", m, s, ROUNDS, label=label, hyperparameters=hp, setting={"gamma": float("nan")},
-                                 runtime="decentralised", graph=GRAPH))
+                                 graph=GRAPH))
     return specs
 
 
@@ -135,8 +136,8 @@ HETERO_HP = {"lr": 0.5, "lam": 0.001, "eta": 0.05, "batch_size": 32, "gamma": 0.
 def plan_hetero(seeds: Sequence[int]) -> list[RunSpec]:
     g = {"kind": "erdos_renyi", "p": 0.3}
     return [spec for s in seeds for spec in (
-        RunSpec("sheaf-hetero", "tabular", "sheaf", s, ROUNDS, label="Sheaf-FMTL", hyperparameters=HETERO_HP, runtime="decentralised", graph=g),
-        RunSpec("sheaf-hetero", "tabular", "local", s, ROUNDS, label="Local", hyperparameters=BASE_HP, runtime="decentralised", graph=g),
+        RunSpec("sheaf-hetero", "tabular", "sheaf", s, ROUNDS, label="Sheaf-FMTL", hyperparameters=HETERO_HP, graph=g),
+        RunSpec("sheaf-hetero", "tabular", "local-peers", s, ROUNDS, label="Local", hyperparameters=BASE_HP, graph=g),
     )]
 
 
@@ -172,7 +173,7 @@ LAMBDAS = (0.0001, 0.001, 0.01)
 def plan_topology(seeds: Sequence[int]) -> list[RunSpec]:
     return [RunSpec("sheaf-topology", "digits", "sheaf", s, ROUNDS // 2, label=f"{name} λ={lam:g}",
                     hyperparameters={**SHEAF_HP, "gamma": 0.03, "lam": lam}, setting={"topology": name, "lam": lam},
-                    runtime="decentralised", graph=g)
+                    graph=g)
             for s in seeds for name, g in TOPOLOGIES.items() for lam in LAMBDAS]
 
 
@@ -192,7 +193,7 @@ INITS = {"gaussian N(0,1) (paper)": {"map_init": "gaussian", "map_scale": 1.0}, 
 
 def plan_init(seeds: Sequence[int]) -> list[RunSpec]:
     return [RunSpec("sheaf-init", "digits", "sheaf", s, ROUNDS // 2, label=name, hyperparameters={**SHEAF_HP, "gamma": 0.03, **hp},
-                    runtime="decentralised", graph=GRAPH) for s in seeds for name, hp in INITS.items()]
+                    graph=GRAPH) for s in seeds for name, hp in INITS.items()]
 
 
 def analyse_init(out: Path, done: list[dict[str, Any]]) -> Manifest:

@@ -29,7 +29,7 @@ h and s drawn from the seed (a CountSketch; E[PᵀP] = σ² I). Dense-only initi
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from scipy.linalg.blas import dgemm
@@ -42,7 +42,8 @@ FLOAT = 8  # bytes per stored float64
 
 class StackedSparseSign:
     """Stacked CountSketch blocks: in block b, column c holds ``signs[b, c]·scale`` at row
-    ``offset_b + rows[b, c]``."""
+    ``offset_b + rows[b, c]``.
+    """
 
     def __init__(self, sizes: Sequence[int], d_i: int, scale: float, rng: np.random.Generator) -> None:
         self.sizes = list(sizes)
@@ -105,7 +106,8 @@ def initial_maps(kind: str, sizes: Sequence[int], d_i: int, scale: float, rng: n
 
 class ChunkedRows:
     """A matrix that grows by rows, stored in fixed-size chunks: appending never copies (so no
-    transient doubling of memory), and products run chunk by chunk."""
+    transient doubling of memory), and products run chunk by chunk.
+    """
 
     CHUNK = 8
 

@@ -1,0 +1,49 @@
+"""dFedU (Dinh et al. 2022), Eq. 18 with a_ij = 1: θ_i ← θ_i − α(∇f_i + λ Σ_j a_ij(θ_i − θ_j))."""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from topofl._validation import check_range
+from topofl.config import hp
+from topofl.decentralised.model_exchange import ModelSendingNode
+from topofl.decentralised.protocol import PeerAlgorithm, PeerConfig
+
+
+@dataclass(frozen=True)
+class DFedUConfig(PeerConfig):
+    lam: float = hp(0.05, "coupling λ of Eq. 18 with a_ij = 1 (>= 0); stable while α·λ·max degree < 1")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_range("lam", self.lam, 0.0)
+
+
+def dfedu_step(theta: np.ndarray, grad: np.ndarray, received: Sequence[np.ndarray], lr: float, lam: float) -> np.ndarray:
+    """Eq. 18 with a_ij = 1: θ_i − α(∇f_i(θ_i; ξ) + λ Σ_j (θ_i − θ_j))."""
+    pull = sum(theta - r for r in received)
+    return theta - lr * (grad + lam * pull)
+
+
+class DFedUNode(ModelSendingNode):
+    config: DFedUConfig
+
+    def incoming(self, phase: str, received: Mapping[int, np.ndarray], rng: np.random.Generator) -> None:
+        """dFedU, Eq. 18 with a_ij = 1: θ_i ← θ_i − α(∇f_i(θ_i; ξ) + λ Σ_j (θ_i − θ_j))."""
+        recv = self._gather(phase, received, self.spec.neighbour_dims)
+        c, p = self.config, self.peer
+        p.theta = dfedu_step(p.theta, p.grad(p.theta, c.batch_size, rng), recv, c.lr, c.lam)
+
+    def flops(self, batch: int) -> float:
+        return super().flops(batch) + 3 * len(self.spec.neighbours) * self.peer.dim
+
+
+class DFedU(PeerAlgorithm):
+    """Decentralised federated learning with model exchange (Dinh et al. 2022)."""
+
+    name = "dfedu"
+    Config = DFedUConfig
+    node_class = DFedUNode
+    phases = DFedUNode.phases

@@ -1,0 +1,48 @@
+"""D-PSGD (Lian et al. 2017): θ_i ← Σ_j W_ij θ_j − α ∇f_i(θ_i), with Metropolis weights."""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+import networkx as nx
+import numpy as np
+
+from topofl.decentralised.graphs import metropolis_weights
+from topofl.decentralised.model_exchange import ModelSendingNode
+from topofl.decentralised.protocol import NodeSpec, Peer, PeerAlgorithm, PeerConfig
+
+
+def dpsgd_step(theta: np.ndarray, grad: np.ndarray, received: Sequence[np.ndarray], weights: Sequence[float], lr: float) -> np.ndarray:
+    """W_ii θ_i + Σ_j W_ij θ_j − α ∇f_i(θ_i; ξ), ``weights`` = (W_ii, W_ij for each neighbour)."""
+    mix = weights[0] * theta + sum(weights[1 + b] * r for b, r in enumerate(received))
+    return mix - lr * grad
+
+
+class DPSGDNode(ModelSendingNode):
+    def __init__(self, spec: NodeSpec, peer: Peer, config: PeerConfig) -> None:
+        super().__init__(spec, peer, config)
+        if len(spec.weights) != len(spec.neighbours) + 1:
+            raise ValueError(f"D-PSGD node {spec.node} needs weights (W_ii, W_ij for each of its {len(spec.neighbours)} neighbours); got {len(spec.weights)}")
+
+    def incoming(self, phase: str, received: Mapping[int, np.ndarray], rng: np.random.Generator) -> None:
+        """D-PSGD (Lian et al. 2017): θ_i ← W_ii θ_i + Σ_j W_ij θ_j − α ∇f_i(θ_i; ξ)."""
+        recv = self._gather(phase, received, self.spec.neighbour_dims)
+        c, p = self.config, self.peer
+        p.theta = dpsgd_step(p.theta, p.grad(p.theta, c.batch_size, rng), recv, self.spec.weights, c.lr)
+
+    def flops(self, batch: int) -> float:
+        return super().flops(batch) + 2 * (len(self.spec.neighbours) + 1) * self.peer.dim
+
+
+class DPSGD(PeerAlgorithm):
+    """Decentralised parallel SGD: gossip averaging with Metropolis weights, then a local step."""
+
+    name = "dpsgd"
+    node_class = DPSGDNode
+    phases = DPSGDNode.phases
+
+    def node_specs(self, dims: Mapping[int, int], graph: nx.Graph, rng: np.random.Generator) -> dict[int, NodeSpec]:
+        """Base specs plus each node's Metropolis row (W_ii, W_i,nbr0, …) in ``weights``."""
+        specs = super().node_specs(dims, graph, rng)
+        W = metropolis_weights(graph)
+        return {i: dataclasses.replace(s, weights=(W[(i, i)], *(W[(i, j)] for j in s.neighbours))) for i, s in specs.items()}

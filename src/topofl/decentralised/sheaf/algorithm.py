@@ -1,0 +1,231 @@
+"""Sheaf-FMTL (Ben Issaid, Vepakomma, Bennis, TMLR 2025), Algorithm 1, as node-local state.
+
+    θ_i ← θ_i − α (∇f_i(θ_i; ξ) + λ Σ_j P_ijᵀ (P_ij θ_i − P_ji θ_j))           (Eq. 27)
+    P_ij ← P_ij − ηλ (P_ij θ_i⁺ − P_ji θ_j⁺) θ_i⁺ᵀ                               (Eq. 28)
+
+All peers in parallel, the stochastic gradient taken at the same iterate as the coupling term;
+two exchanges per iteration of d_ij numbers per directed edge (P_ij θ_i before the model step,
+P_ij θ_i⁺ before the map step). ``local_steps > 1`` reproduces the public code's habit of several
+local mini-batch steps per coupling step (which weakens the coupling by that factor); it is an
+option, not the default. The maths is in :mod:`~topofl.decentralised.sheaf.maths`, the maps'
+storage (dense, or compact and exact) in :mod:`~topofl.decentralised.sheaf.maps`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import networkx as nx
+import numpy as np
+
+from topofl._validation import check_choice, check_int, check_range
+from topofl.config import hp
+from topofl.decentralised.protocol import NodeSpec, Peer, PeerAlgorithm, PeerConfig, PeerNode
+from topofl.decentralised.sheaf import maths
+from topofl.decentralised.sheaf.maps import INITS, NodeMaps, initial_maps
+
+
+@dataclass(frozen=True)
+class SheafConfig(PeerConfig):
+    lam: float = hp(0.001, "sheaf-Laplacian strength λ (paper Table 1: 0.001 for R-MNIST)")
+    eta: float = hp(0.05, "restriction-map step size η (>= 0; 0 keeps the maps fixed); Theorem 1 needs η < 2/(λ·D²)")
+    gamma: float = hp(0.03, "edge-space fraction γ in (0, 1]: d_ij = floor(γ·min(d_i, d_j))")
+    map_init: str = hp("gaussian", "initial maps: gaussian (paper) | uniform | orthogonal | identity_noise | scaled_identity | sparse_sign (compact-capable)")
+    map_scale: float = hp(1.0, "σ of the initial maps (gaussian/orthogonal scale, uniform half-width, noise sd; √a for scaled_identity)")
+    maps: str = hp("auto", "storage: dense | compact (exact low-rank form; needs map_init=sparse_sign) | auto (dense when it fits)")
+    memory_budget: float = hp(2e9, "bytes the restriction maps may use (auto picks dense only below min(budget, dense_limit))")
+    dense_limit: float = hp(5e8, "largest dense map storage auto mode accepts, in bytes")
+    on_budget: str = hp("error", "when compact maps would outgrow the budget: error | recompress (opt-in, approximate)")
+    recompress_rank: int = hp(8, "rank kept by recompress (approximate once the history rank exceeds it)")
+    local_steps: int = hp(1, "mini-batch steps per coupling step (1 = Algorithm 1; >1 = public code's variant)")
+    map_precision: str = hp("float64", "storage of compact map factors: float64 (exact to rounding) | float32 (half the memory, float32-accurate)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_range("lam", self.lam, 0.0)
+        check_range("eta", self.eta, 0.0)
+        check_range("gamma", self.gamma, 0.0, 1.0, low_open=True)
+        check_choice("map_init", self.map_init, INITS)
+        check_range("map_scale", self.map_scale, 0.0, low_open=True)
+        check_choice("maps", self.maps, ("auto", "dense", "compact"))
+        check_range("memory_budget", self.memory_budget, 0.0, low_open=True)
+        check_range("dense_limit", self.dense_limit, 0.0)
+        check_choice("on_budget", self.on_budget, ("error", "recompress"))
+        check_int("recompress_rank", self.recompress_rank, 1)
+        check_int("local_steps", self.local_steps, 1, 10_000)
+        check_choice("map_precision", self.map_precision, ("float64", "float32"))
+        if self.maps == "compact" and self.map_init != "sparse_sign":
+            raise ValueError(f"maps='compact' needs map_init='sparse_sign' (a compactly stored initial map); got map_init={self.map_init!r}")
+
+
+class SheafNode(PeerNode):
+    """One node of Sheaf-FMTL: its model and its stacked restriction maps P_ij, j ∈ N(i)."""
+
+    phases = ("proj", "proj_new")
+    config: SheafConfig
+
+    def __init__(self, spec: NodeSpec, peer: Peer, config: SheafConfig) -> None:
+        super().__init__(spec, peer, config)
+        c = config
+        self.sizes = [maths.edge_dim(c.gamma, spec.dim, d_j, spec.node, j) for j, d_j in zip(spec.neighbours, spec.neighbour_dims)]
+        mode = spec.mode or c.maps
+        if mode not in ("dense", "compact"):
+            raise ValueError(f"Sheaf-FMTL node {spec.node} needs its map storage ('dense' or 'compact') in spec.mode, as node_specs resolves it; got {spec.mode!r} with maps={c.maps!r}")
+        child = np.random.default_rng(np.random.SeedSequence([spec.seed, spec.node]))
+        self.maps = NodeMaps(initial_maps(c.map_init, self.sizes, spec.dim, c.map_scale, child), self.sizes, mode == "compact", c.map_precision)
+        self._proj: np.ndarray | None = None  # P_ij θ_i^k, stacked
+        self._proj_new: np.ndarray | None = None  # P_ij^k θ_i^{k+1}, stacked
+
+    def _blocks(self, stacked: np.ndarray) -> dict[int, np.ndarray]:
+        off = self.maps.offsets
+        return {j: stacked[off[b] : off[b + 1]] for b, j in enumerate(self.spec.neighbours)}
+
+    def _pending(self, value: np.ndarray | None, phase: str) -> np.ndarray:
+        if value is None:
+            raise RuntimeError(f"node {self.node}: incoming({phase!r}) before outgoing({phase!r}) in this iteration")
+        return value
+
+    def outgoing(self, phase: str) -> dict[int, np.ndarray]:
+        """``proj``: the blocks of P_ij θ_i^k; ``proj_new``: the blocks of P_ij^k θ_i^{k+1}."""
+        self._check_phase(phase)
+        if phase == "proj":
+            self._proj = self.maps.project(self.peer.theta)
+            return self._blocks(self._proj)
+        self._proj_new = self.maps.project(self.peer.theta)
+        return self._blocks(self._proj_new)
+
+    def incoming(self, phase: str, received: Mapping[int, np.ndarray], rng: np.random.Generator) -> None:
+        """``proj``: the model step (Eq. 27); ``proj_new``: the map step (Eq. 28)."""
+        recv = np.concatenate(self._gather(phase, received, self.sizes))
+        if phase == "proj":
+            self.model_step(recv, rng)
+        else:
+            self.map_step(recv)
+
+    def model_step(self, recv: np.ndarray, rng: np.random.Generator) -> None:
+        """Eq. 27: θ_i ← θ_i − α (∇f_i(θ_i; ξ) + λ Σ_j P_ijᵀ (P_ij θ_i − P_ji θ_j)).
+
+        Parameters
+        ----------
+        recv : numpy.ndarray
+            The stacked P_ji θ_j^k of every neighbour j (neighbour order).
+        rng : numpy.random.Generator
+            Mini-batch sampling; with ``local_steps > 1`` (the public code's variant) the extra
+            local steps are taken first and the coupled step at their end point.
+        """
+        c, p = self.config, self.peer
+        proj = self._pending(self._proj, "proj")
+        theta = p.theta
+        for _ in range(c.local_steps - 1):  # optional public-code variant
+            theta = theta - c.lr * p.grad(theta, c.batch_size, rng)
+        coupling = self.maps.back_project(proj - recv)
+        p.theta = maths.model_step(theta, p.grad(theta, c.batch_size, rng), coupling, c.lr, c.lam)  # Eq. 27
+        self._proj = None
+
+    def map_step(self, recv: np.ndarray) -> None:
+        """Eq. 28: P_ij ← P_ij − ηλ (P_ij θ_i^{k+1} − P_ji θ_j^{k+1}) θ_i^{k+1}ᵀ (skipped for η = 0).
+
+        Parameters
+        ----------
+        recv : numpy.ndarray
+            The stacked P_ji^k θ_j^{k+1} of every neighbour j (neighbour order).
+        """
+        c = self.config
+        proj_new = self._pending(self._proj_new, "proj_new")
+        if c.eta > 0:
+            self.maps.update(maths.map_residual(proj_new, recv, c.eta, c.lam), self.peer.theta)  # Eq. 28
+        self._proj_new = None
+
+    def state_bytes(self) -> int:
+        return self.maps.nbytes
+
+    def flops(self, batch: int) -> float:
+        m = self.maps
+        return maths.node_flops(super().flops(batch) * self.config.local_steps, self.peer.dim, m.sizes, m.compact, m.rank)
+
+
+class SheafFMTL(PeerAlgorithm):
+    """Sheaf-FMTL, Algorithm 1: learned restriction maps between models of any sizes."""
+
+    name = "sheaf"
+    Config = SheafConfig
+    same_size = False
+    config: SheafConfig
+    node_class = SheafNode
+    phases = SheafNode.phases
+
+    def node_specs(self, dims: Mapping[int, int], graph: nx.Graph, rng: np.random.Generator) -> dict[int, NodeSpec]:
+        """Base specs (map seeds drawn in sorted node order) plus the map storage in ``mode``.
+
+        The edge spaces d_ij (paper §4.1) are checked here, and ``maps="auto"`` is resolved from
+        the dense storage of all nodes' maps, Σ_i Σ_j d_ij·d_i floats.
+        """
+        c = self.config
+        missing = [i for i in graph.nodes if i not in dims]
+        if missing:
+            raise ValueError(f"no model size given for graph nodes {sorted(missing)}")
+        sizes = maths.edge_sizes(c.gamma, dims, {i: sorted(graph.neighbors(i)) for i in graph.nodes})
+        dense_bytes = maths.dense_map_bytes(sizes, dims)
+        if c.maps == "auto":
+            compact = dense_bytes > min(c.memory_budget, c.dense_limit)
+            if compact and c.map_init != "sparse_sign":
+                raise ValueError(
+                    f"dense restriction maps would need {dense_bytes / 1e9:.2f} GB (> {min(c.memory_budget, c.dense_limit) / 1e9:.2f} GB); "
+                    "use map_init='sparse_sign' for exact compact maps, or raise dense_limit/memory_budget"
+                )
+        else:
+            compact = c.maps == "compact"
+        if not compact and dense_bytes > c.memory_budget:
+            raise ValueError(f"dense restriction maps need {dense_bytes / 1e9:.2f} GB, above memory_budget={c.memory_budget:.3g} bytes")
+        mode = "compact" if compact else "dense"
+        return {i: dataclasses.replace(s, mode=mode) for i, s in super().node_specs(dims, graph, rng).items()}
+
+    def setup(self, peers: list[Peer], graph: nx.Graph, rng: np.random.Generator) -> None:
+        super().setup(peers, graph, rng)
+        self.compact = any(n.maps.compact for n in self.nodes.values())
+        self.dense_bytes = maths.dense_map_bytes({i: n.sizes for i, n in self.nodes.items()}, {i: n.spec.dim for i, n in self.nodes.items()})
+        self.recompressions: list[tuple[int, float]] = []
+
+    @property
+    def maps(self) -> dict[int, NodeMaps]:
+        """Node id → that node's stacked restriction maps."""
+        return {i: n.maps for i, n in self.nodes.items()}
+
+    @property
+    def sizes(self) -> dict[int, list[int]]:
+        """Node id → its edge-space sizes d_ij, neighbour order."""
+        return {i: n.sizes for i, n in self.nodes.items()}
+
+    def after_outgoing(self, phase: str, k: int) -> None:
+        """Before the map step (Eq. 28) the in-process runner enforces the memory budget."""
+        if phase == "proj_new":
+            self._check_budget(k)
+
+    def _check_budget(self, k: int) -> None:
+        if not self.compact or self.config.eta == 0:
+            return
+        maps = self.maps
+        after = self.state_bytes() + sum(m.bytes_per_update() for m in maps.values())
+        if after <= self.config.memory_budget:
+            return
+        if self.config.on_budget == "error":
+            raise MemoryError(
+                f"compact restriction maps would grow to {after / 1e9:.2f} GB at iteration {k}, above memory_budget="
+                f"{self.config.memory_budget:.3g} bytes; raise memory_budget or set on_budget='recompress' (approximate)"
+            )
+        lost = max(m.recompress(self.config.recompress_rank) for m in maps.values())
+        self.recompressions.append((k, lost))
+
+    def log(self) -> dict[str, Any]:
+        return {"map_storage_bytes": self.state_bytes(), "compact": self.compact, "recompressions": list(self.recompressions)}
+
+    def frobenius_matrix(self) -> np.ndarray:
+        """‖P_ij‖_F for every directed edge, as an N × N matrix (paper Fig. 4)."""
+        n = len(self.peers)
+        F = np.zeros((n, n))
+        for i, m in self.maps.items():
+            for j, f in zip(self.nbrs[i], m.block_frobenius()):
+                F[i, j] = f
+        return F

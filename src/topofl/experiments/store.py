@@ -1,0 +1,128 @@
+"""Where a run's results live and how a finished run is recognised (no execution here).
+
+A run (:class:`RunSpec`) writes its own files under ``DIR/runs/`` as its rounds finish —
+``<id>.rounds.csv`` (per round and client), ``<id>.curves.csv`` (per round), ``<id>.log.jsonl``
+(server logs) — and, when complete, ``<id>.done.json`` (final metrics, client metrics, seconds,
+and each file's row count and SHA-256), written atomically. A run counts as complete only when
+its done-record parses and every file still matches it (:func:`verified_done`).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from topofl.experiments.results import _json_default, file_record, read_csv, write_json_atomic, write_text_atomic
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run: ``method`` (a :mod:`topofl.methods` name; its family decides how it runs) shown as
+    ``label``, on ``scenario`` (a scenario for a server-based method, a peer dataset for a peer
+    method; see :mod:`topofl.experiments.decentralised_run`) with ``seed``.
+
+    ``setting`` holds the experiment's own columns (e.g. ``{"attack_rate": 0.3}``); they are
+    copied into every result row of the run.
+    """
+
+    experiment: str
+    scenario: str
+    method: str
+    seed: int
+    rounds: int
+    label: str = ""
+    hyperparameters: Mapping[str, Any] = field(default_factory=dict)
+    scenario_params: Mapping[str, Any] = field(default_factory=dict)
+    setting: Mapping[str, Any] = field(default_factory=dict)
+    graph: Mapping[str, Any] = field(default_factory=dict)  # peer methods: make_graph arguments
+
+    @property
+    def key(self) -> dict[str, Any]:
+        """Columns identifying the run in tidy results."""
+        return {"experiment": self.experiment, "scenario": self.scenario, "method": self.label or self.method,
+                **self.setting, "seed": self.seed}
+
+    @property
+    def run_id(self) -> str:
+        """File-name-safe id, readable and unique (a hash guards against collisions)."""
+        text = json.dumps(asdict(self), sort_keys=True, default=_json_default)
+        slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{self.scenario}_{self.label or self.method}_{'_'.join(f'{k}{v}' for k, v in self.setting.items())}_s{self.seed}")
+        return f"{slug.strip('-')}_{hashlib.sha1(text.encode()).hexdigest()[:8]}"
+
+
+#: a run's result files (by kind) and whether each has a header line
+RESULT_FILES = {"rounds": True, "curves": True, "log": False}
+
+
+def run_paths(run_dir: Path, spec: RunSpec) -> dict[str, Path]:
+    rid = spec.run_id
+    return {k: run_dir / f"{rid}.{k}.{ext}" for k, ext in (("rounds", "csv"), ("curves", "csv"), ("log", "jsonl"), ("done", "json"))}
+
+
+def write_done(paths: Mapping[str, Path], done: Mapping[str, Any]) -> dict[str, Any]:
+    """Atomically write a run's done-record, with every result file's row count and SHA-256:
+    a run is either complete, with files that can be verified, or not. Returns the record.
+    """
+    record = {**done, "files": {kind: file_record(paths[kind], header) for kind, header in RESULT_FILES.items()}}
+    write_json_atomic(paths["done"], record, indent=None)
+    return json.loads(json.dumps(record, default=_json_default))  # as a resumed run reads it back
+
+
+def verified_done(paths: Mapping[str, Path]) -> tuple[dict[str, Any] | None, str | None]:
+    """``(done-record, None)`` when the run is complete and its files match the record;
+    ``(None, reason)`` when it must be redone (``reason`` is ``None`` for a run never finished).
+    """
+    done = paths["done"]
+    if not done.exists():
+        return None, None
+    try:
+        record = json.loads(done.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        return None, f"{done.name} is torn or not JSON ({exc})"
+    files = record.get("files") if isinstance(record, dict) else None
+    if not isinstance(files, dict):
+        return None, f"{done.name} records no file row counts and hashes (written by an older topofl)"
+    for kind, header in RESULT_FILES.items():
+        path = paths[kind]
+        if not path.exists():
+            return None, f"{path.name} is missing"
+        got, want = file_record(path, header), files.get(kind)
+        if got != want:
+            rows = want.get("rows") if isinstance(want, dict) else "?"
+            return None, f"{path.name} does not match its done-record ({got['rows']} rows now, {rows} recorded; SHA-256 differs)"
+    return record, None
+
+
+def load_done(run_dir: Path, spec: RunSpec) -> dict[str, Any]:
+    """A complete run's verified done-record; ``ValueError`` naming the file otherwise."""
+    record, problem = verified_done(run_paths(run_dir, spec))
+    if record is None:
+        raise ValueError(f"run {spec.run_id} is not complete: {problem or 'no done-record'}")
+    return record
+
+
+def merge(specs: Sequence[RunSpec], out: Path) -> None:
+    """Concatenate the runs' files, in plan order, into the experiment's tidy files (atomically)."""
+    run_dir = out / "runs"
+    for kind, name in (("rounds", "rounds.csv"), ("curves", "curves.csv"), ("log", "server_log.jsonl")):
+        parts: list[str] = []
+        header_written = False
+        for spec in specs:
+            lines = run_paths(run_dir, spec)[kind].read_text().splitlines(keepends=True)
+            if not RESULT_FILES[kind]:
+                parts.extend(lines)
+                continue
+            if lines and not header_written:
+                parts.append(lines[0])
+                header_written = True
+            parts.extend(lines[1:])
+        write_text_atomic(out / name, "".join(parts))
+
+
+def load_curves(out: Path) -> list[dict[str, str]]:
+    """The merged per-round curves of an experiment directory."""
+    return read_csv(Path(out) / "curves.csv")

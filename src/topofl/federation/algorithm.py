@@ -1,0 +1,155 @@
+"""The contract of a server-based (federated) method: one object holds the server side, and
+stateless client-side methods. The round loop (:mod:`topofl.federation.runner`) is written
+against this contract; every method in :mod:`topofl.algorithms` implements it (the runtime defines
+the interface, the methods depend on it — never the other way round).
+
+The same object serves every runtime. The in-process runner and the Flower adapters call:
+
+server side   ``setup`` → per round ``configure_fit`` → ``aggregate_fit``; ``message_for`` gives
+              the message the server would send a client now (used for evaluation);
+              ``reply_schema`` / ``reply_problem`` say what the server accepts of a reply
+client side   ``client_fit(ctx, message)`` → :class:`ClientUpdate`;
+              ``client_params(ctx, message)`` → the parameters that client would use;
+              ``client_features(ctx, X)`` → the features the client's model sees
+
+Client state lives in ``ctx.state`` (a dict the runtime persists per client), never on the server.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from topofl._validation import check_range
+from topofl.config import TrainingConfig, hp
+from topofl.data.federation import ClientData
+from topofl.federation.local import ExtraGrad, sgd
+from topofl.federation.messages import ClientUpdate, ServerMessage
+from topofl.federation.validation import ArraySpec, ClientInfo, ReplySchema
+from topofl.models.linear import LinearModel
+
+
+@dataclass(frozen=True)
+class AlgorithmConfig(TrainingConfig):
+    """Hyper-parameters shared by every server-based method: local training (:class:`TrainingConfig`)
+    and the server's policy towards what clients send (validated at construction).
+    """
+
+    max_update_ratio: float = hp(10.0, "server: drop an update farther from the model sent than this × max(that model's norm, update_norm_floor, the other updates' median) (>= 1)")
+    update_norm_floor: float = hp(1.0, "server: smallest reference norm of that bound (> 0)")
+    max_client_weight: float = hp(1.0, "server: largest share one client may have of an aggregate, in (0, 1] (1: sample sizes decide)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_range("max_update_ratio", self.max_update_ratio, 1.0)
+        check_range("update_norm_floor", self.update_norm_floor, 0.0, low_open=True)
+        check_range("max_client_weight", self.max_client_weight, 0.0, 1.0, low_open=True)
+
+
+@dataclass
+class ClientContext:
+    """What client-side code may use: its own data, its persistent state, the model, a generator."""
+
+    data: ClientData
+    state: dict[str, Any]
+    model: LinearModel
+    rng: np.random.Generator
+    round: int
+    seed: int
+
+    @property
+    def client_id(self) -> int:
+        return self.data.client_id
+
+
+class Algorithm(ABC):
+    """Base class of every federated algorithm (see module docstring)."""
+
+    name: ClassVar[str]
+    Config: ClassVar[type[AlgorithmConfig]] = AlgorithmConfig
+    personalised: ClassVar[bool] = False
+
+    def __init__(self, config: AlgorithmConfig | None = None) -> None:
+        self.config = config if config is not None else self.Config()
+        if not isinstance(self.config, self.Config):
+            raise ValueError(f"{self.name} needs a {self.Config.__name__}; got {type(self.config).__name__}")
+        self.model: LinearModel | None = None
+
+    # ---- dimensions ---------------------------------------------------------------------------
+    def input_dim(self, n_features: int) -> int:
+        """Dimension of the features the model sees (augmentation may add columns)."""
+        return n_features
+
+    # ---- server side --------------------------------------------------------------------------
+    def setup(self, model: LinearModel, client_ids: list[int], rng: np.random.Generator) -> None:
+        """Initialise server state before round 1."""
+        self.model = model
+        self.client_ids = list(client_ids)
+
+    @abstractmethod
+    def configure_fit(self, rnd: int, selected: list[int]) -> dict[int, ServerMessage]:
+        """Messages for the clients selected in round ``rnd``."""
+
+    @abstractmethod
+    def aggregate_fit(self, rnd: int, updates: list[ClientUpdate]) -> dict[str, Any]:
+        """Fold the round's updates into server state; return a log for the round."""
+
+    @abstractmethod
+    def message_for(self, client_id: int) -> ServerMessage:
+        """The message the server would send ``client_id`` now."""
+
+    def update_size(self) -> int:
+        """Length of the parameter vector a client sends back (the model's size by default)."""
+        assert self.model is not None, "setup() first"
+        return self.model.n_params
+
+    def reply_schema(self, client_id: int, message: ServerMessage, info: ClientInfo) -> ReplySchema:
+        """What this algorithm accepts in ``client_id``'s reply to ``message`` (DESIGN: every
+        payload is checked against the schema its algorithm declares before anything reads it).
+
+        Default: a float64 model of :meth:`update_size` numbers, near the model sent, no extras,
+        no descriptor, no metrics. Algorithms that receive more override this.
+        """
+        n = self.update_size()
+        centers = message.params[None, :] if message.params.shape == (n,) else None
+        return ReplySchema(ArraySpec((n,)), centers=centers)
+
+    def reply_problem(self, update: ClientUpdate, message: ServerMessage, info: ClientInfo) -> str | None:
+        """Checks of a reply beyond its schema (relations between its arrays); ``None`` = sound.
+
+        Called only for replies that match :meth:`reply_schema`, so every array it reads has
+        the declared shape and finite values.
+        """
+        return None
+
+    # ---- client side --------------------------------------------------------------------------
+    def client_features(self, ctx: ClientContext, X: np.ndarray) -> np.ndarray:
+        """Features the client's model sees for samples ``X``."""
+        return X
+
+    @abstractmethod
+    def client_fit(self, ctx: ClientContext, message: ServerMessage) -> ClientUpdate:
+        """Local work of one client in one round."""
+
+    def client_params(self, ctx: ClientContext, message: ServerMessage) -> np.ndarray:
+        """Parameters the client would use for prediction (personalised methods override)."""
+        return message.params
+
+    # ---- shared helpers -----------------------------------------------------------------------
+    def local_sgd(
+        self, ctx: ClientContext, theta: np.ndarray, X: np.ndarray, lr_scale: float = 1.0,
+        extra_grad: ExtraGrad | None = None, rng: np.random.Generator | None = None,
+    ) -> np.ndarray:
+        """Mini-batch SGD with this algorithm's local hyper-parameters."""
+        c = self.config
+        return sgd(
+            ctx.model, theta, X, ctx.data.y_train,
+            epochs=c.local_epochs, lr=c.lr * lr_scale, batch_size=c.batch_size, rng=ctx.rng if rng is None else rng,
+            extra_grad=extra_grad,
+        )
+
+    def local_steps(self, n: int) -> int:
+        """Number of SGD steps one client with ``n`` samples takes in one round."""
+        return self.config.local_epochs * int(np.ceil(n / max(1, min(self.config.batch_size, n))))

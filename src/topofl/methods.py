@@ -1,0 +1,111 @@
+"""Every method of topofl, of both families, in one registry (DESIGN: "one registry").
+
+A :class:`Method` names its family as data: ``"server"`` — the server-based methods of
+:mod:`topofl.algorithms` (pTopoFL, FedAvg, ...), run by :func:`topofl.federation.run_federation`
+— or ``"peer"`` — the decentralised methods of :mod:`topofl.decentralised` (Sheaf-FMTL, dFedU,
+D-PSGD, Local), run on a graph by :func:`topofl.decentralised.run_decentralised`. The CLI, the
+experiment runner and the Flower apps look methods up here. Adding a method touches its module,
+its tests and one line here.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Union
+
+from topofl.algorithms.ditto import Ditto
+from topofl.algorithms.fedavg import FedAvg
+from topofl.algorithms.fedprox import FedProx
+from topofl.algorithms.ifca import IFCA
+from topofl.algorithms.local_only import LocalOnly
+from topofl.algorithms.perfedavg import PerFedAvg
+from topofl.algorithms.pfedme import PFedMe
+from topofl.algorithms.ptopofl import PTopoFL
+from topofl.algorithms.scaffold import Scaffold
+from topofl.config import Config
+from topofl.decentralised.dfedu import DFedU
+from topofl.decentralised.dpsgd import DPSGD
+from topofl.decentralised.local import LocalPeers
+from topofl.decentralised.protocol import PeerAlgorithm
+from topofl.decentralised.sheaf import SheafFMTL
+from topofl.federation.algorithm import Algorithm
+
+FAMILIES = ("server", "peer")
+AnyMethod = Union[Algorithm, PeerAlgorithm]
+
+
+@dataclass(frozen=True)
+class Method:
+    """A registered method: its name, family (``"server"`` or ``"peer"``) and class."""
+
+    name: str
+    family: str
+    cls: type[Algorithm] | type[PeerAlgorithm]
+
+    @property
+    def config(self) -> type[Config]:
+        """The method's frozen config dataclass (hyper-parameters with defaults and help)."""
+        return self.cls.Config
+
+    @property
+    def summary(self) -> str:
+        """The first line of the method's docstring."""
+        return (self.cls.__doc__ or self.name).strip().splitlines()[0]
+
+
+REGISTRY: dict[str, Method] = {
+    m.name: m
+    for m in (
+        *(Method(cls.name, "server", cls) for cls in (PTopoFL, FedAvg, FedProx, Scaffold, PFedMe, Ditto, PerFedAvg, IFCA, LocalOnly)),
+        *(Method(cls.name, "peer", cls) for cls in (SheafFMTL, DFedU, DPSGD, LocalPeers)),
+    )
+}
+
+
+def available(family: str | None = None) -> list[str]:
+    """Registered method names, of one family or of both."""
+    if family is not None and family not in FAMILIES:
+        raise ValueError(f"family must be one of {', '.join(FAMILIES)}; got {family!r}")
+    return [name for name, m in REGISTRY.items() if family is None or m.family == family]
+
+
+def get(name: str) -> Method:
+    """The method registered under ``name``; ``ValueError`` listing the known names otherwise."""
+    key = str(name).strip().lower()
+    if key not in REGISTRY:
+        raise ValueError(f"unknown method {name!r}; available: {', '.join(REGISTRY)}")
+    return REGISTRY[key]
+
+
+def family(name: str) -> str:
+    """``"server"`` or ``"peer"``."""
+    return get(name).family
+
+
+def build(name: str, hyperparameters: Mapping[str, Any] | None = None) -> AnyMethod:
+    """Instantiate ``name`` with a validated config built from ``hyperparameters``."""
+    m = get(name)
+    return m.cls(m.config.from_dict(dict(hyperparameters or {})))  # type: ignore[arg-type]
+
+
+def build_server(name: str, hyperparameters: Mapping[str, Any] | None = None) -> Algorithm:
+    """Like :func:`build` for a server-based method; ``ValueError`` for a peer method."""
+    method = build_family(name, "server", hyperparameters)
+    assert isinstance(method, Algorithm)
+    return method
+
+
+def build_peer(name: str, hyperparameters: Mapping[str, Any] | None = None) -> PeerAlgorithm:
+    """Like :func:`build` for a decentralised method; ``ValueError`` for a server-based one."""
+    method = build_family(name, "peer", hyperparameters)
+    assert isinstance(method, PeerAlgorithm)
+    return method
+
+
+def build_family(name: str, wanted: str, hyperparameters: Mapping[str, Any] | None = None) -> AnyMethod:
+    """:func:`build`, refusing a method of the other family with a message naming both."""
+    m = get(name)
+    if m.family != wanted:
+        kind = {"server": "server-based", "peer": "decentralised (peer-to-peer)"}
+        raise ValueError(f"{name!r} is a {kind[m.family]} method; this needs a {kind[wanted]} one: {', '.join(available(wanted))}")
+    return build(name, hyperparameters)
