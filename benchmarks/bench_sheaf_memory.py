@@ -103,7 +103,10 @@ def vehicle_size(rounds: int) -> None:
         run_decentralised(clients, g, algo, rounds, seed=0, n_classes=2, eval_every=rounds)
         out[maps] = (time.perf_counter() - t0) / rounds
         print(f"{maps:>8}: {out[maps] * 1e3:.2f} ms per round ({'compact' if algo.compact else 'dense'} maps, {algo.state_bytes() / 1e6:.2f} MB)")
-    print(f"auto / dense time ratio: {out['auto'] / out['dense']:.2f} (auto picks dense maps when they fit; compact / dense: {out['compact'] / out['dense']:.2f})")
+    print(
+        f"auto / dense time ratio: {out['auto'] / out['dense']:.2f} "
+        f"(auto picks dense maps when they fit; compact / dense: {out['compact'] / out['dense']:.2f})"
+    )
 
 
 def main() -> None:

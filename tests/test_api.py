@@ -101,7 +101,9 @@ def test_simulate_rejects_bad_methods_and_hyperparameters(method, hp, message):
     assert message in str(err.value)
 
 
-@pytest.mark.parametrize("kw, message", [({"rounds": 0}, "rounds must be in [1"), ({"seed": -3}, "seed must be in [0"), ({"client_fraction": 0.0}, "client_fraction must be in (0.0, 1.0]")])
+@pytest.mark.parametrize("kw, message", [
+    ({"rounds": 0}, "rounds must be in [1"), ({"seed": -3}, "seed must be in [0"), ({"client_fraction": 0.0}, "client_fraction must be in (0.0, 1.0]"),
+])
 def test_simulate_rejects_bad_run_settings(small_federation, kw, message):
     with pytest.raises(ValueError) as err:
         simulate(small_federation, "fedavg", **{"rounds": 2, **kw})

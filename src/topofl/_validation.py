@@ -95,7 +95,7 @@ def check_range(
     """
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise ValueError(f"{name} must be a number; got {show(value)}")
-    if not np.isfinite(value):
+    if not isinstance(value, (int, np.integer)) and not np.isfinite(value):  # Python ints of any size are finite
         raise ValueError(f"{name} must be finite; got {show(value)}")
     ok = True
     if low is not None:

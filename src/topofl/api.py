@@ -99,4 +99,5 @@ def simulate_decentralised(
         if mapping is not None:
             data = [ClientData(c.X_train, mapping(c.y_train), c.X_test, mapping(c.y_test), c.client_id, c.meta) for c in data]
     g = graph if isinstance(graph, nx.Graph) else make_graph(graph, len(data), seed=seed, **(graph_params or {}))
-    return run_decentralised(data, g, build_peer({"local": "local-peers"}.get(method, method), hyperparameters), rounds, seed, task=task, n_classes=n_classes or 2)
+    algorithm = build_peer({"local": "local-peers"}.get(method, method), hyperparameters)
+    return run_decentralised(data, g, algorithm, rounds, seed, task=task, n_classes=n_classes or 2)

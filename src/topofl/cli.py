@@ -59,10 +59,10 @@ def friendly_errors(fn: Callable) -> Callable:
         except (ValueError, FloatingPointError, OSError, ImportError, MemoryError) as exc:
             msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             err_console.print(f"[bold red]Error:[/] {escape(msg)}", markup=True, highlight=False, soft_wrap=True)
-            raise typer.Exit(2)
+            raise typer.Exit(2) from None
         except KeyboardInterrupt:
             err_console.print("[yellow]Interrupted[/]: results of finished rounds are already on disk.")
-            raise typer.Exit(130)
+            raise typer.Exit(130) from None
 
     return wrapper
 
@@ -71,8 +71,13 @@ ScenarioOpt = typer.Option(None, "--scenario", help="Scenario: healthcare (defau
 RoundsOpt = typer.Option(None, "--rounds", "-r", help="Communication rounds (default 15).")
 OutOpt = typer.Option(None, "--out", "-o", help="Directory for rounds.csv, curves.csv, summary.csv, config.json.")
 ParamOpt = typer.Option(None, "--param", "-p", help="Hyper-parameter KEY=VALUE (repeatable); METHOD.KEY=VALUE targets one method.")
-ScenParamOpt = typer.Option(None, "--scenario-param", "-s", help="Scenario parameter KEY=VALUE (repeatable), e.g. flip_rate=0.5; `topofl scenarios` lists them.")
-ConfigOpt = typer.Option(None, "--config", "-c", help=escape("TOML file with any of: scenario, method(s), seed(s), rounds, client_fraction, [scenario_params], [hyperparameters]; flags override it."))
+ScenParamOpt = typer.Option(
+    None, "--scenario-param", "-s", help="Scenario parameter KEY=VALUE (repeatable), e.g. flip_rate=0.5; `topofl scenarios` lists them."
+)
+ConfigOpt = typer.Option(
+    None, "--config", "-c",
+    help=escape("TOML file with any of: scenario, method(s), seed(s), rounds, client_fraction, [scenario_params], [hyperparameters]; flags override it."),
+)
 FractionOpt = typer.Option(None, "--client-fraction", help="Fraction of clients selected per round, in (0, 1] (default 1).")
 VerboseOpt = typer.Option(False, "--verbose", "-v", help="Log debug messages.")
 
@@ -102,7 +107,11 @@ def _setup_logging(verbose: bool) -> None:
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
 
-GraphOpt = typer.Option(None, "--graph", help="Communication graph of peer-to-peer methods (sheaf, dfedu, dpsgd, local-peers): erdos_renyi (default), watts_strogatz, barabasi_albert, complete, ring, star.")
+GraphOpt = typer.Option(
+    None, "--graph",
+    help="Communication graph of peer-to-peer methods (sheaf, dfedu, dpsgd, local-peers): "
+    "erdos_renyi (default), watts_strogatz, barabasi_albert, complete, ring, star.",
+)
 GraphParamOpt = typer.Option(None, "--graph-param", "-g", help="Graph parameter KEY=VALUE (repeatable), e.g. p=0.3 for erdos_renyi.")
 
 
@@ -255,20 +264,30 @@ def run(
     if "clusters" in log:
         console.print(f"clusters: {log['clusters']}  flagged: {log['flagged']}  re-clustered: {log['reclustered']}")
     f = history.final
-    console.print(f"[bold]final[/] AUC {f['auc']:.3f} ± {f['auc_std']:.3f} (mean ± std over clients), accuracy {f['accuracy']:.3f}, pooled AUC {f['pooled_auc']:.3f}")
+    console.print(
+        f"[bold]final[/] AUC {f['auc']:.3f} ± {f['auc_std']:.3f} (mean ± std over clients), accuracy {f['accuracy']:.3f}, pooled AUC {f['pooled_auc']:.3f}"
+    )
     if out:
         console.print(f"[dim]results in {out}/[/]")
 
 
 run.__doc__ = (run.__doc__ or "") + "\n\n" + _hyperparameter_epilog()
 
+ExperimentsOutOpt = typer.Option(Path("results/experiments"), "--out", "-o", help="Directory; each experiment writes into DIR/NAME/.")
+
 
 @app.command()
 @friendly_errors
 def experiment(
-    name: str = typer.Argument(..., help="pTopoFL: comparison, robustness, continual, privacy, ablation, diagrams, all (all of them + report). Sheaf-FMTL: sheaf-digits, sheaf-hetero, sheaf-topology, sheaf-init, sheaf-all."),
-    seeds: Optional[str] = typer.Option(None, "--seeds", help="Seeds: 0-9, 0,3,7, or 0-4,10 (default: 0-9 for pTopoFL experiments, 0-4 — the paper's five runs — for Sheaf-FMTL ones)."),
-    out: Path = typer.Option(Path("results/experiments"), "--out", "-o", help="Directory; each experiment writes into DIR/NAME/."),
+    name: str = typer.Argument(
+        ...,
+        help="pTopoFL: comparison, robustness, continual, privacy, ablation, diagrams, all (all of them + report). "
+        "Sheaf-FMTL: sheaf-digits, sheaf-hetero, sheaf-topology, sheaf-init, sheaf-all.",
+    ),
+    seeds: Optional[str] = typer.Option(
+        None, "--seeds", help="Seeds: 0-9, 0,3,7, or 0-4,10 (default: 0-9 for pTopoFL experiments, 0-4 — the paper's five runs — for Sheaf-FMTL ones)."
+    ),
+    out: Path = ExperimentsOutOpt,
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted experiment: skip finished runs, redo partial ones."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Delete earlier results of this experiment first."),
     jobs: int = typer.Option(min(2, os.cpu_count() or 1), "--jobs", "-j", help="Runs executed in parallel (processes)."),
@@ -306,9 +325,12 @@ def experiment(
     console.print(f"[dim]{time.perf_counter() - t0:.1f} s[/]")
 
 
+ReportDirArg = typer.Argument(Path("results/experiments"), help="Experiments directory (as given to --out).")
+
+
 @app.command()
 @friendly_errors
-def report(out: Path = typer.Argument(Path("results/experiments"), help="Experiments directory (as given to --out).")) -> None:
+def report(out: Path = ReportDirArg) -> None:
     """Write DIR/report.html (self-contained: every table and figure, configuration, versions)."""
     from topofl.experiments.report import build_report
 
@@ -351,6 +373,12 @@ def scenarios() -> None:
         console.print(table)
 
 
+FlowerParamOpt = typer.Option(None, "--param", "-p", help="Hyper-parameter KEY=VALUE (repeatable).")
+FlowerOutOpt = typer.Option(
+    None, "--out", "-o", help="Directory; the run writes rounds.csv, curves.csv, failures.jsonl and result.json into a fresh DIR/run-<id>/."
+)
+
+
 @app.command("flower")
 @friendly_errors
 def flower(
@@ -359,10 +387,10 @@ def flower(
     rounds: int = typer.Option(3, "--rounds", "-r", help="Rounds (iterations for decentralised methods)."),
     seed: int = typer.Option(0, "--seed", help="Seed of every random choice."),
     nodes: Optional[int] = typer.Option(None, "--nodes", help="Virtual SuperNodes (default: the scenario's clients)."),
-    param: Optional[list[str]] = typer.Option(None, "--param", "-p", help="Hyper-parameter KEY=VALUE (repeatable)."),
+    param: Optional[list[str]] = FlowerParamOpt,
     scenario_param: Optional[list[str]] = ScenParamOpt,
     graph: str = typer.Option("ring", "--graph", help="Communication graph of decentralised methods."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Directory; the run writes rounds.csv, curves.csv, failures.jsonl and result.json into a fresh DIR/run-<id>/."),
+    out: Optional[Path] = FlowerOutOpt,
     pooled_metrics: bool = typer.Option(False, "--pooled-metrics", help="Clients also send test labels and scores (pooled AUC)."),
     cpus_per_node: float = typer.Option(1.0, "--cpus-per-node", help="Ray CPUs per ClientApp (1 runs two at once on 2 cores)."),
     verbose: bool = VerboseOpt,

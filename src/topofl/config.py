@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from topofl._validation import check_int, check_range
+from topofl.limits import MAX_CLIENT_EXAMPLES
 
 C = TypeVar("C", bound="Config")
 
@@ -48,7 +49,10 @@ def coerce(name: str, value: Any, default: Any) -> Any:
     """Coerce strings from the CLI/TOML to the type of the field's default."""
     if not isinstance(value, str) or isinstance(default, str):
         if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
-            return float(value)
+            try:
+                return float(value)
+            except OverflowError:
+                raise ValueError(f"{name} must be a float; {value} is beyond float range") from None
         return value
     try:
         if isinstance(default, bool):
@@ -77,5 +81,5 @@ class TrainingConfig(Config):
     def __post_init__(self) -> None:
         check_range("lr", self.lr, 0.0, 100.0, low_open=True)
         check_int("local_epochs", self.local_epochs, 1, 10_000)
-        check_int("batch_size", self.batch_size, 1)
+        check_int("batch_size", self.batch_size, 1, MAX_CLIENT_EXAMPLES)
         check_range("l2", self.l2, 0.0)

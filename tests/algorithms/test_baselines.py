@@ -83,7 +83,7 @@ def test_pfedme_on_a_quadratic_converges_to_the_analytic_optimum():
         M = np.linalg.inv(np.linalg.inv(A) + np.eye(3) / lam)
         Ms.append(M)
         rhs.append(M @ a)
-    w_star = np.linalg.solve(sum(pk * M for pk, M in zip(p, Ms)), sum(pk * r for pk, r in zip(p, rhs)))
+    w_star = np.linalg.solve(sum(pk * M for pk, M in zip(p, Ms, strict=True)), sum(pk * r for pk, r in zip(p, rhs, strict=True)))
     np.testing.assert_allclose(algo.global_params, w_star, atol=1e-6)
 
 

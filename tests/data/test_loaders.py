@@ -52,7 +52,7 @@ def check_protocol(data: LoadedData, full_sizes: list[int], protocol: bool = Tru
     assert sum(reduced) == (len(full_sizes) // 2 if protocol else 0)
     assert data.info["protocol"]["applied"] is protocol
     assert data.info["protocol"]["reduced_clients"] == [k for k, r in enumerate(reduced) if r]
-    for c, n in zip(data.clients, full_sizes):
+    for c, n in zip(data.clients, full_sizes, strict=False):
         assert len(c.y_test) == n_test(n)
         n_tr = n - n_test(n)
         assert c.meta["n_train_full"] == n_tr
@@ -63,8 +63,8 @@ def check_protocol(data: LoadedData, full_sizes: list[int], protocol: bool = Tru
 
 def same(a: LoadedData, b: LoadedData) -> bool:
     return len(a.clients) == len(b.clients) and all(
-        all(np.array_equal(u, v) for u, v in zip(ca, cb)) and dict(ca.meta) == dict(cb.meta)
-        for ca, cb in zip(a.clients, b.clients)
+        all(np.array_equal(u, v) for u, v in zip(ca, cb, strict=True)) and dict(ca.meta) == dict(cb.meta)
+        for ca, cb in zip(a.clients, b.clients, strict=True)
     )
 
 
@@ -103,7 +103,7 @@ def test_reduce_half_reduces_exactly_half_rounded_down():
                           meta={"tag": k}) for k, n in enumerate([30, 40, 50, 60, 12])]
     out = reduce_half(clients, np.random.default_rng(3))
     assert sum(c.meta["reduced"] for c in out) == 2
-    for before, after in zip(clients, out):
+    for before, after in zip(clients, out, strict=False):
         assert after.meta["tag"] == before.meta["tag"] and after.client_id == before.client_id
         assert np.array_equal(after.X_test, before.X_test)
         if after.meta["reduced"]:
@@ -390,7 +390,7 @@ def _check_rotations(data: LoadedData, originals: np.ndarray, labels: np.ndarray
         k = c.meta["angle"] // 90
         assert c.meta["angle"] == data.info["angles"][c.meta["group"]]
         X, y = pooled(c)
-        for row, label in zip(X, y):
+        for row, label in zip(X, y, strict=False):
             img = row.reshape(side, side)
             back = np.rot90(img, -k)
             i = lookup[back.tobytes()]
@@ -441,13 +441,13 @@ def test_rotated_digits_groups_shares_and_rotations():
     # duplicated images exist in load_digits: map each distinct image to its set of labels
     images = digits.images / 16.0
     lookup: dict[bytes, set] = {}
-    for img, t in zip(images, digits.target):
+    for img, t in zip(images, digits.target, strict=False):
         lookup.setdefault(img.tobytes(), set()).add(int(t))
     for c in data.clients:
         k = c.meta["angle"] // 90
         X, y = pooled(c)
         assert X.min() >= 0.0 and X.max() <= 1.0
-        for row, label in zip(X, y):
+        for row, label in zip(X, y, strict=False):
             img = row.reshape(8, 8)
             original = np.rot90(img, -k)
             assert int(label) in lookup[original.tobytes()]
@@ -493,7 +493,7 @@ def test_cifar10_heterogeneous_classes(cifar_root):
     check_protocol(data, [20] * 6, protocol=False)
     reduced = load_cifar10(root, 6, 5, 0, 20)
     check_protocol(reduced, [20] * 6)
-    for c, full in zip(reduced.clients, data.clients):  # same draw, then the protocol
+    for c, full in zip(reduced.clients, data.clients, strict=False):  # same draw, then the protocol
         np.testing.assert_array_equal(c.X_test, full.X_test)
         assert set(np.unique(c.y_train).astype(int).tolist()) <= set(c.meta["classes"])
     assert same(reduced, load_cifar10(root, 6, 5, 0, 20))

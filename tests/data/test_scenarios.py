@@ -49,7 +49,7 @@ def test_benchmark_balance_and_difficulty():
 def test_label_flips_touch_training_labels_only():
     clean = make_scenario("healthcare", seed=0, flip_rate=0.0)
     poisoned = make_scenario("healthcare", seed=0, flip_rate=0.5)
-    for a, b in zip(clean, poisoned):
+    for a, b in zip(clean, poisoned, strict=False):
         np.testing.assert_array_equal(a.X_train, b.X_train)
         np.testing.assert_array_equal(a.y_test, b.y_test)
         flipped = np.mean(a.y_train != b.y_train)
@@ -68,7 +68,7 @@ def test_continual_drifts_only_the_drifting_clients():
     fed = make_scenario("continual", seed=0)
     assert len(fed) == 6
     first, last = fed.at_round(1), fed.at_round(20)
-    for a, b in zip(first, last):
+    for a, b in zip(first, last, strict=False):
         moved = np.abs(a.X_train - b.X_train).max()
         assert (moved > 1.0) if a.meta["drifting"] else (moved == 0.0)
 

@@ -4,7 +4,6 @@ same iterates, maps and bits as the in-process runner."""
 import json
 import pickle
 
-import networkx as nx
 import numpy as np
 import pytest
 
@@ -65,10 +64,13 @@ def relay(name, hp, clients, graph, rounds, seed):
 
 CASES = {
     "sheaf-dense": ("sheaf", {"gamma": 0.5, "eta": 0.05, "lam": 0.2, "lr": 0.05, "batch_size": 16}, [5] * 6),
-    "sheaf-compact": ("sheaf", {"gamma": 0.5, "map_init": "sparse_sign", "map_scale": 0.5, "maps": "compact", "eta": 0.05, "lam": 0.2, "lr": 0.05, "batch_size": 16}, [5] * 6),
+    "sheaf-compact": ("sheaf", {"gamma": 0.5, "map_init": "sparse_sign", "map_scale": 0.5, "maps": "compact",
+                                "eta": 0.05, "lam": 0.2, "lr": 0.05, "batch_size": 16}, [5] * 6),
     "sheaf-dense-two-sizes": ("sheaf", {"gamma": 0.4, "eta": 0.05, "lam": 0.1, "lr": 0.05, "batch_size": 16}, [4, 7, 4, 7, 4, 7]),
-    "sheaf-compact-two-sizes": ("sheaf", {"gamma": 0.4, "map_init": "sparse_sign", "maps": "compact", "eta": 0.05, "lam": 0.1, "lr": 0.05, "batch_size": 16}, [4, 7, 4, 7, 4, 7]),
-    "sheaf-auto-local-steps": ("sheaf", {"gamma": 0.5, "map_init": "sparse_sign", "dense_limit": 0.0, "local_steps": 2, "eta": 0.05, "lam": 0.2, "lr": 0.05, "batch_size": 16}, [5, 6, 5, 6, 5, 6]),
+    "sheaf-compact-two-sizes": ("sheaf", {"gamma": 0.4, "map_init": "sparse_sign", "maps": "compact",
+                                          "eta": 0.05, "lam": 0.1, "lr": 0.05, "batch_size": 16}, [4, 7, 4, 7, 4, 7]),
+    "sheaf-auto-local-steps": ("sheaf", {"gamma": 0.5, "map_init": "sparse_sign", "dense_limit": 0.0, "local_steps": 2,
+                                         "eta": 0.05, "lam": 0.2, "lr": 0.05, "batch_size": 16}, [5, 6, 5, 6, 5, 6]),
     "dfedu": ("dfedu", {"lam": 0.3, "lr": 0.1, "batch_size": 16}, [5] * 6),
     "dpsgd": ("dpsgd", {"lr": 0.1, "batch_size": 16}, [5] * 6),
     "local": ("local-peers", {"lr": 0.1, "batch_size": 16}, [4, 7, 4, 7, 4, 7]),
@@ -141,7 +143,6 @@ def test_bad_node_specs(kw, message):
 
 def test_make_node_validates_its_spec():
     clients = clients_with([2, 2, 2])
-    g = nx.path_graph(3)
     rng = np.random.default_rng(0)
     peers = build_peers(clients, "multiclass", N_CLASSES, 0.0, None, False, rng)
     spec = NodeSpec(1, (0, 2), (9, 9), 9, 0, mode="dense")

@@ -65,7 +65,7 @@ def test_scaled_identity_maps_reproduce_dfedu_exactly():
     dfedu = build("dfedu", {"lam": lam * a, "lr": 0.1})
     hs = run_decentralised(clients, g, sheaf, 25, seed=3, n_classes=3)
     hd = run_decentralised(clients, g, dfedu, 25, seed=3, n_classes=3)
-    for a_, b_ in zip(thetas(sheaf), thetas(dfedu)):
+    for a_, b_ in zip(thetas(sheaf), thetas(dfedu), strict=False):
         np.testing.assert_allclose(a_, b_, rtol=0, atol=1e-12)
     np.testing.assert_allclose(hs.curve("loss"), hd.curve("loss"), atol=1e-12)
 
@@ -106,7 +106,7 @@ def test_compact_maps_give_the_same_iterates_as_dense(dims):
     run_decentralised(clients, g, dense, 40, seed=5, n_classes=3)
     run_decentralised(clients, g, compact, 40, seed=5, n_classes=3)
     assert compact.compact and not dense.compact
-    for a, b in zip(thetas(dense), thetas(compact)):
+    for a, b in zip(thetas(dense), thetas(compact), strict=False):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-9)
     for i in dense.maps:
         np.testing.assert_allclose(dense.maps[i].dense(), compact.maps[i].dense(), atol=1e-9)
@@ -219,7 +219,7 @@ def test_float32_compact_factors_track_float64_to_float32_precision():
     a, b = build("sheaf", hp), build("sheaf", {**hp, "map_precision": "float32"})
     run_decentralised(clients, g, a, 40, seed=5, n_classes=3)
     run_decentralised(clients, g, b, 40, seed=5, n_classes=3)
-    for x, y in zip(thetas(a), thetas(b)):
+    for x, y in zip(thetas(a), thetas(b), strict=False):
         np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5)
         assert not np.array_equal(x, y)
     assert b.state_bytes() < 0.6 * a.state_bytes()

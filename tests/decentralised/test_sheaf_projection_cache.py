@@ -60,7 +60,7 @@ def test_dense_and_compact_stay_together_with_the_cache():
     dense, compact = build("sheaf", {**HP, "maps": "dense"}), build("sheaf", {**HP, "maps": "compact"})
     run_decentralised(cl, g, dense, 60, seed=1, n_classes=3)
     run_decentralised(cl, g, compact, 60, seed=1, n_classes=3)
-    for a, b in zip(dense.peers, compact.peers):
+    for a, b in zip(dense.peers, compact.peers, strict=False):
         np.testing.assert_allclose(a.theta, b.theta, rtol=0, atol=1e-9)
         np.testing.assert_allclose(dense.nodes[a.node].maps.cached(a.theta), compact.nodes[b.node].maps.cached(b.theta), rtol=0, atol=1e-9)
 

@@ -36,7 +36,7 @@ def test_final_table_by_hand():
 def test_adversaries_are_nested_and_sized():
     levels = [adversaries(r, 3) for r in (0.0, 0.125, 0.25, 0.375, 0.5)]
     assert [len(a) for a in levels] == [0, 1, 2, 3, 4]
-    assert all(set(a) <= set(b) for a, b in zip(levels, levels[1:]))
+    assert all(set(a) <= set(b) for a, b in zip(levels, levels[1:], strict=False))
 
 
 def test_report_embeds_tables_and_figures(tmp_path):

@@ -22,7 +22,7 @@ def test_diagrams_are_scale_equivariant(cloud, s):
     got = diagrams(cloud * s)
     assert [d.shape for d in got] == [d.shape for d in ref]
     assert ref[0].shape[0] == 59 and ref[1].shape[0] > 0
-    for g, r in zip(got, ref):
+    for g, r in zip(got, ref, strict=True):
         np.testing.assert_allclose(g / s, r, rtol=1e-5)
 
 
@@ -101,7 +101,7 @@ def test_federated_standardisation_uses_pooled_statistics():
     fed = breast_cancer_clients("federated")
     pooled = np.vstack([c.X_train for c in raw])
     mu, sd = pooled.mean(axis=0), pooled.std(axis=0)
-    for r, c in zip(raw, fed):
+    for r, c in zip(raw, fed, strict=False):
         np.testing.assert_allclose(c.X_train, (r.X_train - mu) / sd, atol=1e-9)
         np.testing.assert_allclose(c.X_test, (r.X_test - mu) / sd, atol=1e-9)
     with pytest.raises(ValueError, match="standardise"):

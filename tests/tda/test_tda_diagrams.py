@@ -121,7 +121,7 @@ def test_agrees_with_ripser_py(seed):
     ours = diagrams(X, maxdim=1)
     theirs = ripser(X, maxdim=1)["dgms"]
     assert len(ours) == len(theirs) == 2
-    for a, b in zip(ours, theirs):
+    for a, b in zip(ours, theirs, strict=True):
         b = np.asarray(b, dtype=np.float64)
         b = b[np.isfinite(b[:, 1]) & (b[:, 1] > b[:, 0])]
         assert a.shape == b.shape

@@ -34,7 +34,7 @@ def cap_shares(weights: np.ndarray, max_share: float = 1.0) -> np.ndarray:
     total = w.sum()
     if w.ndim != 1 or w.size == 0 or not np.isfinite(total) or total <= 0 or (w < 0).any():
         raise ValueError(f"aggregation weights must be non-negative with a positive finite sum; got {w.tolist()}")
-    s = w / total
+    s: np.ndarray = w / total
     if max_share >= 1.0 or s.max() <= max_share:
         return s
     if max_share * w.size < 1.0:
@@ -56,4 +56,5 @@ def weighted_average(vectors: list[np.ndarray], weights: np.ndarray, max_share: 
     """Σ_k s_k v_k with shares s = :func:`cap_shares` (weights, max_share) (weights need not be
     normalised; they must have a positive sum).
     """
-    return cap_shares(weights, max_share) @ np.vstack(vectors)
+    out: np.ndarray = cap_shares(weights, max_share) @ np.vstack(vectors)
+    return out

@@ -15,6 +15,8 @@ from topofl.federation.messages import ClientUpdate, ServerMessage
 
 @dataclass(frozen=True)
 class DittoConfig(AlgorithmConfig):
+    """Hyper-parameters of Ditto: the pull λ of each personal model towards the global one."""
+
     lam: float = hp(0.1, "pull λ of the personal model towards the global one (>= 0; 0 = local training)")
 
     def __post_init__(self) -> None:
@@ -41,4 +43,5 @@ class Ditto(GlobalModelAlgorithm):
         return ClientUpdate(ctx.client_id, theta, ctx.data.n_train)
 
     def client_params(self, ctx: ClientContext, message: ServerMessage) -> np.ndarray:
-        return ctx.state.get("personal", message.params)
+        params: np.ndarray = ctx.state.get("personal", message.params)
+        return params

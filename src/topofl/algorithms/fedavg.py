@@ -7,12 +7,13 @@ import numpy as np
 
 from topofl.algorithms.base import Algorithm, AlgorithmConfig, ClientContext, weighted_average
 from topofl.federation.messages import ClientUpdate, ServerMessage
+from topofl.models.linear import LinearModel
 
 
 class GlobalModelAlgorithm(Algorithm):
     """Server holding one global model, averaged with sample-size weights (FedAvg's server)."""
 
-    def setup(self, model, client_ids, rng) -> None:
+    def setup(self, model: LinearModel, client_ids: list[int], rng: np.random.Generator) -> None:
         super().setup(model, client_ids, rng)
         self.global_params = model.init()
 

@@ -11,6 +11,8 @@ from topofl.federation.messages import ClientUpdate, ServerMessage
 
 @dataclass(frozen=True)
 class FedProxConfig(AlgorithmConfig):
+    """Hyper-parameters of FedProx: the proximal strength μ."""
+
     mu: float = hp(0.1, "proximal strength μ (>= 0; pTopoFL paper: 0.1; μ = 0 is FedAvg)")
 
     def __post_init__(self) -> None:

@@ -19,12 +19,19 @@ from topofl._validation import check_int, check_range
 from topofl.algorithms.base import Algorithm, AlgorithmConfig, ClientContext, hp, weighted_average
 from topofl.federation.messages import ClientUpdate, ServerMessage
 from topofl.federation.validation import ArraySpec, ClientInfo, ReplySchema
+from topofl.models.linear import LinearModel
 
 
 @dataclass(frozen=True)
 class IFCAConfig(AlgorithmConfig):
+    """Hyper-parameters of IFCA: the number of cluster models and the scale of their random initialisation."""
+
     k: int = hp(2, "number of cluster models (>= 1; 1 = FedAvg)")
-    init_scale: float = hp(0.05, "std of the random initial weights of clusters 1..k-1 (small: near-zero models split clients by gradient alignment; large random models are never picked)")
+    init_scale: float = hp(
+        0.05,
+        "std of the random initial weights of clusters 1..k-1 (small: near-zero models split clients by gradient alignment; "
+        "large random models are never picked)",
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -40,7 +47,7 @@ class IFCA(Algorithm):
     personalised = True
     config: IFCAConfig
 
-    def setup(self, model, client_ids, rng) -> None:
+    def setup(self, model: LinearModel, client_ids: list[int], rng: np.random.Generator) -> None:
         super().setup(model, client_ids, rng)
         self.models = np.vstack([model.init()] + [model.init(rng, self.config.init_scale) for _ in range(self.config.k - 1)])
 
@@ -80,4 +87,5 @@ class IFCA(Algorithm):
 
     def client_params(self, ctx: ClientContext, message: ServerMessage) -> np.ndarray:
         models = message.params.reshape(self.config.k, -1)
-        return models[self._choose(ctx, models)]
+        chosen: np.ndarray = models[self._choose(ctx, models)]
+        return chosen

@@ -36,4 +36,5 @@ class LocalOnly(Algorithm):
         return 0
 
     def client_params(self, ctx: ClientContext, message: ServerMessage) -> np.ndarray:
-        return ctx.state.get("personal", ctx.model.init())
+        params: np.ndarray = ctx.state.get("personal", ctx.model.init())
+        return params

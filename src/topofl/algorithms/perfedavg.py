@@ -23,6 +23,8 @@ from topofl.federation.messages import ClientUpdate, ServerMessage
 
 @dataclass(frozen=True)
 class PerFedAvgConfig(AlgorithmConfig):
+    """Hyper-parameters of Per-FedAvg: adaptation step α, first-order or Hessian-free variant, and δ."""
+
     alpha: float = hp(0.05, "adaptation step size α (> 0)")
     variant: str = hp("fo", "'fo' (first-order) or 'hf' (Hessian-free)")
     delta: float = hp(1e-3, "finite-difference step δ of the Hessian-vector product (HF)")

@@ -10,6 +10,7 @@ Each client is evaluated with its personalised θ.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -22,6 +23,8 @@ from topofl.federation.messages import ClientUpdate, ServerMessage
 
 @dataclass(frozen=True)
 class PFedMeConfig(AlgorithmConfig):
+    """Hyper-parameters of pFedMe: step sizes, Moreau-envelope strength λ, inner steps K and server mixing β."""
+
     lr: float = hp(0.05, "local-model step size η (> 0); η·λ must stay below 2 for stability")
     lam: float = hp(15.0, "Moreau-envelope strength λ (pTopoFL paper: 15)")
     personal_lr: float = hp(0.05, "step size of the K inner steps solving for θ (> 0)")
@@ -65,11 +68,12 @@ class PFedMe(GlobalModelAlgorithm):
         ctx.state["personal"] = theta
         return ClientUpdate(ctx.client_id, w, n)
 
-    def aggregate_fit(self, rnd: int, updates: list[ClientUpdate]) -> dict:
+    def aggregate_fit(self, rnd: int, updates: list[ClientUpdate]) -> dict[str, Any]:
         old = self.global_params
         super().aggregate_fit(rnd, updates)
         self.global_params = (1.0 - self.config.beta) * old + self.config.beta * self.global_params
         return {}
 
     def client_params(self, ctx: ClientContext, message: ServerMessage) -> np.ndarray:
-        return ctx.state.get("personal", message.params)
+        params: np.ndarray = ctx.state.get("personal", message.params)
+        return params

@@ -19,10 +19,13 @@ from topofl._validation import check_range
 from topofl.algorithms.base import Algorithm, AlgorithmConfig, ClientContext, hp
 from topofl.federation.messages import ClientUpdate, ServerMessage
 from topofl.federation.validation import ArraySpec, ClientInfo, ReplySchema
+from topofl.models.linear import LinearModel
 
 
 @dataclass(frozen=True)
 class ScaffoldConfig(AlgorithmConfig):
+    """Hyper-parameters of SCAFFOLD: the server step size η_g."""
+
     global_lr: float = hp(1.0, "server step size η_g (> 0)")
 
     def __post_init__(self) -> None:
@@ -37,7 +40,7 @@ class Scaffold(Algorithm):
     Config = ScaffoldConfig
     config: ScaffoldConfig
 
-    def setup(self, model, client_ids, rng) -> None:
+    def setup(self, model: LinearModel, client_ids: list[int], rng: np.random.Generator) -> None:
         super().setup(model, client_ids, rng)
         self.x = model.init()
         self.c = np.zeros_like(self.x)

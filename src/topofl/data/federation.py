@@ -44,7 +44,7 @@ class ClientData:
         return iter((self.X_train, self.y_train, self.X_test, self.y_test))
 
 
-def _validated_client(k: int, arrays: Sequence[Any], meta: Mapping[str, Any] | None = None) -> ClientData:
+def _validated_client(k: int, arrays: Sequence[Any] | ClientData, meta: Mapping[str, Any] | None = None) -> ClientData:
     if isinstance(arrays, ClientData):
         meta, arrays = arrays.meta, tuple(arrays)
     if len(arrays) != 4:
@@ -169,7 +169,7 @@ def standardise_clients(clients: Sequence[ClientData], mode: str) -> list[Client
     else:
         stats = [(c.X_train.mean(axis=0), c.X_train.std(axis=0)) for c in clients]
     out = []
-    for c, (mu, sd) in zip(clients, stats):
+    for c, (mu, sd) in zip(clients, stats, strict=True):
         sd = np.where(sd > 0, sd, 1.0)
         out.append(ClientData((c.X_train - mu) / sd, c.y_train, (c.X_test - mu) / sd, c.y_test, c.client_id, c.meta))
     return out

@@ -14,6 +14,8 @@ from topofl.decentralised.protocol import PeerAlgorithm, PeerConfig
 
 @dataclass(frozen=True)
 class DFedUConfig(PeerConfig):
+    """Hyper-parameters of dFedU: the coupling λ towards the neighbours' models."""
+
     lam: float = hp(0.05, "coupling λ of Eq. 18 with a_ij = 1 (>= 0); stable while α·λ·max degree < 1")
 
     def __post_init__(self) -> None:
@@ -24,10 +26,13 @@ class DFedUConfig(PeerConfig):
 def dfedu_step(theta: np.ndarray, grad: np.ndarray, received: Sequence[np.ndarray], lr: float, lam: float) -> np.ndarray:
     """Eq. 18 with a_ij = 1: θ_i − α(∇f_i(θ_i; ξ) + λ Σ_j (θ_i − θ_j))."""
     pull = sum(theta - r for r in received)
-    return theta - lr * (grad + lam * pull)
+    step: np.ndarray = theta - lr * (grad + lam * pull)
+    return step
 
 
 class DFedUNode(ModelSendingNode):
+    """A dFedU peer: sends its model and takes the Eq. 18 step with its neighbours' models."""
+
     config: DFedUConfig
 
     def incoming(self, phase: str, received: Mapping[int, np.ndarray], rng: np.random.Generator) -> None:

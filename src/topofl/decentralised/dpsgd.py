@@ -19,6 +19,8 @@ def dpsgd_step(theta: np.ndarray, grad: np.ndarray, received: Sequence[np.ndarra
 
 
 class DPSGDNode(ModelSendingNode):
+    """A D-PSGD peer: sends its model and mixes its neighbours' models with its Metropolis row."""
+
     def __init__(self, spec: NodeSpec, peer: Peer, config: PeerConfig) -> None:
         super().__init__(spec, peer, config)
         if len(spec.weights) != len(spec.neighbours) + 1:

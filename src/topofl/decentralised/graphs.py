@@ -7,7 +7,7 @@ otherwise refused with an error naming the kind and its parameters.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import networkx as nx
@@ -55,6 +55,7 @@ def make_graph(
         return _from_edges(n, edges)
     if kind in ("complete", "ring", "star"):
         return {"complete": nx.complete_graph, "ring": nx.cycle_graph, "star": lambda n: nx.star_graph(n - 1)}[kind](n)
+    build: Callable[[int], nx.Graph]
     if kind == "erdos_renyi":
         p = 0.15 if p is None else p
         check_range("p", p, 0.0, 1.0, low_open=True)
@@ -116,5 +117,6 @@ def metropolis_weights(g: nx.Graph) -> dict[tuple[int, int], float]:
 
 
 def describe(g: nx.Graph) -> dict[str, Any]:
+    """Summary of a graph: its numbers of nodes and edges and its smallest and largest degree."""
     degrees = [d for _, d in g.degree]
     return {"nodes": g.number_of_nodes(), "edges": g.number_of_edges(), "min_degree": min(degrees), "max_degree": max(degrees)}

@@ -43,7 +43,7 @@ class PeerConfig(TrainingConfig):
 class Peer:
     """One client: its data (None for a data-less node such as a server), model and parameters."""
 
-    def __init__(self, node: int, data: ClientData | None, model, theta: np.ndarray) -> None:
+    def __init__(self, node: int, data: ClientData | None, model: Any, theta: np.ndarray) -> None:
         self.node, self.data, self.model, self.theta = node, data, model, theta
 
     @property
@@ -56,7 +56,8 @@ class Peer:
             return np.zeros_like(theta)
         n = self.data.n_train
         idx = rng.choice(n, size=min(batch_size, n), replace=False) if batch_size < n else slice(None)
-        return self.model.grad(theta, self.data.X_train[idx], self.data.y_train[idx])
+        g: np.ndarray = self.model.grad(theta, self.data.X_train[idx], self.data.y_train[idx])
+        return g
 
 
 class PeerNode(ABC):
@@ -137,7 +138,7 @@ class PeerNode(ABC):
         if extra:
             raise ValueError(f"node {self.node} received {phase!r} messages from non-neighbours {extra}")
         out = []
-        for j, size in zip(self.spec.neighbours, sizes):
+        for j, size in zip(self.spec.neighbours, sizes, strict=False):
             if j not in received:
                 raise RuntimeError(f"node {self.node} expected a {phase!r} message from {j}, but none was received")
             x = np.asarray(received[j], dtype=np.float64)
@@ -207,7 +208,7 @@ class PeerAlgorithm(ABC):
         self.peers, self.graph = peers, graph
         self.nbrs = {i: sorted(graph.neighbors(i)) for i in graph.nodes}
         self.specs = self.node_specs({p.node: p.dim for p in peers}, graph, rng)
-        self.nodes = {i: self.make_node(self.specs[i], by_node[i]) for i in sorted(self.specs)}
+        self.nodes: Mapping[int, PeerNode] = {i: self.make_node(self.specs[i], by_node[i]) for i in sorted(self.specs)}
 
     def iterate(self, k: int, transport: InProcessTransport, rngs: Sequence[np.random.Generator]) -> None:
         """One synchronous iteration of every node, phase by phase.
@@ -217,7 +218,7 @@ class PeerAlgorithm(ABC):
         sent. ``rngs[idx]`` is the generator of ``peers[idx]``, used for all phases.
         """
         order = [p.node for p in self.peers]
-        gens = dict(zip(order, rngs))
+        gens = dict(zip(order, rngs, strict=False))
         for phase in self.phases:
             senders: dict[int, list[int]] = {i: [] for i in order}
             for i in order:
@@ -231,6 +232,7 @@ class PeerAlgorithm(ABC):
 
     def after_outgoing(self, phase: str, k: int) -> None:
         """Hook between the sends and the receives of a phase (in-process only); no-op by default."""
+        return
 
     def flops(self, batch: int) -> float:
         """Analytic floating-point operations of one iteration, all peers (gradients: 6·b·d)."""

@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class DecentralisedHistory:
+    """What a decentralised run recorded: per-client rows, per-round summaries, algorithm logs and failures."""
+
     method: str
     seed: int
     records: list[dict[str, Any]] = field(default_factory=list)
@@ -59,7 +61,10 @@ def _divergence_error(algo: PeerAlgorithm, k: int, node: int, norm: float) -> Fl
     )
 
 
-def build_peers(clients: Sequence[ClientData], task: str, n_classes: int, l2: float, models=None, server_node: bool = False, rng=None) -> list[Peer]:
+def build_peers(
+    clients: Sequence[ClientData], task: str, n_classes: int, l2: float, models: Sequence[Any] | None = None, server_node: bool = False,
+    rng: np.random.Generator | None = None,
+) -> list[Peer]:
     """Peers for the clients (node k = client k); ``server_node`` appends a data-less node."""
     peers = []
     for k, c in enumerate(clients):
@@ -84,7 +89,7 @@ def run_decentralised(
     *,
     task: str = "multiclass",
     n_classes: int = 10,
-    models=None,
+    models: Sequence[Any] | None = None,
     server_node: bool = False,
     eval_every: int = 1,
     track_memory: bool = False,
@@ -105,7 +110,10 @@ def run_decentralised(
         warnings.warn(TrainingWarning(problem), stacklevel=2)
     n_nodes = len(clients) + (1 if server_node else 0)
     if sorted(graph.nodes) != list(range(n_nodes)):
-        raise ValueError(f"the graph must have nodes 0..{n_nodes - 1} (one per client{' plus the server' if server_node else ''}); got {graph.number_of_nodes()} nodes")
+        raise ValueError(
+            f"the graph must have nodes 0..{n_nodes - 1} (one per client{' plus the server' if server_node else ''}); "
+            f"got {graph.number_of_nodes()} nodes"
+        )
     if not nx.is_connected(graph):
         raise ValueError("the communication graph is disconnected; every client must be reachable")
     rng = np.random.default_rng(np.random.SeedSequence([int(seed), 0xDEC]))
@@ -157,6 +165,7 @@ def peer_scores(p: Peer) -> tuple[dict[str, float], np.ndarray | None]:
     for least squares) and ROC AUC (NaN for regression or a single-class test split) — and its
     test scores (``None`` when the model gives none).
     """
+    assert p.data is not None, "a peer without data has no test metrics"
     X, y = p.data.X_test, p.data.y_test
     loss = p.model.loss(p.theta, X, y) - p.model._penalty(p.theta) if hasattr(p.model, "_penalty") else p.model.loss(p.theta, X, y)
     acc = float(np.mean(p.model.predict(p.theta, X) == y)) if p.model.task != "regression" else float("nan")
@@ -196,6 +205,7 @@ def _evaluate(history: DecentralisedHistory, peers: Sequence[Peer], k: int, sent
     aucs = [r["auc"] for r in rows]
     summary = {**summarise_peers(rows), "auc": nanmean(aucs), "auc_std": nanstd(aucs), "n_clients_auc": int(np.sum(~np.isnan(aucs)))}
     task = peers[0].model.task
-    if all(s is not None for s in scores) and len({np.ndim(s) for s in scores}) == 1 and task != "regression":
-        summary.update(pooled_scores(task, np.concatenate(ys), np.concatenate(scores)))
+    complete = [s for s in scores if s is not None]
+    if len(complete) == len(scores) and len({np.ndim(s) for s in complete}) == 1 and task != "regression":
+        summary.update(pooled_scores(task, np.concatenate(ys), np.concatenate(complete)))
     return summary

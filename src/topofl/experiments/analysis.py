@@ -9,6 +9,7 @@ import numpy as np
 
 
 def num(v: Any) -> float:
+    """``v`` as a float; NaN when it cannot be read as one (e.g. an empty CSV cell)."""
     try:
         return float(v)
     except (TypeError, ValueError):
@@ -43,7 +44,7 @@ def final_table(done: Sequence[Mapping[str, Any]], by: Sequence[str], metrics: S
         groups[tuple(d[b] for b in by)].append(d)
     rows = []
     for g, ds in groups.items():
-        row: dict[str, Any] = dict(zip(by, g))
+        row: dict[str, Any] = dict(zip(by, g, strict=True))
         row["n_seeds"] = len(ds)
         for m in metrics:
             v = np.array([num(d["final"][m]) for d in ds])

@@ -110,7 +110,7 @@ def run_compare(
             for method in spec.methods:
 
                 def record(history: History, summary: RoundSummary, method=method, seed=seed) -> None:
-                    if writers is not None:
+                    if writers is not None and out is not None:  # writers exist exactly when out is given
                         rows = [r for r in history.records if r["round"] == summary.round]
                         writers["rounds"].write({"method": method, "seed": seed, **r} for r in rows)
                         writers["curves"].write([{"method": method, "seed": seed, **summary.as_dict()}])

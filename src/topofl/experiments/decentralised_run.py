@@ -21,7 +21,8 @@ def peer_datasets() -> dict[str, Callable[..., Any]]:
     return {"digits": rotated_digits, "tabular": synthetic_tabular}
 
 
-def load_peer_data(name: str, seed: int, params: Mapping[str, Any]):
+def load_peer_data(name: str, seed: int, params: Mapping[str, Any]) -> Any:
+    """The ``LoadedData`` of offline dataset ``name`` for ``seed``, loaded with ``params``; ``ValueError`` for an unknown name."""
     datasets = peer_datasets()
     if name not in datasets:
         raise ValueError(f"unknown decentralised dataset {name!r}; available: {', '.join(datasets)}")
@@ -29,6 +30,10 @@ def load_peer_data(name: str, seed: int, params: Mapping[str, Any]):
 
 
 def execute_decentralised(spec: RunSpec, paths: dict[str, Path]) -> dict[str, Any]:
+    """Run one decentralised ``spec``, writing its per-client rows, curves and log to ``paths``;
+    return its done-record (final metrics, timings, graph size, client dimensions, and the
+    restriction maps' Frobenius norms for Sheaf-FMTL).
+    """
     from topofl.decentralised import make_graph, run_decentralised
     from topofl.methods import build_peer
 

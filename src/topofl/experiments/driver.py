@@ -18,15 +18,18 @@ GROUPS = {"all": ORDER, "sheaf-all": SHEAF_ORDER}
 
 
 def experiment_names() -> list[str]:
+    """Every experiment name, then the group names (``all``, ``sheaf-all``)."""
     return list(EXPERIMENTS) + list(GROUPS)
 
 
 def default_seeds(name: str) -> tuple[int, ...]:
+    """The default seeds of an experiment, or of a group's first experiment; 0–9 otherwise."""
     first = GROUPS.get(name, (name,))[0]
     return EXPERIMENTS[first].default_seeds if first in EXPERIMENTS else tuple(range(10))
 
 
 def plan_for(name: str, seeds: Sequence[int]) -> list[RunSpec]:
+    """The runs of experiment ``name`` for ``seeds``; ``ValueError`` for an unknown name."""
     if name not in EXPERIMENTS:
         raise ValueError(f"unknown experiment {name!r}; available: {', '.join(experiment_names())}")
     return EXPERIMENTS[name].plan(list(seeds))
@@ -62,4 +65,5 @@ def run_experiment(
 
 
 def total_runs(names: Sequence[str], seeds: Sequence[int]) -> int:
+    """Number of runs the experiments ``names`` plan for ``seeds``."""
     return sum(len(plan_for(n, seeds)) for n in names)

@@ -10,7 +10,10 @@ from pathlib import Path
 
 from topofl.experiments.results import read_csv
 
-ORDER = ("comparison", "robustness", "continual", "privacy", "ablation", "diagrams", "sheaf-digits", "sheaf-centralised", "sheaf-hetero", "sheaf-topology", "sheaf-init")
+ORDER = (
+    "comparison", "robustness", "continual", "privacy", "ablation", "diagrams",
+    "sheaf-digits", "sheaf-centralised", "sheaf-hetero", "sheaf-topology", "sheaf-init",
+)
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1180px;margin:2em auto;padding:0 1em;color:#222;line-height:1.45}
@@ -70,7 +73,10 @@ def _table(path: Path, title: str, max_rows: int = 60) -> str:
 def _figure(exp_dir: Path, fig: dict) -> str:
     data = base64.b64encode((exp_dir / fig["png"]).read_bytes()).decode()
     svg = f' · <a href="{exp_dir.name}/{fig["svg"]}">SVG</a>' if "svg" in fig else ""
-    return f'<figure><img alt="{html.escape(fig["caption"])}" src="data:image/png;base64,{data}"><figcaption>{html.escape(fig["caption"])}{svg}</figcaption></figure>'
+    return (
+        f'<figure><img alt="{html.escape(fig["caption"])}" src="data:image/png;base64,{data}">'
+        f'<figcaption>{html.escape(fig["caption"])}{svg}</figcaption></figure>'
+    )
 
 
 def build_report(out: Path) -> Path:
@@ -82,12 +88,18 @@ def build_report(out: Path) -> Path:
     dirs += [d for d in sorted(out.iterdir()) if (d / "manifest.json").exists() and d not in dirs]
     if not dirs:
         raise ValueError(f"{str(out)!r} holds no experiment results (no */manifest.json); run `topofl experiment NAME --out {out}` first")
-    sections, nav, versions, configs = [], [], {}, []
+    sections: list[str] = []
+    nav: list[str] = []
+    versions: dict[str, str] = {}
+    configs: list[str] = []
     for d in dirs:
         man = json.loads((d / "manifest.json").read_text())
         cfg = json.loads((d / "config.json").read_text()) if (d / "config.json").exists() else {}
         versions = cfg.get("versions", versions)
-        configs.append(f"<tr><td>{html.escape(man['name'])}</td><td>{len(cfg.get('seeds', []))}</td><td>{cfg.get('n_runs', 0)}</td><td>{cfg.get('seconds', 0):.1f}</td></tr>")
+        configs.append(
+            f"<tr><td>{html.escape(man['name'])}</td><td>{len(cfg.get('seeds', []))}</td>"
+            f"<td>{cfg.get('n_runs', 0)}</td><td>{cfg.get('seconds', 0):.1f}</td></tr>"
+        )
         nav.append(f'<a href="#{man["name"]}">{html.escape(man["title"])}</a>')
         parts = [f'<h2 id="{man["name"]}">{html.escape(man["title"])}</h2><p>{html.escape(man["description"])}</p>']
         parts += [f'<div class=note>{html.escape(n)}</div>' for n in man["notes"]]
@@ -97,7 +109,8 @@ def build_report(out: Path) -> Path:
     vers = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>" for k, v in versions.items())
     page = f"""<!doctype html><html lang=en><head><meta charset=utf-8><title>topofl report</title><style>{CSS}</style></head><body>
 <h1>topofl — experiment report</h1>
-<p class=meta>Generated {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} from {html.escape(str(out))}. Every number and figure is drawn from the tidy result files beside this report.</p>
+<p class=meta>Generated {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} from {html.escape(str(out))}. \
+Every number and figure is drawn from the tidy result files beside this report.</p>
 <nav>{' '.join(nav)}</nav>
 {''.join(sections)}
 <h2 id=config>Configuration</h2>

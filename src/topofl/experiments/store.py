@@ -50,7 +50,8 @@ class RunSpec:
     def run_id(self) -> str:
         """File-name-safe id, readable and unique (a hash guards against collisions)."""
         text = json.dumps(asdict(self), sort_keys=True, default=_json_default)
-        slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{self.scenario}_{self.label or self.method}_{'_'.join(f'{k}{v}' for k, v in self.setting.items())}_s{self.seed}")
+        setting = "_".join(f"{k}{v}" for k, v in self.setting.items())
+        slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{self.scenario}_{self.label or self.method}_{setting}_s{self.seed}")
         return f"{slug.strip('-')}_{hashlib.sha1(text.encode()).hexdigest()[:8]}"
 
 
@@ -59,6 +60,7 @@ RESULT_FILES = {"rounds": True, "curves": True, "log": False}
 
 
 def run_paths(run_dir: Path, spec: RunSpec) -> dict[str, Path]:
+    """The files of one run in ``run_dir``, by kind: ``rounds``, ``curves``, ``log`` and ``done``."""
     rid = spec.run_id
     return {k: run_dir / f"{rid}.{k}.{ext}" for k, ext in (("rounds", "csv"), ("curves", "csv"), ("log", "jsonl"), ("done", "json"))}
 

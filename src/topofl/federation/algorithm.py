@@ -37,7 +37,10 @@ class AlgorithmConfig(TrainingConfig):
     and the server's policy towards what clients send (validated at construction).
     """
 
-    max_update_ratio: float = hp(10.0, "server: drop an update farther from the model sent than this × max(that model's norm, update_norm_floor, the other updates' median) (>= 1)")
+    max_update_ratio: float = hp(
+        10.0,
+        "server: drop an update farther from the model sent than this × max(that model's norm, update_norm_floor, the other updates' median) (>= 1)",
+    )
     update_norm_floor: float = hp(1.0, "server: smallest reference norm of that bound (> 0)")
     max_client_weight: float = hp(1.0, "server: largest share one client may have of an aggregate, in (0, 1] (1: sample sizes decide)")
 

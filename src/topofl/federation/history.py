@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,14 +11,15 @@ import numpy as np
 ROUND_FIELDS = ("round", "client", "auc", "accuracy", "loss", "bytes_up", "bytes_down", "floats_up", "floats_down")
 
 
-def nanmean(values) -> float:
+def nanmean(values: Iterable[float]) -> float:
     """Mean ignoring NaN; NaN (not a warning) when nothing is left."""
     v = np.asarray(list(values), dtype=float)
     v = v[~np.isnan(v)]
     return float(v.mean()) if v.size else float("nan")
 
 
-def nanstd(values) -> float:
+def nanstd(values: Iterable[float]) -> float:
+    """Population standard deviation ignoring NaN; NaN (not a warning) when nothing is left."""
     v = np.asarray(list(values), dtype=float)
     v = v[~np.isnan(v)]
     return float(v.std()) if v.size else float("nan")

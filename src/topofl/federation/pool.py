@@ -88,6 +88,7 @@ class ClientPool(ABC):
 
     def close(self) -> None:
         """Release resources (nothing by default)."""
+        return
 
 
 class InProcessPool(ClientPool):
@@ -102,7 +103,7 @@ class InProcessPool(ClientPool):
         self.infos = declared_infos(federation.clients)
         self.states: dict[int, dict[str, Any]] = {cid: {} for cid in self.client_ids}
 
-    def fit(self, rnd, messages):
+    def fit(self, rnd: int, messages: dict[int, ServerMessage]) -> tuple[list[ClientUpdate], list[Failure]]:
         data = {c.client_id: c for c in self.federation.at_round(rnd)}
         updates = [
             self.algorithm.client_fit(client_context(data[cid], self.states[cid], self.model, rnd, self.seed), messages[cid])
@@ -110,9 +111,9 @@ class InProcessPool(ClientPool):
         ]
         return updates, []
 
-    def evaluate(self, rnd, messages):
+    def evaluate(self, rnd: int, messages: dict[int, ServerMessage]) -> tuple[list[ClientEvaluation], list[Failure]]:
         data = {c.client_id: c for c in self.federation.at_round(rnd)}
-        out = []
+        out: list[ClientEvaluation] = []
         for cid in sorted(messages):
             ctx = client_context(data[cid], self.states[cid], self.model, rnd, self.seed)
             metrics, scores = evaluate_client(self.algorithm, ctx, messages[cid])

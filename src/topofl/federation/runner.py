@@ -13,7 +13,8 @@ from __future__ import annotations
 import logging
 import math
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -27,6 +28,9 @@ from topofl.federation.validation import ClientInfo, evaluation_problem, screen_
 from topofl.limits import MAX_ROUNDS, MAX_SEED
 from topofl.metrics import pooled
 from topofl.models.linear import LinearModel, make_model
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
 
 __all__ = ["TrainingWarning", "run_federation", "run_rounds", "select_clients"]
 
@@ -160,7 +164,7 @@ def _n_classes(model: LinearModel) -> int:
 
 
 def _screen_evaluations(
-    evaluations: list[ClientEvaluation], asked: dict[int, object], infos: dict[int, ClientInfo], model: LinearModel,
+    evaluations: list[ClientEvaluation], asked: Mapping[int, object], infos: dict[int, ClientInfo], model: LinearModel,
     rnd: int, failures: list[Failure],
 ) -> list[ClientEvaluation]:
     """The evaluations fit to average: from clients that were asked, once each, and sound
@@ -173,7 +177,7 @@ def _screen_evaluations(
             failures.append(Failure(rnd, None, "evaluate", f"invalid payload: an evaluation from {cid!r}, which was not asked"))
             continue
         try:
-            reason = "a second evaluation from the same client" if cid in seen else evaluation_problem(ev, infos[cid], model.task, _n_classes(model))
+            reason = "a second evaluation from the same client" if cid in seen else evaluation_problem(ev, infos[int(cid)], model.task, _n_classes(model))
         except Exception as exc:  # noqa: BLE001 - a malformed evaluation is refused, never a crash
             reason = f"malformed evaluation ({type(exc).__name__}: {exc})"[:300]
         seen.add(cid)
@@ -223,7 +227,9 @@ class _DivergenceWatch:
             ), stacklevel=3)
 
 
-def _summarise_round(history: History, model: LinearModel, evaluations: list[ClientEvaluation], rnd: int, up, down) -> RoundSummary:
+def _summarise_round(
+    history: History, model: LinearModel, evaluations: list[ClientEvaluation], rnd: int, up: Mapping[int, int], down: Mapping[int, int]
+) -> RoundSummary:
     """Per-client rows (each client scored on its own test split) and the round's summary."""
     rows = []
     for ev in evaluations:
@@ -254,7 +260,7 @@ def _summarise_round(history: History, model: LinearModel, evaluations: list[Cli
     )
 
 
-def _progress(enabled: bool, description: str, total: int):
+def _progress(enabled: bool, description: str, total: int) -> tuple[Progress, TaskID] | None:
     if not enabled:
         return None
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn

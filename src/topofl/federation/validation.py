@@ -52,8 +52,8 @@ def _declared_int(field_name: str, value: Any, low: int, high: int) -> int:
     return int(value)
 
 
-def client_info(client_id: int, values: Mapping[str, Any]) -> ClientInfo:
-    """Validate a client's declaration (``n_train``, ``n_test``).
+def client_info(client_id: Any, values: Mapping[str, Any]) -> ClientInfo:
+    """Validate a client's declaration (its id, ``n_train``, ``n_test``).
 
     Raises ``ValueError`` naming the field: example counts are integers in
     ``[1, MAX_CLIENT_EXAMPLES]`` (:mod:`topofl.limits`).
@@ -93,7 +93,7 @@ class ArraySpec:
             return f"{name} must be a plain numpy array; got {type(value).__name__}"
         if value.dtype != np.float64:
             return f"{name} must be float64; got {value.dtype}"
-        if value.ndim != len(self.shape) or any(s is not None and s != v for s, v in zip(self.shape, value.shape)):
+        if value.ndim != len(self.shape) or any(s is not None and s != v for s, v in zip(self.shape, value.shape, strict=True)):
             want = "(" + ", ".join("n" if s is None else str(s) for s in self.shape) + ("," if len(self.shape) == 1 else "") + ")"
             return f"{name} must have shape {want}; got {value.shape}"
         if value.size == 0:
@@ -118,6 +118,8 @@ def _num(v: float) -> str:
 
 
 class DescriptorCheck(Protocol):
+    """A check of a descriptor beyond its shape: why ``phi`` is refused, or ``None`` when it passes."""
+
     def __call__(self, phi: np.ndarray) -> str | None: ...
 
 
@@ -295,6 +297,7 @@ def screen_updates(
             rejected.append((None, f"client_id {cid!r} is not a client of this run"))
             continue
         cid = int(cid)
+        reason: str | None
         if cid not in messages:
             reason = f"client {cid} was not asked for an update this round"
         elif cid in seen:

@@ -17,24 +17,29 @@ app = ClientApp()
 
 @app.query()
 def query(msg: Message, context: Context) -> Message:
+    """Discovery: reply with this node's declaration (partition id, data sizes, task)."""
     return Message(node.describe(context.node_config, msg.content), reply_to=msg)
 
 
 @app.train()
 def train(msg: Message, context: Context) -> Message:
+    """One round of a federated method's local work on this node (:func:`topofl.flower.node.fit`)."""
     return Message(node.fit(context.node_config, context.state, msg.content), reply_to=msg)
 
 
 @app.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
+    """Test metrics with the model this node would use (:func:`topofl.flower.node.evaluate`)."""
     return Message(node.evaluate(context.node_config, context.state, msg.content), reply_to=msg)
 
 
 @app.query("peer")
 def peer_setup(msg: Message, context: Context) -> Message:
+    """Build this node's peer of a decentralised method from the relay's spec (:func:`topofl.flower.peer.setup`)."""
     return Message(peer.setup(context.node_config, context.state, msg.content), reply_to=msg)
 
 
 @app.train("peer")
 def peer_step(msg: Message, context: Context) -> Message:
+    """Consume one relayed phase and emit the next (:func:`topofl.flower.peer.step`)."""
     return Message(peer.step(context.node_config, context.state, msg.content), reply_to=msg)

@@ -359,7 +359,7 @@ def _terminate(procs: Sequence[ManagedProcess], timeout: float) -> None:
 # ----------------------------------------------------------------------------- runs
 
 
-class FlowerRunResult(subprocess.CompletedProcess):  # type: ignore[type-arg]
+class FlowerRunResult(subprocess.CompletedProcess):
     """Outcome of ``flwr run --stream``: the CLI's exit status and output, plus the run.
 
     ``returncode`` is the CLI's; Flower 1.41 exits 0 even when the ServerApp fails,

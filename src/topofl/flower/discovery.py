@@ -12,7 +12,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal, overload
 
 from flwr.app import ConfigRecord, MessageType, RecordDict
 from flwr.serverapp import Grid
@@ -103,6 +103,18 @@ def _majority(values: dict[int, Any], what: str) -> Any:
     if len(counts) > 1 and counts[0][1] == counts[1][1]:
         raise ValueError(f"the SuperNodes split evenly on {what} ({dict(counts)}); set it in the run config")
     return counts[0][0]
+
+
+@overload
+def reconcile(
+    nodes: dict[int, int], infos: dict[int, dict[str, Any]], settings: FlowerSettings, shared_features: Literal[True],
+) -> tuple[str, int, int, list[Failure]]: ...
+
+
+@overload
+def reconcile(
+    nodes: dict[int, int], infos: dict[int, dict[str, Any]], settings: FlowerSettings, shared_features: bool,
+) -> tuple[str, int, int | None, list[Failure]]: ...
 
 
 def reconcile(

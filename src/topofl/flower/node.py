@@ -63,6 +63,7 @@ def _npz(path: str, partition: int) -> ClientData:
 
 
 def partition_id(node_config: Mapping[str, Any]) -> int:
+    """The node config's ``partition-id``: a non-negative integer, else ``ValueError``."""
     pid = node_config.get("partition-id")
     if isinstance(pid, bool) or not isinstance(pid, int) or pid < 0:
         raise ValueError(f"node config partition-id must be a non-negative integer; got {pid!r}")
@@ -70,7 +71,7 @@ def partition_id(node_config: Mapping[str, Any]) -> int:
 
 
 def node_data(node_config: Mapping[str, Any], job: Mapping[str, Any], rnd: int = 1) -> tuple[ClientData, str, int]:
-    """This node's data at round ``rnd``, with the task and number of classes it implies."""
+    """The data of this node at round ``rnd``, with the task and number of classes it implies."""
     pid = partition_id(node_config)
     if node_config.get("data-path"):
         data = _npz(str(node_config["data-path"]), pid)

@@ -73,7 +73,8 @@ class RunOutputs:
         self.last: dict[str, Any] = {}
         self.n_rounds = 0
         self.clients: set[int] = set()
-        self._records = self._curves = None
+        self._records: CsvAppender | None = None
+        self._curves: CsvAppender | None = None
         if self.dir is not None:
             self._records = CsvAppender(self.dir / "rounds.csv", record_fields)
             self._curves = CsvAppender(self.dir / "curves.csv", curve_fields)
@@ -88,6 +89,7 @@ class RunOutputs:
         self.n_rounds += 1
         if self.dir is None:
             return
+        assert self._records is not None and self._curves is not None  # opened with the directory
         self._records.write(rows)
         self._curves.write([summary])
         if log_entry is not None:
@@ -101,6 +103,7 @@ class RunOutputs:
             "failures": [f.as_dict() for f in self.failures], "settings": dict(settings), **dict(extra or {}),
         }
         if self.dir is not None:
+            assert self._records is not None and self._curves is not None  # opened with the directory
             self._records.close()
             self._curves.close()
             write_json_atomic(self.dir / "result.json", result)

@@ -51,7 +51,7 @@ def _reply(node, client: int, report: Mapping[str, float], outbox: Mapping[int, 
 
 def setup(node_config: Mapping[str, Any], state: RecordDict, content: RecordDict) -> RecordDict:
     """Build this node's peer (data, model, initial θ) and its algorithm state from the relay's spec."""
-    config = dict(content["config"])
+    config: dict[str, Any] = dict(content["config"])  # the relay's values: str()/int() convert them
     data, _, _ = node_data(node_config, config)
     algorithm = peer_algorithm(str(config["method"]), str(config["hyperparameters"]))
     spec = NodeSpec.from_dict(json.loads(str(config["spec"])))
@@ -68,7 +68,7 @@ def step(node_config: Mapping[str, Any], state: RecordDict, content: RecordDict)
 
     After the last phase of an iteration the node also reports its test accuracy and loss.
     """
-    config = dict(content["config"])
+    config: dict[str, Any] = dict(content["config"])  # the relay's values: str()/int() convert them
     key = job_key(config)
     st = load_state(state, key)
     if not st:

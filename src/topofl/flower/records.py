@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
@@ -54,6 +54,7 @@ def config_record(values: Mapping[str, Any]) -> ConfigRecord:
 
 # ---- server → client -------------------------------------------------------------------------
 def encode_server_message(message: ServerMessage, job: Mapping[str, Any], rnd: int) -> RecordDict:
+    """The records of a server message: its params and extras, and a config of the job keys, its own config and the round."""
     return RecordDict({
         "params": arrays_record({"params": message.params}),
         "extras": arrays_record(message.extras),
@@ -71,6 +72,7 @@ def decode_server_message(content: RecordDict) -> tuple[ServerMessage, dict[str,
 
 # ---- client → server -------------------------------------------------------------------------
 def encode_update(update: ClientUpdate) -> RecordDict:
+    """The records of a client update: params, extras, metrics with ``num-examples``, the client id and any descriptor."""
     rd = RecordDict({
         "params": arrays_record({"params": update.params}),
         "extras": arrays_record(update.extras),
@@ -89,7 +91,7 @@ def decode_update(content: RecordDict) -> ClientUpdate:
         raise PayloadError("record 'params' has no array 'params'")
     if "metrics" not in content or "num-examples" not in content["metrics"]:
         raise PayloadError("record 'metrics' with 'num-examples' is missing")
-    metrics = dict(content["metrics"])
+    metrics: dict[str, Any] = dict(content["metrics"])  # the sender's values, unchecked: the server screens the update
     n = metrics.pop("num-examples")
     descriptor = record_arrays(content, "descriptor", required=False).get("phi")
     return ClientUpdate(
@@ -99,6 +101,7 @@ def decode_update(content: RecordDict) -> ClientUpdate:
 
 
 def encode_evaluation(ev: ClientEvaluation) -> RecordDict:
+    """The records of a client evaluation: metrics, the client id and, when there are any, labels and scores."""
     rd = RecordDict({
         "metrics": MetricRecord({k: float(v) for k, v in ev.metrics.items()}),
         "meta": config_record({"client": int(ev.client_id)}),
@@ -109,9 +112,11 @@ def encode_evaluation(ev: ClientEvaluation) -> RecordDict:
 
 
 def decode_evaluation(content: RecordDict) -> ClientEvaluation:
+    """A :class:`ClientEvaluation` from a reply; :class:`PayloadError` when its metrics or client id are missing."""
     if "metrics" not in content:
         raise PayloadError("record 'metrics' is missing")
-    metrics = {k: float(v) for k, v in dict(content["metrics"]).items()}
+    raw: dict[str, Any] = dict(content["metrics"])  # the sender's values: float() refuses a non-number
+    metrics = {k: float(v) for k, v in raw.items()}
     pred = record_arrays(content, "predictions", required=False)
     return ClientEvaluation(_client_of(content), metrics, pred.get("y_true"), pred.get("scores"))
 
@@ -135,7 +140,7 @@ def load_state(state: RecordDict, key: str) -> dict[str, Any] | Any:
     rec = state[STATE_KEY] if STATE_KEY in state else None
     if rec is None or rec.get("job") != key:
         return {}
-    return pickle.loads(rec["state"])
+    return pickle.loads(cast(bytes, rec["state"]))  # bytes, as save_state stores them
 
 
 def save_state(state: RecordDict, key: str, value: Any) -> None:

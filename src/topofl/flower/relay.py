@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, cast
 
 import numpy as np
 from flwr.app import MessageType, RecordDict
@@ -50,7 +51,8 @@ CURVE_FIELDS = ("round", "accuracy", "accuracy_std", "loss", "bits", "cumulative
 
 def _decode_step(content: RecordDict) -> dict[str, Any]:
     report = dict(content["report"])
-    return {"client": int(content["meta"]["client"]), "report": report,
+    meta: Mapping[str, Any] = content["meta"]  # the sender's record: int() refuses a bad client id
+    return {"client": int(meta["client"]), "report": report,
             "outbox": {int(j): v for j, v in record_arrays(content, "outbox", required=False).items()}}
 
 
@@ -84,7 +86,7 @@ class Relay:
             failures.append(Failure(rnd, k, stage, "invalid payload: reply claims another client", nodes[k]))
             del got[k]
         for f in failures:
-            self._drop(f.client, f.round, f.stage, f.reason)
+            self._drop(cast(int, f.client), f.round, f.stage, f.reason)  # exchange names the graph node of every failure
         return got
 
     def _drop(self, k: int, rnd: int, stage: str, reason: str) -> None:
@@ -180,7 +182,9 @@ class Relay:
         history.failures = self.failures
         history.out_dir = str(self.run_dir) if self.run_dir is not None else None
         out.failures = list(self.failures)
-        out.finish(s.method, s.as_dict(), {"graph_edges": sorted(map(list, self.graph.edges)), "dropped": sorted(self.clients[k] for k in set(self.flwr_node) - self.alive)})
+        out.finish(s.method, s.as_dict(), {
+            "graph_edges": sorted(map(list, self.graph.edges)), "dropped": sorted(self.clients[k] for k in set(self.flwr_node) - self.alive),
+        })
         return history
 
 

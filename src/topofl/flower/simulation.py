@@ -64,7 +64,7 @@ def simulate_flower(
     if settings.min_nodes < n_nodes:
         settings = FlowerSettings(**{**settings.as_dict(), "min_nodes": n_nodes})
     results: list[Any] = []
-    backend = {
+    backend: dict[str, dict[str, Any]] = {
         "client_resources": {"num_cpus": cpus_per_node, "num_gpus": 0.0},
         "init_args": {"logging_level": "error", "log_to_driver": verbose, "include_dashboard": False},
     }

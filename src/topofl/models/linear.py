@@ -86,6 +86,14 @@ class LinearModel:
     def grad(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> np.ndarray:
         return self.loss_grad(theta, X, y)[1]
 
+    def predict_scores(self, theta: np.ndarray, X: np.ndarray) -> np.ndarray:
+        """Scores of samples ``X`` (probabilities, or predictions for regression); each model defines them."""
+        raise NotImplementedError
+
+    def predict(self, theta: np.ndarray, X: np.ndarray) -> np.ndarray:
+        """Predicted labels (or values, for regression) of samples ``X``; each model defines them."""
+        raise NotImplementedError
+
 
 @dataclass(frozen=True)
 class BinaryLogistic(LinearModel):

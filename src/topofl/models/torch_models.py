@@ -58,7 +58,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 from scipy.special import softmax
@@ -67,7 +67,7 @@ from topofl._validation import check_choice, check_int, check_range
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
-    from torch import nn
+    from torch import Tensor, nn
 
 CPU_INSTALL_COMMAND = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
 TORCH_MISSING_MESSAGE = f"the torch models need PyTorch: pip install 'topofl[torch]' (CPU build: {CPU_INSTALL_COMMAND})"
@@ -166,6 +166,11 @@ class TorchClassifier:
     chunk_size: int = 1024
 
     task = "multiclass"
+
+    if TYPE_CHECKING:  # set by __post_init__ / __setstate__ with object.__setattr__; not a dataclass field
+
+        @property
+        def _rt(self) -> _Runtime: ...
 
     def __post_init__(self) -> None:
         _require_torch()
@@ -272,7 +277,8 @@ class TorchClassifier:
         rt, torch = self._rt, self._rt.torch
         F = torch.nn.functional
         rt.load(theta)
-        total, grad = 0.0, None
+        total = 0.0
+        grad: Tensor | None = None
         for start in range(0, n, self.chunk_size):
             stop = min(start + self.chunk_size, n)
             xb = rt.images(X[start:stop], self.input_shape)
@@ -280,9 +286,10 @@ class TorchClassifier:
             with torch.enable_grad():
                 loss = F.cross_entropy(rt.module(xb), yb, reduction="sum") / n
                 gs = torch.autograd.grad(loss, rt.params, allow_unused=True)
-            flat_g = torch.cat([(g if g is not None else torch.zeros_like(p)).reshape(-1) for g, p in zip(gs, rt.params)])
+            flat_g = torch.cat([(g if g is not None else torch.zeros_like(p)).reshape(-1) for g, p in zip(gs, rt.params, strict=True)])
             grad = flat_g if grad is None else grad.add_(flat_g)
             total += float(loss.detach())
+        assert grad is not None  # n > 0: at least one chunk
         g = grad.to(torch.float64).numpy().copy()
         idx = rt.weight_idx
         if self.l2:
@@ -373,7 +380,7 @@ class CNNArchitecture:
 
     def build(self, input_shape: tuple[int, int, int], n_classes: int = 10) -> nn.Module:
         nn = _require_torch().nn
-        layers: list[nn.Module] = []
+        layers: list[torch.nn.Module] = []
         c = input_shape[0]
         for b in self.convs:
             layers += [nn.Conv2d(c, b.out_channels, b.kernel, padding=b.padding), nn.ReLU()]
@@ -444,7 +451,7 @@ def cnn(
     """The paper's ``size`` CNN ("small", "medium" or "large") for images of ``input_shape``."""
     _require_torch()
     check_choice("size", size, tuple(PAPER_ARCHITECTURES))
-    shape = tuple(int(s) for s in input_shape)
+    shape = cast("tuple[int, int, int]", tuple(int(s) for s in input_shape))  # its length is checked by TorchClassifier
     builder = CNNBuilder(PAPER_ARCHITECTURES[size], shape, int(n_classes))
     return TorchClassifier(builder, shape, int(n_classes), l2=l2, dtype=dtype, chunk_size=chunk_size)
 
@@ -473,7 +480,7 @@ CNN_FACTORIES: dict[str, Callable[..., TorchClassifier]] = {
 
 
 def dataset_shape(dataset: str) -> tuple[int, int, int]:
-    """Image shape of a dataset name: "mnist", "r-mnist", "rotated_mnist", "cifar", "cifar-10", …"""
+    """Image shape of a dataset name such as "mnist", "r-mnist", "rotated_mnist", "cifar" or "cifar-10"."""
     key = dataset.lower().replace("-", "").replace("_", "").replace(" ", "")
     if key not in DATASET_SHAPES:
         raise ValueError(f"dataset must be one of {', '.join(DATASET_SHAPES)} (case, '-' and '_' ignored); got {dataset!r}")

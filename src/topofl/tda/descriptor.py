@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Literal, overload
 
 import numpy as np
 
@@ -114,9 +115,11 @@ def scale_points(X: np.ndarray, scale: str) -> np.ndarray:
     X = X / representable_scale(X)
     if scale == "standard":
         sd = X.std(axis=0)
-        return (X - X.mean(axis=0)) / np.where(sd > 0, sd, 1.0)
+        standard: np.ndarray = (X - X.mean(axis=0)) / np.where(sd > 0, sd, 1.0)
+        return standard
     lo, span = X.min(axis=0), np.ptp(X, axis=0)
-    return (X - lo) / np.where(span > 0, span, 1.0)
+    unit_box: np.ndarray = (X - lo) / np.where(span > 0, span, 1.0)
+    return unit_box
 
 
 def persistence_entropy(pers: np.ndarray) -> float:
@@ -146,7 +149,8 @@ def betti_curve(dgm: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
     if dgm.shape[0] == 0:
         return np.zeros(thresholds.shape[0])
     alive = (dgm[:, :1] <= thresholds[None, :]) & (thresholds[None, :] < dgm[:, 1:2])
-    return alive.sum(axis=0).astype(np.float64)
+    counts: np.ndarray = alive.sum(axis=0).astype(np.float64)
+    return counts
 
 
 def _quantile_sorted(v: np.ndarray, q: float) -> float:
@@ -178,6 +182,30 @@ def descriptor_from_diagrams(dgms: Sequence[np.ndarray], n_thresholds: int = DEF
     return np.concatenate([scalars, betti_curve(d0, thresholds), betti_curve(d1, thresholds)])
 
 
+@overload
+def descriptor(
+    X: np.ndarray,
+    n_sub: int = ...,
+    n_thresholds: int = ...,
+    seed: int | np.random.Generator | None = ...,
+    scale: str = ...,
+    *,
+    return_diagrams: Literal[False] = ...,
+) -> np.ndarray: ...
+
+
+@overload
+def descriptor(
+    X: np.ndarray,
+    n_sub: int = ...,
+    n_thresholds: int = ...,
+    seed: int | np.random.Generator | None = ...,
+    scale: str = ...,
+    *,
+    return_diagrams: Literal[True],
+) -> tuple[np.ndarray, list[np.ndarray]]: ...
+
+
 def descriptor(
     X: np.ndarray,
     n_sub: int = DEFAULT_N_SUB,
@@ -186,7 +214,7 @@ def descriptor(
     scale: str = "none",
     *,
     return_diagrams: bool = False,
-):
+) -> np.ndarray | tuple[np.ndarray, list[np.ndarray]]:
     """The 48-dimensional persistent-homology descriptor φ of a point cloud (paper §3.1, Eq. 5).
 
     Parameters
@@ -282,7 +310,7 @@ def descriptor_problems(phi: np.ndarray, n_thresholds: int = DEFAULT_N_THRESHOLD
         if npers != np.round(npers) or not 0 <= npers <= b // 2:
             return f"descriptor h{j}_n_persistent must be an integer in [0, {int(b // 2)}]; got {npers:.6g}"
     curves = (phi[len(_SCALARS): len(_SCALARS) + L], phi[len(_SCALARS) + L:])
-    for j, (curve, b) in enumerate(zip(curves, counts)):
+    for j, (curve, b) in enumerate(zip(curves, counts, strict=True)):
         bad = (curve != np.round(curve)) | (curve < 0) | (curve > b)
         if bad.any():
             i = int(np.argmax(bad))

@@ -18,6 +18,8 @@ threshold) is computed. Zero-persistence pairs (from duplicate points) are dropp
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -26,16 +28,18 @@ from topofl._validation import as_points, check_int
 _N_THREADS = int(os.environ.get("TOPOFL_PH_THREADS", "1"))
 
 
-def _ripser_parallel():
+def _ripser_parallel() -> Callable[..., dict[str, Any]]:
     # Imported lazily: gph pulls in scikit-learn and takes ~1 s to import.
     from gph import ripser_parallel
 
-    return ripser_parallel
+    fn: Callable[..., dict[str, Any]] = ripser_parallel  # gph ships no type information
+    return fn
 
 
 def raw_ripser(X: np.ndarray, maxdim: int = 1, n_threads: int = _N_THREADS) -> list[np.ndarray]:
     """Call the PH library directly and return its diagrams unchanged (for benchmarks)."""
-    return _ripser_parallel()(X, maxdim=maxdim, n_threads=n_threads)["dgms"]
+    dgms: list[np.ndarray] = _ripser_parallel()(X, maxdim=maxdim, n_threads=n_threads)["dgms"]
+    return dgms
 
 
 def diagrams(

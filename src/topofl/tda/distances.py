@@ -43,7 +43,8 @@ def normalise_rows(phi: np.ndarray) -> np.ndarray:
     """Rows divided by their l2 norm (φ̂ = φ/‖φ‖₂, paper §3.3); all-zero rows stay zero."""
     phi = np.atleast_2d(np.asarray(phi, dtype=np.float64))
     norms = np.linalg.norm(phi, axis=1, keepdims=True)
-    return np.divide(phi, norms, out=np.zeros_like(phi), where=norms > 0)
+    unit: np.ndarray = np.divide(phi, norms, out=np.zeros_like(phi), where=norms > 0)
+    return unit
 
 
 def descriptor_distance(a: np.ndarray, b: np.ndarray) -> float:
@@ -58,7 +59,8 @@ def pairwise_euclidean(V: np.ndarray) -> np.ndarray:
     sq = (V**2).sum(axis=1)
     D2 = np.maximum(sq[:, None] + sq[None, :] - 2.0 * V @ V.T, 0.0)
     np.fill_diagonal(D2, 0.0)
-    return np.sqrt(D2)
+    D: np.ndarray = np.sqrt(D2)
+    return D
 
 
 def pairwise_descriptor_distances(phi: np.ndarray) -> np.ndarray:
@@ -82,5 +84,5 @@ def pairwise_diagram_distances(
     D = np.zeros((K, K))
     for i in range(K):
         for j in range(i + 1, K):
-            D[i, j] = D[j, i] = sum(fn(a, b) for a, b in zip(dgms[i], dgms[j]))
+            D[i, j] = D[j, i] = sum(fn(a, b) for a, b in zip(dgms[i], dgms[j], strict=False))
     return D

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
@@ -9,7 +10,8 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from topofl.tda.descriptor import DescriptorLayout, descriptors
 
 
-class TopologicalDescriptor(TransformerMixin, BaseEstimator):
+# scikit-learn ships no type information (no py.typed), so mypy sees its base classes as Any
+class TopologicalDescriptor(TransformerMixin, BaseEstimator):  # type: ignore[misc]
     """Transform a sequence of point clouds into a (K, 8 + 2L) matrix of descriptors (§3.1).
 
     Each input sample is a whole point cloud (array of shape (n_i, d)), e.g. one client's data or
@@ -27,7 +29,7 @@ class TopologicalDescriptor(TransformerMixin, BaseEstimator):
         self.scale = scale
         self.seed = seed
 
-    def fit(self, X: Sequence[np.ndarray], y=None) -> TopologicalDescriptor:
+    def fit(self, X: Sequence[np.ndarray], y: Any = None) -> TopologicalDescriptor:
         """Nothing to learn; records the output width."""
         self.n_features_out_ = len(DescriptorLayout(self.n_thresholds))
         return self
@@ -36,5 +38,5 @@ class TopologicalDescriptor(TransformerMixin, BaseEstimator):
         """Descriptors of each point cloud in ``X``."""
         return descriptors(list(X), self.n_sub, self.n_thresholds, self.seed, self.scale)
 
-    def get_feature_names_out(self, input_features=None) -> np.ndarray:
+    def get_feature_names_out(self, input_features: Sequence[str] | None = None) -> np.ndarray:
         return np.array(DescriptorLayout(self.n_thresholds).names, dtype=object)

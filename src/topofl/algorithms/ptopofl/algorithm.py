@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -23,6 +23,7 @@ from topofl.algorithms.base import Algorithm, AlgorithmConfig, ClientContext, ca
 from topofl.algorithms.ptopofl import maths
 from topofl.federation.messages import ClientUpdate, ServerMessage
 from topofl.federation.validation import ArraySpec, ClientInfo, ReplySchema
+from topofl.models.linear import LinearModel
 from topofl.privacy.risk import PRIVACY_METRICS, client_privacy
 from topofl.tda.descriptor import LAYOUT, SCALINGS, descriptor, descriptor_from_diagrams, descriptor_problems
 from topofl.tda.distances import normalise_rows, pairwise_descriptor_distances, pairwise_diagram_distances
@@ -42,14 +43,20 @@ class PTopoFLConfig(AlgorithmConfig):
     use_trust: bool = hp(True, "multiply aggregation weights by trust t_k (§3.4)")
     trust_gate: str = hp("all", "apply t_k = exp(-max(z-1,0)) to 'all' clients (§3.4 as written) or only 'flagged' ones")
     trust_space: str = hp("raw", "descriptors used for δ_k: 'raw' φ (Eq. 8) or 'normalised' φ̂ (authors' code)")
-    cluster_distance: str = hp("l2", "clustering distance: 'l2' on normalised φ (§3.3/reference code), 'wasserstein' or 'bottleneck' between diagrams (Fig. 1 text)")
+    cluster_distance: str = hp(
+        "l2", "clustering distance: 'l2' on normalised φ (§3.3/reference code), 'wasserstein' or 'bottleneck' between diagrams (Fig. 1 text)"
+    )
     wasserstein_p: float = hp(2.0, "order p of the Wasserstein clustering distance (>= 1)")
     augment: bool = hp(True, "append the four per-sample TDA features to local features (§3.2)")
     n_sub: int = hp(80, "points subsampled per client for PH (Table 3: 80)")
     n_thresholds: int = hp(20, "Betti-curve resolution L (Table 3: 20, giving a 48-d descriptor)")
     descriptor_scale: str = hp("none", "scaling before PH: none | standard (authors' code) | unit_box")
     descriptor_every: int = hp(0, "recompute descriptors every N rounds with a fresh subsample (0: only when a client's data change)")
-    drift_threshold: float = hp(0.1, "normalised drift Δ_k/‖φ_k^(1)‖ above which a client is re-clustered (Eq. 9); with descriptor_every > 0 subsample noise alone reaches ~0.2, use ~0.25")
+    drift_threshold: float = hp(
+        0.1,
+        "normalised drift Δ_k/‖φ_k^(1)‖ above which a client is re-clustered (Eq. 9); "
+        "with descriptor_every > 0 subsample noise alone reaches ~0.2, use ~0.25",
+    )
     recluster_on_drift: bool = hp(True, "re-assign drifted clients to their nearest cluster (§3.5)")
     drift_lr_boost: float = hp(1.0, "step-size multiplier for drifted clients (§3.5; 1 = off)")
     alpha_c: float = hp(0.1, "compression factor α_c of the descriptor-risk proxy (Eq. 11)")
@@ -74,7 +81,8 @@ class PTopoFLConfig(AlgorithmConfig):
 
 def data_fingerprint(X: np.ndarray) -> str:
     """Cheap content hash of a client's training features (detects data changes)."""
-    return hashlib.blake2b(np.ascontiguousarray(X).view(np.uint8), digest_size=16).hexdigest() + str(X.shape)
+    # numpy's stubs declare ndarray.__buffer__ only for Python >= 3.12; an ndarray is a buffer on every version
+    return hashlib.blake2b(np.ascontiguousarray(X).view(np.uint8), digest_size=16).hexdigest() + str(X.shape)  # type: ignore[arg-type]
 
 
 class PTopoFL(Algorithm):
@@ -112,7 +120,8 @@ class PTopoFL(Algorithm):
         if not self.config.augment:
             return X
         self.ensure_descriptor(ctx)
-        return ctx.state["topo"].augment(X)
+        augmented: np.ndarray = ctx.state["topo"].augment(X)
+        return augmented
 
     def client_fit(self, ctx: ClientContext, message: ServerMessage) -> ClientUpdate:
         self.ensure_descriptor(ctx)
@@ -157,13 +166,14 @@ class PTopoFL(Algorithm):
             return "diagrams sent without a descriptor" if any(d is not None for d in dgms) else None
         if any(d is None for d in dgms):
             return f"cluster_distance={self.config.cluster_distance!r} needs the diagrams dgm0 and dgm1 with the descriptor"
-        if any(np.any(d[:, 1] <= d[:, 0]) for d in dgms):
+        present = cast("list[np.ndarray]", dgms)  # no None left: checked just above
+        if any(np.any(d[:, 1] <= d[:, 0]) for d in present):
             return "diagram pairs must die after they are born"
-        if not np.allclose(descriptor_from_diagrams(dgms, self.config.n_thresholds), update.descriptor, rtol=1e-9, atol=1e-12):
+        if not np.allclose(descriptor_from_diagrams(present, self.config.n_thresholds), update.descriptor, rtol=1e-9, atol=1e-12):
             return "the descriptor does not match the diagrams sent with it"
         return None
 
-    def setup(self, model, client_ids, rng) -> None:
+    def setup(self, model: LinearModel, client_ids: list[int], rng: np.random.Generator) -> None:
         super().setup(model, client_ids, rng)
         if self.config.n_clusters > len(client_ids):
             raise ValueError(f"n_clusters={self.config.n_clusters} exceeds the number of clients ({len(client_ids)})")
@@ -183,7 +193,7 @@ class PTopoFL(Algorithm):
         if self.cluster_models:  # a client not yet assigned gets the consensus model
             sizes = self._sizes()
             K = sum(sizes.values())
-            return sum(sizes[j] / K * self.cluster_raw[j] for j in self.cluster_raw)
+            return cast(np.ndarray, sum(sizes[j] / K * self.cluster_raw[j] for j in self.cluster_raw))
         return self.init_params
 
     def configure_fit(self, rnd: int, selected: list[int]) -> dict[int, ServerMessage]:
@@ -216,7 +226,7 @@ class PTopoFL(Algorithm):
         else:
             D = pairwise_diagram_distances([self.dgms[i] for i in ids], c.cluster_distance, c.wasserstein_p)
         labels = maths.cluster_clients(D, c.n_clusters)
-        self.labels = dict(zip(ids, labels.tolist()))
+        self.labels = dict(zip(ids, labels.tolist(), strict=True))
         self.cluster_raw = {j: self.init_params.copy() for j in set(self.labels.values())}
 
     def _provisional(self, updates: list[ClientUpdate]) -> dict[str, Any]:
@@ -269,7 +279,11 @@ class PTopoFL(Algorithm):
         t, flagged = maths.trust_from_z(z, self.config.tau, self.config.trust_gate)
         if not self.config.use_trust:
             t = np.ones_like(t)
-        return dict(zip(ids, t.tolist())), dict(zip(ids, z.tolist())), [i for i, f in zip(ids, flagged) if f]
+        return (
+            dict(zip(ids, t.tolist(), strict=True)),
+            dict(zip(ids, z.tolist(), strict=True)),
+            [i for i, f in zip(ids, flagged, strict=True) if f],
+        )
 
     def aggregate_fit(self, rnd: int, updates: list[ClientUpdate]) -> dict[str, Any]:
         for u in updates:

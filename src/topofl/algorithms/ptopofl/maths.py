@@ -65,7 +65,8 @@ def intra_cluster_weights(n: np.ndarray, phi_hat: np.ndarray, centroid: np.ndarr
     total = w.sum()
     if total <= 0 or not np.isfinite(total):
         raise ValueError(f"intra-cluster weights have no positive mass: n={list(n)}, trust={list(trust)}")
-    return w / total
+    shares: np.ndarray = w / total
+    return shares
 
 
 def blend(cluster_models: Mapping[int, np.ndarray], sizes: Mapping[int, int], beta: float) -> dict[int, np.ndarray]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
@@ -25,7 +26,7 @@ _LAYOUT = (
 )
 
 
-def _read_text(path: Path, ndmin: int) -> np.ndarray:
+def _read_text(path: Path, ndmin: Literal[1, 2]) -> np.ndarray:
     if not path.is_file():
         raise ValueError(f"HAR: file not found: {path}; expected {_LAYOUT}")
     try:

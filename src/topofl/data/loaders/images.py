@@ -10,7 +10,8 @@ import gzip
 import pickle
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import Any, cast
 
 import numpy as np
 
@@ -113,7 +114,9 @@ def _read_mnist(root: str | Path, use_test: bool) -> tuple[np.ndarray, np.ndarra
     parts = [("train", True)]
     if use_test:
         parts.append(("t10k", False))
-    images, labels, files = [], [], []
+    images: list[np.ndarray] = []
+    labels: list[np.ndarray] = []
+    files: list[str] = []
     n_official_train = 0
     for prefix, required in parts:
         pi = _find_idx(root, f"{prefix}-images-idx3-ubyte")
@@ -125,6 +128,7 @@ def _read_mnist(root: str | Path, use_test: bool) -> tuple[np.ndarray, np.ndarra
                 raise ValueError(
                     f"MNIST: file not found: {root / stem} (or {stem}.gz); expected the MNIST IDX file {stem}"
                 )
+        assert pi is not None and pl is not None  # both checked just above
         img = read_idx(pi, IDX_IMAGES_MAGIC)
         lab = read_idx(pl, IDX_LABELS_MAGIC)
         if img.ndim != 3 or img.dtype != np.uint8:
@@ -184,7 +188,7 @@ def _angles(groups: int | Sequence[int]) -> tuple[int, ...]:
         check_int("groups", groups, 1, 4)
         return tuple(90 * i for i in range(int(groups)))
     try:
-        angles = tuple(groups)
+        angles = tuple(cast("Sequence[int]", groups))  # a bool is not iterable: TypeError, caught below
     except TypeError:
         raise ValueError(f"groups must be a number of groups (1-4) or a sequence of angles; got {groups!r}") from None
     if not angles:
@@ -400,6 +404,7 @@ class _CifarUnpickler(pickle.Unpickler):
         if (module, name) not in self._ALLOWED:
             raise pickle.UnpicklingError(f"global {module}.{name} is not allowed in a CIFAR-10 batch")
         if module == "numpy.core.multiarray":  # NumPy >= 2 moved it to numpy._core
+            multiarray: ModuleType
             try:
                 import numpy._core.multiarray as multiarray
             except ImportError:  # NumPy 1.x
@@ -535,7 +540,7 @@ def load_cifar10(
     pools = [stream(seed, ASSIGN, 1, c).permutation(np.flatnonzero(labels == c)) for c in range(10)]
     used = np.zeros(10, dtype=np.int64)
     demand = np.zeros(10, dtype=np.int64)
-    for cls, cnt in zip(held, counts):
+    for cls, cnt in zip(held, counts, strict=True):
         np.add.at(demand, cls, cnt)
     for c in range(10):
         if demand[c] > pools[c].size:
@@ -545,11 +550,11 @@ def load_cifar10(
             )
     parts = []
     for k in range(n_clients):
-        rows = []
-        for c, m in zip(held[k], counts[k]):
-            rows.append(pools[c][used[c]: used[c] + m])
+        picked = []
+        for c, m in zip(held[k], counts[k], strict=True):
+            picked.append(pools[c][used[c]: used[c] + m])
             used[c] += m
-        rows = np.sort(np.concatenate(rows))
+        rows = np.sort(np.concatenate(picked))
         meta = {"classes": held[k].tolist(), "class_counts": counts[k].tolist(), "n_rows": int(rows.size)}
         parts.append((data[rows] / 255.0, labels[rows], meta))
     clients, record = build_clients(parts, seed=seed, protocol=protocol, test_fraction=test_fraction, keep=keep, what="CIFAR-10")

@@ -100,8 +100,9 @@ def read_mat_cells(
         )
     if not x_cells:
         raise ValueError(f"{path}: {x_key!r} is an empty cell array (no clients)")
-    Xs, ys = [], []
-    for k, (xc, yc) in enumerate(zip(x_cells, y_cells)):
+    Xs: list[np.ndarray] = []
+    ys: list[np.ndarray] = []
+    for k, (xc, yc) in enumerate(zip(x_cells, y_cells, strict=True)):
         fx, fy = f"{x_key} cell {k} (client {k})", f"{y_key} cell {k} (client {k})"
         X = _matrix(xc, path, fx)
         y = _matrix(yc, path, fy)
@@ -150,7 +151,7 @@ def _load_binary(path, *, name, dataset, expected, protocol, seed, test_fraction
     check_protocol_args(protocol, test_fraction, keep)
     Xs, ys, path = read_mat_cells(path, what=name, expected=expected, x_key=x_key, y_key=y_key)
     ys, label_map = _binary_labels(ys, path, y_key)
-    parts = [(X, y, {"cell": k, "n_rows": int(X.shape[0])}) for k, (X, y) in enumerate(zip(Xs, ys))]
+    parts = [(X, y, {"cell": k, "n_rows": int(X.shape[0])}) for k, (X, y) in enumerate(zip(Xs, ys, strict=True))]
     clients, record = build_clients(parts, seed=seed, protocol=protocol, test_fraction=test_fraction, keep=keep, what=name)
     info = {
         "source": {"dataset": dataset, "file": str(path), "format": f".mat cell arrays {x_key}, {y_key}"},
@@ -315,7 +316,7 @@ def load_school(
         path, what="school", expected="the School .mat file (e.g. school.mat) with cell arrays X and Y",
         x_key=x_key, y_key=y_key,
     )
-    parts = [(X, y, {"cell": k, "n_rows": int(X.shape[0])}) for k, (X, y) in enumerate(zip(Xs, ys))]
+    parts = [(X, y, {"cell": k, "n_rows": int(X.shape[0])}) for k, (X, y) in enumerate(zip(Xs, ys, strict=True))]
     clients, record = build_clients(parts, seed=seed, protocol=protocol, test_fraction=test_fraction, keep=keep, what="school")
     info = {
         "source": {"dataset": "School (MTL benchmark)", "file": str(path), "format": f".mat cell arrays {x_key}, {y_key}"},

@@ -20,6 +20,8 @@ from topofl.data.scenarios.common import build_config, check_size, split_train_t
 
 @dataclass(frozen=True)
 class BenchmarkConfig:
+    """Parameters of the benchmark scenario (module docstring); validated at construction."""
+
     n_clients: int = 10
     n_features: int = 20
     n_informative: int = 12

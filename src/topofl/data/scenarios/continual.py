@@ -24,6 +24,8 @@ from topofl.limits import MAX_ROUNDS
 
 @dataclass(frozen=True)
 class ContinualConfig:
+    """Parameters of the continual (drifting) scenario (module docstring); validated at construction."""
+
     n_clients: int = 6
     n_features: int = 20
     n_informative: int = 10

@@ -34,6 +34,8 @@ from topofl.data.scenarios.common import check_size, flip_labels, intercept_for_
 
 @dataclass(frozen=True)
 class HealthcareConfig:
+    """Parameters of the healthcare scenario (module docstring); validated at construction."""
+
     n_clients: int = 8
     n_features: int = 20
     n_informative: int = 10

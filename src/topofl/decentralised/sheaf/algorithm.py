@@ -29,6 +29,8 @@ from topofl.decentralised.sheaf.maps import INITS, NodeMaps, initial_maps
 
 @dataclass(frozen=True)
 class SheafConfig(PeerConfig):
+    """Hyper-parameters of Sheaf-FMTL: coupling λ, map step η, edge spaces, initial maps and their storage."""
+
     lam: float = hp(0.001, "sheaf-Laplacian strength λ (paper Table 1: 0.001 for R-MNIST)")
     eta: float = hp(0.05, "restriction-map step size η (>= 0; 0 keeps the maps fixed); Theorem 1 needs η < 2/(λ·D²)")
     gamma: float = hp(0.03, "edge-space fraction γ in (0, 1]: d_ij = floor(γ·min(d_i, d_j))")
@@ -69,10 +71,13 @@ class SheafNode(PeerNode):
     def __init__(self, spec: NodeSpec, peer: Peer, config: SheafConfig) -> None:
         super().__init__(spec, peer, config)
         c = config
-        self.sizes = [maths.edge_dim(c.gamma, spec.dim, d_j, spec.node, j) for j, d_j in zip(spec.neighbours, spec.neighbour_dims)]
+        self.sizes = [maths.edge_dim(c.gamma, spec.dim, d_j, spec.node, j) for j, d_j in zip(spec.neighbours, spec.neighbour_dims, strict=True)]
         mode = spec.mode or c.maps
         if mode not in ("dense", "compact"):
-            raise ValueError(f"Sheaf-FMTL node {spec.node} needs its map storage ('dense' or 'compact') in spec.mode, as node_specs resolves it; got {spec.mode!r} with maps={c.maps!r}")
+            raise ValueError(
+                f"Sheaf-FMTL node {spec.node} needs its map storage ('dense' or 'compact') in spec.mode, as node_specs resolves it; "
+                f"got {spec.mode!r} with maps={c.maps!r}"
+            )
         child = np.random.default_rng(np.random.SeedSequence([spec.seed, spec.node]))
         self.maps = NodeMaps(initial_maps(c.map_init, self.sizes, spec.dim, c.map_scale, child), self.sizes, mode == "compact", c.map_precision)
         self._proj: np.ndarray | None = None  # P_ij θ_i^k, stacked
@@ -153,6 +158,7 @@ class SheafFMTL(PeerAlgorithm):
     Config = SheafConfig
     same_size = False
     config: SheafConfig
+    nodes: Mapping[int, SheafNode]
     node_class = SheafNode
     phases = SheafNode.phases
 
@@ -226,6 +232,6 @@ class SheafFMTL(PeerAlgorithm):
         n = len(self.peers)
         F = np.zeros((n, n))
         for i, m in self.maps.items():
-            for j, f in zip(self.nbrs[i], m.block_frobenius()):
+            for j, f in zip(self.nbrs[i], m.block_frobenius(), strict=True):
                 F[i, j] = f
         return F

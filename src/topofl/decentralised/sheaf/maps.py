@@ -29,7 +29,8 @@ h and s drawn from the seed (a CountSketch; E[PᵀP] = σ² I). Dense-only initi
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import cast
 
 import numpy as np
 from scipy.linalg.blas import dgemm
@@ -64,7 +65,7 @@ class StackedSparseSign:
         return np.bincount(self.rows.ravel(), weights=(self.signs * x).ravel(), minlength=self.shape[0]) * self.scale
 
     def apply_t(self, y: np.ndarray) -> np.ndarray:
-        return self.scale * (self.signs * y[self.rows]).sum(axis=0)
+        return cast(np.ndarray, self.scale * (self.signs * y[self.rows]).sum(axis=0))
 
     def dense(self) -> np.ndarray:
         P = np.zeros(self.shape)
@@ -77,7 +78,7 @@ class StackedSparseSign:
         return self.local_rows.nbytes + self.signs.nbytes
 
 
-def initial_maps(kind: str, sizes: Sequence[int], d_i: int, scale: float, rng: np.random.Generator):
+def initial_maps(kind: str, sizes: Sequence[int], d_i: int, scale: float, rng: np.random.Generator) -> np.ndarray | StackedSparseSign:
     """Node i's stacked initial maps: a dense array, or a :class:`StackedSparseSign`."""
     check_choice("map_init", kind, INITS)
     if not scale > 0:
@@ -111,7 +112,7 @@ class ChunkedRows:
 
     CHUNK = 8
 
-    def __init__(self, width: int, dtype=np.float64) -> None:
+    def __init__(self, width: int, dtype: np.typing.DTypeLike = np.float64) -> None:
         self.width, self.dtype = width, np.dtype(dtype)
         self.chunks: list[np.ndarray] = []
         self.rank = 0
@@ -122,7 +123,7 @@ class ChunkedRows:
         self.chunks[-1][self.rank % self.CHUNK] = row
         self.rank += 1
 
-    def _parts(self):
+    def _parts(self) -> Iterator[np.ndarray]:
         for c, chunk in enumerate(self.chunks):
             yield chunk[: min(self.CHUNK, self.rank - c * self.CHUNK)]
 
@@ -187,7 +188,7 @@ class NodeMaps:
 
     _memo: tuple[np.ndarray, np.ndarray] | None = None  # (x, P x) for the current maps
 
-    def __init__(self, P0, sizes: Sequence[int], compact: bool, precision: str = "float64") -> None:
+    def __init__(self, P0: np.ndarray | StackedSparseSign, sizes: Sequence[int], compact: bool, precision: str = "float64") -> None:
         self.sizes = list(sizes)
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(int)
         self.compact = compact
@@ -217,7 +218,7 @@ class NodeMaps:
         m = self._memo
         if m is None or m[0].shape != np.shape(x) or not np.array_equal(m[0], x):
             return None
-        return m[1].copy()
+        return cast(np.ndarray, m[1].copy())
 
     def forget(self) -> None:
         """Drop the remembered projection."""
@@ -231,13 +232,13 @@ class NodeMaps:
                 return y
         y = np.einsum("ij,j->i", self.P, x) if not self.compact else self.P0.apply(x) - self._U.rmatvec(self._V.matvec(x))
         self._memo = (np.array(x, dtype=np.float64, copy=True), y.copy())
-        return y
+        return cast(np.ndarray, y)
 
     def back_project(self, y: np.ndarray) -> np.ndarray:
         """Σ_j P_ijᵀ y_j for stacked y."""
         if not self.compact:
-            return np.einsum("ij,i->j", self.P, y)
-        return self.P0.apply_t(y) - self._V.rmatvec(self._U.matvec(y))
+            return cast(np.ndarray, np.einsum("ij,i->j", self.P, y))
+        return cast(np.ndarray, self.P0.apply_t(y) - self._V.rmatvec(self._U.matvec(y)))
 
     def update(self, u: np.ndarray, v: np.ndarray) -> None:
         """P_i ← P_i − u vᵀ, i.e. every block P_ij ← P_ij − u_j vᵀ (Eq. 28 with u = ηλ r).
@@ -259,7 +260,7 @@ class NodeMaps:
             self._V.append(v)
             if carry and self._U.dtype != np.float64:  # carry over what is stored (float32 factors)
                 u, v = u.astype(self._U.dtype).astype(np.float64), v.astype(self._V.dtype).astype(np.float64)
-        self._memo = (m[0], m[1] - u * float(v @ m[0])) if carry else None
+        self._memo = (m[0], m[1] - u * float(v @ m[0])) if carry and m is not None else None
 
     def recompress(self, k: int) -> float:
         """Opt-in *approximate* re-compression of the low-rank part to rank k (compact only).
@@ -283,11 +284,11 @@ class NodeMaps:
     def block_frobenius(self) -> list[float]:
         """‖P_ij‖_F for each neighbour block, without forming compact maps."""
         if not self.compact:
-            return [float(np.linalg.norm(self.P[a:b])) for a, b in zip(self.offsets[:-1], self.offsets[1:])]
+            return [float(np.linalg.norm(self.P[a:b])) for a, b in zip(self.offsets[:-1], self.offsets[1:], strict=True)]
         out = []
         U, V, P0 = self.U, self.V, self.P0
         G = V @ V.T
-        for blk, (a, b) in enumerate(zip(self.offsets[:-1], self.offsets[1:])):
+        for blk, (a, b) in enumerate(zip(self.offsets[:-1], self.offsets[1:], strict=True)):
             Ub = U[:, a:b]
             p0 = P0.scale**2 * P0.shape[1]
             # <P0_b, Ub^T V> = Σ_t Σ_c U[t, rows[b,c]] · signs[b,c]·σ · V[t,c]

@@ -36,7 +36,8 @@ def model_step(theta: np.ndarray, grad: np.ndarray, coupling: np.ndarray, lr: fl
 
 def map_residual(proj_new: np.ndarray, received: np.ndarray, eta: float, lam: float) -> np.ndarray:
     """The left factor of Eq. 28's rank-one map update, ηλ (P_ij θ_i^{k+1} − P_ji θ_j^{k+1})."""
-    return eta * lam * (proj_new - received)
+    residual: np.ndarray = eta * lam * (proj_new - received)
+    return residual
 
 
 def node_flops(gradient_flops: float, d_i: int, sizes: Sequence[int], compact: bool, rank: int) -> float:

@@ -15,7 +15,7 @@ from topofl.experiments.store import RunSpec
 from topofl.experiments.suite.base import Experiment, Manifest
 
 ROUNDS = 15
-VARIANTS = {
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "pTopoFL (full)": ("ptopofl", {}),
     "M = 1 (no clustering)": ("ptopofl", {"n_clusters": 1}),
     "β = 0 (no blending)": ("ptopofl", {"beta": 0.0}),
@@ -28,11 +28,13 @@ PAPER = {"pTopoFL (full)": 0.841, "M = 1 (no clustering)": 0.790, "β = 0 (no bl
 
 
 def plan(seeds: Sequence[int]) -> list[RunSpec]:
+    """Runs of ``ablation``: every variant of ``VARIANTS`` on healthcare, per seed."""
     return [RunSpec("ablation", "healthcare", m, s, ROUNDS, label=label, hyperparameters=hp)
             for s in seeds for label, (m, hp) in VARIANTS.items()]
 
 
 def analyse(out: Path, done: list[dict[str, Any]]) -> Manifest:
+    """Final AUC per variant (table with the paper's values, bar figure) and each variant's change against full pTopoFL."""
     man = Manifest("ablation", "Ablation", "pTopoFL with one component removed at a time, healthcare, 15 rounds (paper §4.7, Fig. 7).")
     rows = final_table(done, ("method",))
     order = {k: i for i, k in enumerate(VARIANTS)}

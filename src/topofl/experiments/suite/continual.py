@@ -21,6 +21,7 @@ ROUNDS = 20
 
 
 def plan(seeds: Sequence[int]) -> list[RunSpec]:
+    """Runs of ``continual``: pTopoFL on the continual scenario, per seed."""
     return [RunSpec("continual", "continual", "ptopofl", s, ROUNDS) for s in seeds]
 
 
@@ -30,6 +31,7 @@ def _logs(out: Path) -> list[dict[str, Any]]:
 
 
 def analyse(out: Path, done: list[dict[str, Any]]) -> Manifest:
+    """Drift and re-clustering table, notes and per-client signature figure of ``continual``, from the server logs."""
     man = Manifest("continual", "Stability of topological signatures",
                    "pTopoFL on the continual scenario: 6 clients, 20 rounds, clients "
                    f"{', '.join(map(str, ContinualConfig().drifting))} drift: their point clouds morph towards a low-rank structure while spreading "
@@ -71,7 +73,9 @@ def analyse(out: Path, done: list[dict[str, Any]]) -> Manifest:
     axes[2].set(title="normalised drift (★ = re-clustered)", xlabel="round", ylabel="Δ_k / ‖φ_k^(1)‖")
     axes[2].axhline(PTopoFLConfig().drift_threshold, color="grey", lw=0.8, ls=":")
     axes[0].legend(fontsize=7)
-    man.figure(save(fig, out, "signatures"), f"Per-client topological signatures over 20 rounds, seed {seeds[0]} (paper Fig. 5); dotted: re-clustering threshold.")
+    man.figure(
+        save(fig, out, "signatures"), f"Per-client topological signatures over 20 rounds, seed {seeds[0]} (paper Fig. 5); dotted: re-clustering threshold."
+    )
     return man
 
 

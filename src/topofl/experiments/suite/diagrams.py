@@ -15,10 +15,12 @@ from topofl.tda.descriptor import LAYOUT, descriptor, thresholds_for
 
 
 def plan(seeds: Sequence[int]) -> list[RunSpec]:
+    """No runs: :func:`analyse` computes the diagrams directly."""
     return []
 
 
 def representatives(fed) -> list[Any]:
+    """The first honest client of each sub-population (``meta["group"]``), then the first adversarial client."""
     picks, seen = [], set()
     for c in fed:
         if c.meta.get("group") not in seen and not c.meta.get("adversarial"):
@@ -29,7 +31,11 @@ def representatives(fed) -> list[Any]:
 
 
 def analyse(out: Path, done: list[dict[str, Any]]) -> Manifest:
-    man = Manifest("diagrams", "Persistence diagrams", "Vietoris–Rips diagrams (80-point subsample, as pTopoFL computes them) of representative healthcare clients, seed 0.")
+    """Persistence diagrams and Betti curves of representative healthcare clients (seed 0), and a table of their pairs."""
+    man = Manifest(
+        "diagrams", "Persistence diagrams",
+        "Vietoris–Rips diagrams (80-point subsample, as pTopoFL computes them) of representative healthcare clients, seed 0.",
+    )
     fed = make_scenario("healthcare", seed=0)
     picks = representatives(fed)
     plt = pyplot()
@@ -49,7 +55,10 @@ def analyse(out: Path, done: list[dict[str, Any]]) -> Manifest:
         t = thresholds_for(dgms[0], 20)
         axes[1, j].step(t, LAYOUT.get(phi, "h0_curve"), where="post", label="β0")
         axes[1, j].step(t, LAYOUT.get(phi, "h1_curve"), where="post", label="β1")
-        axes[1, j].set(title=f"Betti curves; H0 entropy {phi[LAYOUT.index('h0_entropy')]:.2f}, H1 {phi[LAYOUT.index('h1_entropy')]:.2f}", xlabel="filtration scale", ylabel="alive features")
+        axes[1, j].set(
+            title=f"Betti curves; H0 entropy {phi[LAYOUT.index('h0_entropy')]:.2f}, H1 {phi[LAYOUT.index('h1_entropy')]:.2f}",
+            xlabel="filtration scale", ylabel="alive features",
+        )
         axes[1, j].legend(fontsize=8)
     man.figure(save(fig, out, "diagrams"), "Persistence diagrams (top) and Betti curves (bottom) of representative clients.")
     man.table(out, "pairs", "Diagram pairs shown in the figure", pairs)

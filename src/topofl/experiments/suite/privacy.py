@@ -23,17 +23,20 @@ DIMS = (10, 20, 50)
 
 
 def plan(seeds: Sequence[int]) -> list[RunSpec]:
+    """No runs: :func:`analyse` evaluates the privacy proxies directly."""
     return []
 
 
 def analyse(out: Path, done: list[dict[str, Any]], seeds: Sequence[int] = (0,)) -> Manifest:
+    """Reconstruction-risk and MI proxies over a grid of client sizes and for the healthcare hospitals (seed 0): tables, notes, figure."""
     man = Manifest("privacy", "Privacy: reconstruction risk", "Reconstruction-risk and mutual-information proxies of §3.6 (paper Fig. 6).")
     grid = []
     for d in DIMS:
         for n in SIZES:
             p = client_privacy(n, d, d + 1, M, ALPHA_C)
             grid.append({"n": n, "d": d, "p": d + 1, "risk_gradient": p["risk_gradient"], "risk_descriptor": p["risk_descriptor"],
-                         "ratio": p["risk_descriptor"] / p["risk_gradient"], "mi_gradient_bits": p["mi_gradient_bits"], "mi_descriptor_bits": p["mi_descriptor_bits"]})
+                         "ratio": p["risk_descriptor"] / p["risk_gradient"], "mi_gradient_bits": p["mi_gradient_bits"],
+                         "mi_descriptor_bits": p["mi_descriptor_bits"]})
     man.table(out, "grid", "Risk of one upload by client configuration (gradient of a p = d + 1 logistic model vs 48-d descriptor, α_c = 0.1)", grid)
     hosp = []
     fed = make_scenario("healthcare", seed=0)

@@ -37,6 +37,7 @@ def adversaries(rate: float, seed: int, n_clients: int = N_CLIENTS) -> tuple[int
 
 
 def plan(seeds: Sequence[int]) -> list[RunSpec]:
+    """Runs of ``robustness``: every server-based method on healthcare at every attack rate of ``RATES``, per seed."""
     specs = []
     for rate in RATES:
         for s in seeds:
@@ -48,6 +49,7 @@ def plan(seeds: Sequence[int]) -> list[RunSpec]:
 
 
 def analyse(out: Path, done: list[dict[str, Any]]) -> Manifest:
+    """AUC by attack rate (table, figures) and pTopoFL's detection of the poisoned clients, for ``robustness``."""
     man = Manifest("robustness", "Robustness to label-flip attacks",
                    "Healthcare, 0–4 of the 8 hospitals (0–50 %) with all training labels flipped (paper §4.4, Fig. 4); pTopoFL with τ = 1.8.")
     rows = final_table(done, ("attack_rate", "method"))
@@ -58,13 +60,13 @@ def analyse(out: Path, done: list[dict[str, Any]]) -> Manifest:
     for i, m in enumerate(available("server")):
         pts = sorted((float(r["attack_rate"]), r["auc_mean"], r["auc_std"] / np.sqrt(r["n_seeds"])) for r in rows if r["method"] == m)
         if pts:
-            x, y, e = map(np.array, zip(*pts))
+            x, y, e = map(np.array, zip(*pts, strict=True))
             band(ax, 100 * x, y, e, m, colour(m, i), marker="o", ms=3)
     ax.set(xlabel="adversarial clients (%)", ylabel="final mean client AUC", title="Final AUC vs label-flip attack rate")
     ax.legend(fontsize=8, ncol=2)
     man.figure(save(fig, out, "auc_vs_rate"), "Final AUC against the share of label-flipping clients, ±1 standard error over seeds (paper Fig. 4A).")
     fig, axes = plt.subplots(1, 3, figsize=(13, 4), sharey=True)
-    for ax, rate in zip(axes, (RATES[0], RATES[len(RATES) // 2 + 1], RATES[-1])):
+    for ax, rate in zip(axes, (RATES[0], RATES[len(RATES) // 2 + 1], RATES[-1]), strict=True):
         for i, m in enumerate(available("server")):
             c = curves.get((repr(rate), m))  # CSV holds the rate as written by repr()
             if c is not None:
@@ -72,15 +74,18 @@ def analyse(out: Path, done: list[dict[str, Any]]) -> Manifest:
         ax.set(title=f"{rate * 100:g} % adversarial", xlabel="round")
     axes[0].set_ylabel("mean client AUC")
     axes[-1].legend(fontsize=7, ncol=2)
-    man.figure(save(fig, out, "auc_curves"), "AUC over rounds at 0, 37.5 and 50 % adversarial clients (the paper shows 0/30/50 %), ±1 standard error over seeds (paper Fig. 4B).")
+    man.figure(
+        save(fig, out, "auc_curves"),
+        "AUC over rounds at 0, 37.5 and 50 % adversarial clients (the paper shows 0/30/50 %), ±1 standard error over seeds (paper Fig. 4B).",
+    )
     det = detection(out)
     man.table(out, "detection", "pTopoFL's anomaly flags (z > τ) against the truly poisoned clients, final round, mean over seeds", det)
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    x = [100 * d["attack_rate"] for d in det]
-    ax.plot(x, [d["precision"] for d in det], "o-", label="precision")
-    ax.plot(x, [d["recall"] for d in det], "s-", label="recall")
-    ax.plot(x, [d["trust_adversarial"] for d in det], "^--", label="mean trust, adversarial")
-    ax.plot(x, [d["trust_honest"] for d in det], "v--", label="mean trust, honest")
+    pct = [100 * d["attack_rate"] for d in det]
+    ax.plot(pct, [d["precision"] for d in det], "o-", label="precision")
+    ax.plot(pct, [d["recall"] for d in det], "s-", label="recall")
+    ax.plot(pct, [d["trust_adversarial"] for d in det], "^--", label="mean trust, adversarial")
+    ax.plot(pct, [d["trust_honest"] for d in det], "v--", label="mean trust, honest")
     ax.set(xlabel="adversarial clients (%)", ylabel="value", ylim=(-0.05, 1.05), title="Does pTopoFL single out poisoned clients?")
     ax.legend(fontsize=8)
     man.figure(save(fig, out, "detection"), "Precision/recall of pTopoFL's flags and mean trust weights of poisoned vs honest clients.")

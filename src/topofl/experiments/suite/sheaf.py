@@ -43,6 +43,7 @@ def _sheaf_label(gamma: float) -> str:
 
 
 def plan_digits(seeds: Sequence[int]) -> list[RunSpec]:
+    """Runs of ``sheaf-digits``: Sheaf-FMTL at every γ of ``GAMMAS``, dFedU, D-PSGD and Local, per seed."""
     specs = []
     for s in seeds:
         for g in GAMMAS:
@@ -61,7 +62,7 @@ def _final_rows(done: list[dict[str, Any]], by: Sequence[str]) -> list[dict[str,
     rows = []
     for g, ds in groups.items():
         acc = np.array([num(d["final"]["accuracy"]) for d in ds])
-        row = dict(zip(by, g))
+        row = dict(zip(by, g, strict=True))
         row.update({
             "n_seeds": len(ds), "accuracy_mean": float(acc.mean()), "accuracy_std": float(acc.std()),
             "transmitted_bits": float(np.mean([d["final"]["cumulative_bits"] for d in ds])),
@@ -92,7 +93,9 @@ def _curve_figure(out: Path, curves, labels: Sequence[str], stem: str, caption: 
                 axes[1].plot(c["bits"] / 8e6, c["mean"], style, label=lab, color=f"C{i}")
     axes[0].set(xlabel="round", ylabel="mean client test accuracy", title="Accuracy vs rounds (± s.e. over seeds)")
     if x_bits:
-        axes[1].set(xscale="log", xlabel="transmitted (MB, all directed messages; log)", ylabel="mean client test accuracy", title="Accuracy vs transmitted bits")
+        axes[1].set(
+            xscale="log", xlabel="transmitted (MB, all directed messages; log)", ylabel="mean client test accuracy", title="Accuracy vs transmitted bits"
+        )
     axes[-1].legend(fontsize=8)
     man.figure(save(fig, out, stem), caption)
 
@@ -107,6 +110,7 @@ def _curves_with_bits(out: Path) -> dict:
 
 
 def analyse_digits(out: Path, done: list[dict[str, Any]]) -> Manifest:
+    """Tables, accuracy figures and notes (against Local, bits against dFedU) of ``sheaf-digits``."""
     man = Manifest("sheaf-digits", "Sheaf-FMTL on rotated digits",
                    "40 clients in 4 rotation groups (0/90/180/270°) of scikit-learn's 8×8 digits, the paper's protocol (75/25 split, "
                    "80 % of training data removed from half the clients), multinomial logistic regression (d = 650), Erdős–Rényi p = 0.15, "
@@ -134,6 +138,7 @@ HETERO_HP = {"lr": 0.5, "lam": 0.001, "eta": 0.05, "batch_size": 32, "gamma": 0.
 
 
 def plan_hetero(seeds: Sequence[int]) -> list[RunSpec]:
+    """Runs of ``sheaf-hetero``: Sheaf-FMTL and Local on clients with different feature subsets, per seed."""
     g = {"kind": "erdos_renyi", "p": 0.3}
     return [spec for s in seeds for spec in (
         RunSpec("sheaf-hetero", "tabular", "sheaf", s, ROUNDS, label="Sheaf-FMTL", hyperparameters=HETERO_HP, graph=g),
@@ -142,6 +147,7 @@ def plan_hetero(seeds: Sequence[int]) -> list[RunSpec]:
 
 
 def analyse_hetero(out: Path, done: list[dict[str, Any]]) -> Manifest:
+    """Table, accuracy curves and the Frobenius norms of the learned maps of ``sheaf-hetero``."""
     man = Manifest("sheaf-hetero", "Sheaf-FMTL with different model sizes",
                    "Synthetic tabular tasks; each client observes its own subset of the features, so model sizes differ (paper §4.3, Figs 3–4).")
     rows = _final_rows(done, ("method",))
@@ -165,12 +171,13 @@ def analyse_hetero(out: Path, done: list[dict[str, Any]]) -> Manifest:
 
 
 # ---- λ × topology ----------------------------------------------------------------------------
-TOPOLOGIES = {"Erdős–Rényi": {"kind": "erdos_renyi", "p": 0.15}, "Watts–Strogatz": {"kind": "watts_strogatz", "k": 4, "p": 0.1},
+TOPOLOGIES: dict[str, dict[str, Any]] = {"Erdős–Rényi": {"kind": "erdos_renyi", "p": 0.15}, "Watts–Strogatz": {"kind": "watts_strogatz", "k": 4, "p": 0.1},
               "Barabási–Albert": {"kind": "barabasi_albert", "m": 2}, "complete": {"kind": "complete"}}
 LAMBDAS = (0.0001, 0.001, 0.01)
 
 
 def plan_topology(seeds: Sequence[int]) -> list[RunSpec]:
+    """Runs of ``sheaf-topology``: Sheaf-FMTL for every topology of ``TOPOLOGIES`` and λ of ``LAMBDAS``, per seed."""
     return [RunSpec("sheaf-topology", "digits", "sheaf", s, ROUNDS // 2, label=f"{name} λ={lam:g}",
                     hyperparameters={**SHEAF_HP, "gamma": 0.03, "lam": lam}, setting={"topology": name, "lam": lam},
                     graph=g)
@@ -178,6 +185,7 @@ def plan_topology(seeds: Sequence[int]) -> list[RunSpec]:
 
 
 def analyse_topology(out: Path, done: list[dict[str, Any]]) -> Manifest:
+    """Final accuracy table of ``sheaf-topology`` by topology and λ."""
     man = Manifest("sheaf-topology", "Sheaf-FMTL: λ × topology", f"Rotated digits, γ = 0.03, {ROUNDS // 2} rounds (paper Table 5).")
     rows = _final_rows(done, ("topology", "lam"))
     man.table(out, "summary", "Final mean test accuracy by topology and λ (mean ± std over seeds)", rows,
@@ -192,11 +200,13 @@ INITS = {"gaussian N(0,1) (paper)": {"map_init": "gaussian", "map_scale": 1.0}, 
 
 
 def plan_init(seeds: Sequence[int]) -> list[RunSpec]:
+    """Runs of ``sheaf-init``: Sheaf-FMTL with every map initialisation of ``INITS``, per seed."""
     return [RunSpec("sheaf-init", "digits", "sheaf", s, ROUNDS // 2, label=name, hyperparameters={**SHEAF_HP, "gamma": 0.03, **hp},
                     graph=GRAPH) for s in seeds for name, hp in INITS.items()]
 
 
 def analyse_init(out: Path, done: list[dict[str, Any]]) -> Manifest:
+    """Final accuracy table of ``sheaf-init`` by map initialisation."""
     man = Manifest("sheaf-init", "Sheaf-FMTL: initialisation of the restriction maps", f"Rotated digits, γ = 0.03, {ROUNDS // 2} rounds (paper Table 6).")
     rows = _final_rows(done, ("method",))
     man.table(out, "summary", "Final mean test accuracy by map initialisation (mean ± std over seeds)", rows,
@@ -211,11 +221,13 @@ CENTRAL = {"FedAvg": ("fedavg", {"lr": 0.5}), "Ditto": ("ditto", {"lr": 0.5}), "
 
 
 def plan_centralised(seeds: Sequence[int]) -> list[RunSpec]:
+    """Runs of ``sheaf-centralised``: the server-based methods of ``CENTRAL`` on rotated digits, per seed."""
     return [RunSpec("sheaf-centralised", "digits", m, s, CENTRAL_ROUNDS, label=label, hyperparameters=hp)
             for s in seeds for label, (m, hp) in CENTRAL.items()]
 
 
 def analyse_centralised(out: Path, done: list[dict[str, Any]]) -> Manifest:
+    """Final accuracy table of ``sheaf-centralised``, with the data each run transmitted."""
     from topofl.experiments.analysis import final_table
 
     man = Manifest("sheaf-centralised", "Server-based baselines on rotated digits",
