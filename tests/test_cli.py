@@ -115,3 +115,38 @@ def test_default_compare_runs_the_healthcare_comparison(tmp_path):
     from topofl.methods import available
 
     assert [x["method"] for x in s] == available("server") and all(x["n_seeds"] == "10" for x in s)
+
+
+def test_methods_lists_both_families():
+    from topofl.methods import REGISTRY
+
+    res = runner.invoke(app, ["methods"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    for name in REGISTRY:
+        assert name in res.output
+    assert "gamma" in res.output and "max_update_ratio" in res.output
+
+
+@pytest.mark.parametrize("scenario, extra", [("digits", ["-s", "n_clients=8", "-p", "sheaf.gamma=0.1"]), ("healthcare", ["-p", "sheaf.gamma=0.3"])])
+def test_compare_runs_peer_methods_beside_server_methods(tmp_path, scenario, extra):
+    args = ["compare", "--scenario", scenario, "--methods", "sheaf,dfedu,dpsgd,local-peers,fedavg", "--seeds", "0-1", "--rounds", "3",
+            "--graph", "erdos_renyi", "-g", "p=0.5", "--out", str(tmp_path), *extra]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    s = rows(tmp_path / "summary.csv")
+    assert [x["method"] for x in s] == ["sheaf", "dfedu", "dpsgd", "local-peers", "fedavg"]
+    assert all(0.5 < float(x["auc_mean"]) <= 1.0 for x in s)
+    r = rows(tmp_path / "rounds.csv")
+    local = [x for x in r if x["method"] == "local-peers"]
+    assert local and all(float(x["bytes_up"]) == 0 for x in local)  # Local sends nothing
+    assert all(float(x["bytes_up"]) > 0 for x in r if x["method"] == "sheaf")
+
+
+def test_run_peer_method_on_a_graph_and_its_errors(tmp_path):
+    res = runner.invoke(app, ["run", "--method", "sheaf", "--scenario", "healthcare", "--graph", "ring", "-p", "gamma=0.3", "--rounds", "2"])
+    assert res.exit_code == 0, res.output
+    assert "final" in res.output
+    res = runner.invoke(app, ["run", "--method", "sheaf", "--scenario", "healthcare", "--rounds", "2"])
+    assert res.exit_code == 2 and "raise gamma" in res.output  # healthcare's 21-parameter model needs a larger γ
+    res = runner.invoke(app, ["run", "--method", "dpsgd", "--graph", "moebius", "--rounds", "2"])
+    assert res.exit_code == 2 and "moebius" in res.output
