@@ -20,10 +20,11 @@ import resource
 import time
 
 import numpy as np
-from topofl.decentralised.maps import FLOAT
 
 from topofl.data.federation import ClientData
-from topofl.decentralised import build, make_graph, run_decentralised
+from topofl.decentralised import make_graph, run_decentralised
+from topofl.decentralised.sheaf.maps import FLOAT
+from topofl.methods import build_peer as build
 
 GB = 1e9
 

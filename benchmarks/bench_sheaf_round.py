@@ -5,9 +5,10 @@ regression (d_i = 650), Erdős–Rényi p = 0.15 (seed 0), the experiment's hype
 (``SHEAF_HP``: lr 0.5, λ 0.001, η 0.05, batch 32; dense N(0, 1) maps) at γ = 0.1 and 0.3.
 Prints the median milliseconds per iteration (all 40 nodes, both message phases).
 
-``--compare DIR`` also times another copy of ``maps.py`` and ``algorithms.py`` (e.g. the code
-before a change, copied to DIR), interleaved with the installed code in the same run, so that the
-two are measured under the same machine load.
+``--compare DIR`` also times another copy of the Sheaf-FMTL package — ``maps.py``, ``maths.py`` and
+``algorithm.py`` of ``src/topofl/decentralised/sheaf/`` (e.g. the code before a change, copied to
+DIR) — interleaved with the installed code in the same run, so that the two are measured under the
+same machine load.
 
 Run: ``python benchmarks/bench_sheaf_round.py [--iters 30] [--repeats 5] [--threads 1] [--compare /tmp/old]``.
 """
@@ -21,18 +22,22 @@ import time
 from pathlib import Path
 
 import numpy as np
-from topofl.decentralised.algorithms import SheafFMTL
 
+import topofl.decentralised.sheaf as sheaf_package
 from topofl.data.loaders import rotated_digits
 from topofl.decentralised import make_graph
 from topofl.decentralised.runner import build_peers
+from topofl.decentralised.sheaf import SheafFMTL
 from topofl.decentralised.transport import InProcessTransport
 from topofl.experiments.suite.sheaf import SHEAF_HP
 
 
 def load_variant(directory: Path):
-    """The SheafFMTL class of ``directory/algorithms.py``, importing ``directory/maps.py`` as its maps."""
-    import topofl.decentralised.maps as current_maps
+    """The SheafFMTL class of ``directory/algorithm.py``, with ``directory/maps.py`` and
+    ``directory/maths.py`` standing in for the installed ones while it is imported.
+    """
+    names = ("maps", "maths")
+    current = {n: sys.modules[f"topofl.decentralised.sheaf.{n}"] for n in names}
 
     def load(name: str, path: Path):
         spec = importlib.util.spec_from_file_location(name, path)
@@ -41,13 +46,17 @@ def load_variant(directory: Path):
         spec.loader.exec_module(mod)
         return mod
 
-    old_maps = load("bench_variant_maps", directory / "maps.py")
-    sys.modules["topofl.decentralised.maps"] = old_maps  # so that the variant's algorithms import it
     try:
-        old_algorithms = load("bench_variant_algorithms", directory / "algorithms.py")
+        for n in names:  # the variant's algorithm.py imports these by their installed names
+            variant = load(f"bench_variant_{n}", directory / f"{n}.py")
+            sys.modules[f"topofl.decentralised.sheaf.{n}"] = variant
+            setattr(sheaf_package, n, variant)
+        algorithm = load("bench_variant_algorithm", directory / "algorithm.py")
     finally:
-        sys.modules["topofl.decentralised.maps"] = current_maps
-    return old_algorithms.SheafFMTL
+        for n, mod in current.items():
+            sys.modules[f"topofl.decentralised.sheaf.{n}"] = mod
+            setattr(sheaf_package, n, mod)
+    return algorithm.SheafFMTL
 
 
 def time_variant(cls, gamma: float, iters: int, warmup: int, data, graph) -> float:
@@ -74,7 +83,10 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=None, help="limit BLAS threads (threadpoolctl), e.g. 1 as in a parallel experiment worker")
-    ap.add_argument("--compare", type=Path, default=None, help="directory with another maps.py and algorithms.py to time alongside")
+    ap.add_argument(
+        "--compare", type=Path, default=None,
+        help="directory with another maps.py, maths.py and algorithm.py (of decentralised/sheaf/) to time alongside",
+    )
     args = ap.parse_args()
 
     if args.threads is not None:
