@@ -13,7 +13,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 #: bottom to top; a module may import its own layer or any layer below, never one above
 LAYERS = [
-    ("core", ["topofl._validation", "topofl.limits", "topofl.config", "topofl.parsing"]),
+    ("core", ["topofl._validation", "topofl._version", "topofl.limits", "topofl.config", "topofl.parsing", "topofl.atomic"]),
     ("maths", ["topofl.tda", "topofl.models", "topofl.metrics", "topofl.privacy"]),
     ("data", ["topofl.data"]),
     ("runtimes", ["topofl.federation", "topofl.decentralised", "topofl.decentralised.protocol", "topofl.decentralised.spec",

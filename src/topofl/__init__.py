@@ -1,7 +1,8 @@
 """topofl — topological federated learning: pTopoFL, Sheaf-FMTL and their baselines."""
 from topofl._validation import TrainingWarning
+from topofl._version import __version__
 from topofl.api import simulate, simulate_decentralised
 from topofl.data import Federation, make_scenario
+from topofl.models.io import load_models, save_models
 
-__version__ = "0.1.0"
-__all__ = ["Federation", "TrainingWarning", "make_scenario", "simulate", "simulate_decentralised", "__version__"]
+__all__ = ["Federation", "TrainingWarning", "load_models", "make_scenario", "save_models", "simulate", "simulate_decentralised", "__version__"]

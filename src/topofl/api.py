@@ -19,6 +19,8 @@ def simulate(
     client_fraction: float = 1.0,
     progress: bool = False,
     on_round: OnRound | None = None,
+    model: Any = None,
+    device: str = "cpu",
     **hyperparameters: Any,
 ) -> History:
     """Run a method on a federation in process.
@@ -31,6 +33,13 @@ def simulate(
         A registered server-based method (``topofl.methods.available("server")``) or a configured algorithm object.
     rounds, seed, client_fraction, progress, on_round
         See :func:`topofl.federation.run_federation`.
+    model
+        The model every client trains: ``None`` (the task's linear model), a registered name
+        (``"cnn-small"``, ``"cnn-medium"``, ``"cnn-large"``, ``"convnet2"``, ``"resnet18"``,
+        ``"mlp"``), ``"package.module:factory"``, a ``torch.nn.Module`` or a factory of one
+        (:func:`topofl.models.registry.build_model`).
+    device
+        ``"cpu"``, ``"cuda"`` or ``"auto"`` (CUDA when present) for a PyTorch model.
     **hyperparameters
         The method's hyper-parameters (e.g. ``lr=0.05, n_clusters=2``); unknown names or
         out-of-range values raise ``ValueError``.
@@ -39,7 +48,10 @@ def simulate(
     -------
     History
         ``history.final`` holds ``auc`` and ``accuracy`` (means over clients of each client's
-        score with the model it would use), their spreads, and ``pooled_auc``/``pooled_accuracy``.
+        score with the model it would use), their spreads, and ``pooled_auc``/``pooled_accuracy``;
+        ``history.client_models`` every client's final model, ``history.server_params`` the
+        server's, ``history.predict(X, client=k)`` scores new data; :func:`topofl.save_models`
+        writes them to a file.
     """
     if not isinstance(federation, Federation):
         raise ValueError(f"federation must be a topofl Federation; got {type(federation).__name__}")
@@ -49,7 +61,8 @@ def simulate(
         algorithm = method
     else:
         algorithm = build_server(method, hyperparameters)
-    return run_federation(federation, algorithm, rounds, seed, client_fraction=client_fraction, on_round=on_round, progress=progress)
+    return run_federation(federation, algorithm, rounds, seed, client_fraction=client_fraction, on_round=on_round, progress=progress,
+                          model=model, device=device)
 
 
 def simulate_decentralised(
@@ -62,9 +75,11 @@ def simulate_decentralised(
     graph_params: dict[str, Any] | None = None,
     task: str | None = None,
     n_classes: int | None = None,
+    model: Any = None,
+    device: str = "cpu",
     **hyperparameters: Any,
-):
-    """Run a decentralised method (``sheaf``, ``dfedu``, ``dpsgd``, ``local``) on a graph.
+) -> Any:
+    """Run a decentralised method (``sheaf``, ``dfedu``, ``dpsgd``, ``local-peers``) on a graph.
 
     Parameters
     ----------
@@ -75,6 +90,10 @@ def simulate_decentralised(
     graph
         A graph kind for :func:`topofl.decentralised.make_graph` (seeded with ``seed``) or a
         ready ``networkx.Graph`` on nodes 0..N-1.
+    model
+        Every peer's model (see :func:`simulate`), or a list with one per client — models of
+        different sizes, e.g. ``["cnn-small", "cnn-large", ...]`` (Sheaf-FMTL §4.3; only
+        Sheaf-FMTL and Local accept different sizes).
     **hyperparameters
         The method's hyper-parameters (``topofl methods`` lists the federated ones; see
         :class:`topofl.decentralised.sheaf.SheafConfig`).
@@ -100,4 +119,19 @@ def simulate_decentralised(
             data = [ClientData(c.X_train, mapping(c.y_train), c.X_test, mapping(c.y_test), c.client_id, c.meta) for c in data]
     g = graph if isinstance(graph, nx.Graph) else make_graph(graph, len(data), seed=seed, **(graph_params or {}))
     algorithm = build_peer({"local": "local-peers"}.get(method, method), hyperparameters)
-    return run_decentralised(data, g, algorithm, rounds, seed, task=task, n_classes=n_classes or 2)
+    models = peer_models(model, data, task, n_classes or 2, algorithm.config.l2, device)
+    return run_decentralised(data, g, algorithm, rounds, seed, task=task, n_classes=n_classes or 2, models=models)
+
+
+def peer_models(spec: Any, clients: Any, task: str, n_classes: int, l2: float, device: str = "cpu") -> list[Any] | None:
+    """One model per peer from ``spec`` (one spec for all, or a list with one per client); ``None``
+    for the default linear models (the runner builds those).
+    """
+    from topofl.models.registry import build_model, is_linear
+
+    specs = list(spec) if isinstance(spec, (list, tuple)) else [spec] * len(clients)
+    if len(specs) != len(clients):
+        raise ValueError(f"model lists {len(specs)} models for {len(clients)} clients")
+    if all(is_linear(s) for s in specs):
+        return None
+    return [build_model(s, task=task, n_features=c.n_features, n_classes=n_classes, l2=l2, device=device) for s, c in zip(specs, clients, strict=True)]

@@ -113,9 +113,19 @@ GraphOpt = typer.Option(
     "erdos_renyi (default), watts_strogatz, barabasi_albert, complete, ring, star.",
 )
 GraphParamOpt = typer.Option(None, "--graph-param", "-g", help="Graph parameter KEY=VALUE (repeatable), e.g. p=0.3 for erdos_renyi.")
+ModelOpt = typer.Option(
+    None, "--model",
+    help="Model every client trains: linear (default), cnn-small, cnn-medium, cnn-large, convnet2, resnet18, mlp, "
+    "or package.module:factory (a torch.nn.Module); `topofl models` lists them.",
+)
+SaveModelsOpt = typer.Option(
+    None, "--save-models",
+    help="Directory for the trained models: DIR/METHOD-seedK.npz with every client's final model and the server's (topofl.load_models).",
+)
 
 
-def _build_spec(scenario, methods, seeds, rounds, params, scenario_params, config, client_fraction, graph=None, graph_param=None):
+def _build_spec(scenario, methods, seeds, rounds, params, scenario_params, config, client_fraction, graph=None, graph_param=None,
+                model=None):
     from topofl.experiments.compare import CompareSpec
 
     file = load_toml(config) if config else {}
@@ -142,6 +152,7 @@ def _build_spec(scenario, methods, seeds, rounds, params, scenario_params, confi
         hyperparameters=method_hyperparameters(methods, flat),
         graph=graph or "erdos_renyi",
         graph_params=parse_assignments(graph_param or [], "--graph-param"),
+        model=model or file.get("model", "linear"),
     )
 
 
@@ -177,6 +188,7 @@ def compare(
     client_fraction: Optional[float] = FractionOpt,
     graph: Optional[str] = GraphOpt,
     graph_param: Optional[list[str]] = GraphParamOpt,
+    model: Optional[str] = ModelOpt,
     verbose: bool = VerboseOpt,
 ) -> None:
     """Compare methods over seeds on a scenario: a table of final AUC and accuracy (mean ± std over
@@ -196,7 +208,7 @@ def compare(
     method_list = (methods.split(",") if methods is not None else file.get("methods", available("server")))
     spec = _build_spec(
         scenario, method_list, _resolve(seeds, file, "seeds", "0-9"), _resolve(rounds, file, "rounds", 15),
-        param, scenario_param, config, _resolve(client_fraction, file, "client_fraction", 1.0), graph, graph_param,
+        param, scenario_param, config, _resolve(client_fraction, file, "client_fraction", 1.0), graph, graph_param, model,
     )
     out = prepare_out(out or Path("results") / f"compare-{spec.scenario}")
     total = len(spec.methods) * len(spec.seeds) * spec.rounds
@@ -230,6 +242,8 @@ def run(
     client_fraction: Optional[float] = FractionOpt,
     graph: Optional[str] = GraphOpt,
     graph_param: Optional[list[str]] = GraphParamOpt,
+    model: Optional[str] = ModelOpt,
+    save_models: Optional[Path] = SaveModelsOpt,
     verbose: bool = VerboseOpt,
 ) -> None:
     """Run one method with one seed and print its per-round metrics; with --out, write results.
@@ -242,10 +256,12 @@ def run(
     spec = _build_spec(
         _resolve(scenario, file, "scenario", "healthcare"), [_resolve(method, file, "method", "ptopofl")],
         str(_resolve(seed, file, "seed", 0)), _resolve(rounds, file, "rounds", 15), param, scenario_param, config,
-        _resolve(client_fraction, file, "client_fraction", 1.0), graph, graph_param,
+        _resolve(client_fraction, file, "client_fraction", 1.0), graph, graph_param, model,
     )
     if out is not None:
         prepare_out(out)
+    if save_models is not None:
+        prepare_out(save_models, "--save-models")
     table = Table(title=f"{spec.methods[0]} on {spec.scenario}, seed {spec.seeds[0]}", title_justify="left")
     for col in ("round", "AUC", "accuracy", "pooled AUC", "KB up", "KB down"):
         table.add_column(col, justify="right")
@@ -267,6 +283,11 @@ def run(
     console.print(
         f"[bold]final[/] AUC {f['auc']:.3f} ± {f['auc_std']:.3f} (mean ± std over clients), accuracy {f['accuracy']:.3f}, pooled AUC {f['pooled_auc']:.3f}"
     )
+    if save_models is not None:
+        from topofl.models.io import save_models as save
+
+        path = save(history, save_models / f"{spec.methods[0]}-seed{spec.seeds[0]}.npz")
+        console.print(f"models of {len(history.client_models)} client(s) saved to {path}")
     if out:
         console.print(f"[dim]results in {out}/[/]")
 
@@ -354,6 +375,19 @@ def methods() -> None:
         for key, (default, help_text) in m.config.field_help().items():
             table.add_row(key, escape(str(default)), escape(help_text))
         console.print(table)
+
+
+@app.command()
+def models() -> None:
+    """List the registered models (--model NAME); any torch.nn.Module works too (package.module:factory)."""
+    from topofl.models.registry import MODELS
+
+    table = Table(title="models (PyTorch ones need the torch extra: pip install 'topofl[torch]')", title_justify="left")
+    table.add_column("model")
+    table.add_column("what it is")
+    for name, text in MODELS.items():
+        table.add_row(name, escape(text))
+    console.print(table)
 
 
 @app.command()

@@ -72,6 +72,7 @@ CONFIG_KEYS: dict[str, tuple[str, Any]] = {
     "methods": ("a list of method names, e.g. methods = [\"ptopofl\", \"fedavg\"]",
                 lambda v: isinstance(v, list) and bool(v) and all(isinstance(m, str) for m in v)),
     "seed": ("an integer", _is_int),
+    "model": ("a model name such as \"cnn-small\" or \"package.module:factory\"", lambda v: isinstance(v, str) and bool(v)),
     "seeds": ("a string such as \"0-9\", an integer or a list of integers",
               lambda v: isinstance(v, str) or _is_int(v) or (isinstance(v, list) and bool(v) and all(_is_int(x) for x in v))),
     "rounds": ("an integer", _is_int),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.stats import rankdata
 
-from topofl.models.linear import LinearModel
+from topofl.models.base import Model
 
 
 def _auc_columns(pos: np.ndarray, scores: np.ndarray) -> np.ndarray:
@@ -37,7 +37,7 @@ def auc_score(task: str, y: np.ndarray, scores: np.ndarray) -> float:
     return float(_auc_columns(pos, scores[:, present]).mean())
 
 
-def evaluate(model: LinearModel, theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple[dict[str, float], np.ndarray]:
+def evaluate(model: Model, theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple[dict[str, float], np.ndarray]:
     """Metrics of parameters ``theta`` on (X, y), and the scores (for pooled metrics)."""
     scores = model.predict_scores(theta, X)
     loss = model.loss(theta, X, y) - model._penalty(theta)
@@ -47,7 +47,7 @@ def evaluate(model: LinearModel, theta: np.ndarray, X: np.ndarray, y: np.ndarray
     return {"auc": auc_score(model.task, y, scores), "accuracy": float(np.mean(pred == y)), "loss": loss}, scores
 
 
-def pooled(model: LinearModel, y: np.ndarray, scores: np.ndarray) -> dict[str, float]:
+def pooled(model: Model, y: np.ndarray, scores: np.ndarray) -> dict[str, float]:
     """Pooled AUC and accuracy over all clients' test predictions concatenated."""
     return pooled_scores(model.task, y, scores)
 

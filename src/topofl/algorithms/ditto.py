@@ -10,6 +10,7 @@ import numpy as np
 from topofl._validation import check_range
 from topofl.algorithms.base import AlgorithmConfig, ClientContext, hp, personal_rng
 from topofl.algorithms.fedavg import GlobalModelAlgorithm
+from topofl.federation.local import AffineGrad
 from topofl.federation.messages import ClientUpdate, ServerMessage
 
 
@@ -35,10 +36,12 @@ class Ditto(GlobalModelAlgorithm):
     def client_fit(self, ctx: ClientContext, message: ServerMessage) -> ClientUpdate:
         w_t = message.params
         theta = self.local_sgd(ctx, w_t, ctx.data.X_train)
-        v = ctx.state.get("personal", ctx.model.init())
+        v = ctx.state.get("personal")
+        if v is None:
+            v = ctx.model.init()
         lam = self.config.lam
         ctx.state["personal"] = self.local_sgd(
-            ctx, v, ctx.data.X_train, extra_grad=(lambda th: lam * (th - w_t)) if lam > 0 else None, rng=personal_rng(ctx)
+            ctx, v, ctx.data.X_train, extra_grad=AffineGrad(lam, w_t) if lam > 0 else None, rng=personal_rng(ctx)
         )
         return ClientUpdate(ctx.client_id, theta, ctx.data.n_train)
 

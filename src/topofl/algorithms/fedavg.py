@@ -7,21 +7,25 @@ import numpy as np
 
 from topofl.algorithms.base import Algorithm, AlgorithmConfig, ClientContext, weighted_average
 from topofl.federation.messages import ClientUpdate, ServerMessage
-from topofl.models.linear import LinearModel
+from topofl.models.base import Model
 
 
 class GlobalModelAlgorithm(Algorithm):
     """Server holding one global model, averaged with sample-size weights (FedAvg's server)."""
 
-    def setup(self, model: LinearModel, client_ids: list[int], rng: np.random.Generator) -> None:
+    def setup(self, model: Model, client_ids: list[int], rng: np.random.Generator) -> None:
         super().setup(model, client_ids, rng)
-        self.global_params = model.init()
+        self.global_params = model.init(rng)  # zeros for linear models (rng untouched); a torch model draws its init
 
     def configure_fit(self, rnd: int, selected: list[int]) -> dict[int, ServerMessage]:
         return {cid: self.message_for(cid) for cid in selected}
 
     def message_for(self, client_id: int) -> ServerMessage:
         return ServerMessage(self.global_params)
+
+    def server_params(self) -> np.ndarray:
+        """The global model."""
+        return self.global_params
 
     def aggregate_fit(self, rnd: int, updates: list[ClientUpdate]) -> dict[str, Any]:
         if updates:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from topofl._validation import check_range
 from topofl.algorithms.base import AlgorithmConfig, ClientContext, hp
 from topofl.algorithms.fedavg import GlobalModelAlgorithm
+from topofl.federation.local import AffineGrad
 from topofl.federation.messages import ClientUpdate, ServerMessage
 
 
@@ -29,5 +30,5 @@ class FedProx(GlobalModelAlgorithm):
 
     def client_fit(self, ctx: ClientContext, message: ServerMessage) -> ClientUpdate:
         anchor, mu = message.params, self.config.mu
-        theta = self.local_sgd(ctx, anchor, ctx.data.X_train, extra_grad=lambda th: mu * (th - anchor))
+        theta = self.local_sgd(ctx, anchor, ctx.data.X_train, extra_grad=AffineGrad(mu, anchor))
         return ClientUpdate(ctx.client_id, theta, ctx.data.n_train)

@@ -19,7 +19,7 @@ from topofl._validation import check_int, check_range
 from topofl.algorithms.base import Algorithm, AlgorithmConfig, ClientContext, hp, weighted_average
 from topofl.federation.messages import ClientUpdate, ServerMessage
 from topofl.federation.validation import ArraySpec, ClientInfo, ReplySchema
-from topofl.models.linear import LinearModel
+from topofl.models.base import Model
 
 
 @dataclass(frozen=True)
@@ -47,9 +47,13 @@ class IFCA(Algorithm):
     personalised = True
     config: IFCAConfig
 
-    def setup(self, model: LinearModel, client_ids: list[int], rng: np.random.Generator) -> None:
+    def setup(self, model: Model, client_ids: list[int], rng: np.random.Generator) -> None:
         super().setup(model, client_ids, rng)
-        self.models = np.vstack([model.init()] + [model.init(rng, self.config.init_scale) for _ in range(self.config.k - 1)])
+        self.models = np.vstack([model.init(rng)] + [model.init(rng, self.config.init_scale) for _ in range(self.config.k - 1)])
+
+    def server_params(self) -> np.ndarray:
+        """The k cluster models, stacked (row j: cluster j)."""
+        return self.models
 
     def message_for(self, client_id: int) -> ServerMessage:
         return ServerMessage(self.models.ravel())

@@ -25,7 +25,9 @@ class LocalOnly(Algorithm):
         return ServerMessage(_EMPTY)
 
     def client_fit(self, ctx: ClientContext, message: ServerMessage) -> ClientUpdate:
-        theta = ctx.state.get("personal", ctx.model.init())
+        theta = ctx.state.get("personal")
+        if theta is None:
+            theta = ctx.model.init()
         ctx.state["personal"] = self.local_sgd(ctx, theta, ctx.data.X_train, rng=personal_rng(ctx))
         return ClientUpdate(ctx.client_id, _EMPTY, ctx.data.n_train)
 
@@ -36,5 +38,7 @@ class LocalOnly(Algorithm):
         return 0
 
     def client_params(self, ctx: ClientContext, message: ServerMessage) -> np.ndarray:
-        params: np.ndarray = ctx.state.get("personal", ctx.model.init())
+        params: np.ndarray | None = ctx.state.get("personal")
+        if params is None:
+            params = ctx.model.init()
         return params

@@ -17,9 +17,10 @@ import numpy as np
 
 from topofl._validation import check_range
 from topofl.algorithms.base import Algorithm, AlgorithmConfig, ClientContext, hp
+from topofl.federation.local import AffineGrad
 from topofl.federation.messages import ClientUpdate, ServerMessage
 from topofl.federation.validation import ArraySpec, ClientInfo, ReplySchema
-from topofl.models.linear import LinearModel
+from topofl.models.base import Model
 
 
 @dataclass(frozen=True)
@@ -40,10 +41,14 @@ class Scaffold(Algorithm):
     Config = ScaffoldConfig
     config: ScaffoldConfig
 
-    def setup(self, model: LinearModel, client_ids: list[int], rng: np.random.Generator) -> None:
+    def setup(self, model: Model, client_ids: list[int], rng: np.random.Generator) -> None:
         super().setup(model, client_ids, rng)
-        self.x = model.init()
+        self.x = model.init(rng)
         self.c = np.zeros_like(self.x)
+
+    def server_params(self) -> np.ndarray:
+        """The server model x."""
+        return self.x
 
     def message_for(self, client_id: int) -> ServerMessage:
         return ServerMessage(self.x, extras={"c": self.c})
@@ -55,7 +60,7 @@ class Scaffold(Algorithm):
         x, c = message.params, message.extras["c"]
         c_i = ctx.state.get("c_i", np.zeros_like(x))
         correction = c - c_i
-        y = self.local_sgd(ctx, x, ctx.data.X_train, extra_grad=lambda th: correction)
+        y = self.local_sgd(ctx, x, ctx.data.X_train, extra_grad=AffineGrad(offset=correction))
         K = self.local_steps(ctx.data.n_train)
         c_new = c_i - c + (x - y) / (K * self.config.lr)
         ctx.state["c_i"] = c_new

@@ -176,10 +176,13 @@ def standardise_clients(clients: Sequence[ClientData], mode: str) -> list[Client
 
 
 def feature_scale_problem(clients: Sequence[ClientData], ratio: float = 100.0) -> str | None:
-    """A warning text when some client's feature ranges differ by more than ``ratio``×, else ``None``.
+    """A warning text when some client's largest feature range exceeds ``ratio`` × its median
+    feature range, else ``None``.
 
-    Gradient methods with one step size train badly on such features (the large ones dominate,
-    the small ones are ignored or the loss diverges). Constant columns are left out.
+    Gradient methods with one step size train badly on such features: the large ones dominate
+    the gradient and the loss diverges. A few near-constant columns (rarely lit pixels, a rare
+    indicator) are not a problem of that kind, so the reference is the median range, not the
+    smallest. Constant columns are left out.
     """
     offenders = []
     for c in clients:
@@ -188,16 +191,17 @@ def feature_scale_problem(clients: Sequence[ClientData], ratio: float = 100.0) -
         cols = np.flatnonzero(np.isfinite(spans) & (spans > 0))
         if cols.size < 2:
             continue
-        hi, lo = cols[np.argmax(spans[cols])], cols[np.argmin(spans[cols])]
-        if spans[hi] > ratio * spans[lo]:
-            offenders.append((c.client_id, hi, lo, spans[hi], spans[lo]))
+        hi = cols[np.argmax(spans[cols])]
+        mid = cols[np.argsort(spans[cols], kind="stable")[(cols.size - 1) // 2]]
+        if spans[hi] > ratio * spans[mid]:
+            offenders.append((c.client_id, hi, mid, spans[hi], spans[mid]))
     if not offenders:
         return None
-    cid, hi, lo, s_hi, s_lo = offenders[0]
+    cid, hi, mid, s_hi, s_mid = offenders[0]
     others = f" (and {len(offenders) - 1} other client(s))" if len(offenders) > 1 else ""
     return (
-        f"client {cid}{others}: feature ranges differ by {s_hi / s_lo:.3g}× (columns {hi} and {lo}: ranges "
-        f"{s_hi:.3g} and {s_lo:.3g}); one step size cannot fit both. Standardise the features: "
+        f"client {cid}{others}: feature ranges differ by {s_hi / s_mid:.3g}× (columns {hi} and {mid}: ranges "
+        f"{s_hi:.3g} and {s_mid:.3g}, the largest and the median); one step size cannot fit both. Standardise the features: "
         "Federation.from_arrays(..., standardise='per_client' or 'federated')"
     )
 

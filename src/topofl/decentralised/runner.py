@@ -42,6 +42,20 @@ class DecentralisedHistory:
     logs: list[dict[str, Any]] = field(default_factory=list)
     failures: list[Any] = field(default_factory=list)  # nodes dropped by a runtime, with the reason
     out_dir: str | None = None  # where a runtime wrote the run's files, if it did
+    models: dict[int, Any] = field(default_factory=dict)  # each client's model object (sizes may differ)
+    client_models: dict[int, np.ndarray] = field(default_factory=dict)  # each client's final parameters
+
+    @property
+    def model(self) -> Any:
+        """The model every client trained, when they all share one (``None`` when sizes differ)."""
+        objs = {id(m): m for m in self.models.values()}
+        return next(iter(objs.values())) if len(objs) == 1 else None
+
+    def predict(self, X: np.ndarray, client: int) -> np.ndarray:
+        """Scores of ``X`` under client ``client``'s final model."""
+        if client not in self.client_models:
+            raise ValueError(f"client {client!r} has no final model; clients: {sorted(self.client_models)}")
+        return self.models[client].predict_scores(self.client_models[client], np.asarray(X, dtype=np.float64))  # type: ignore[no-any-return]
 
     @property
     def final(self) -> dict[str, Any]:
@@ -61,17 +75,25 @@ def _divergence_error(algo: PeerAlgorithm, k: int, node: int, norm: float) -> Fl
     )
 
 
+def init_rng(seed: int, node: int) -> np.random.Generator:
+    """The generator of node ``node``'s initial model (its own stream: the same in every runtime)."""
+    return np.random.default_rng(np.random.SeedSequence([int(seed), 0x1417, int(node)]))
+
+
 def build_peers(
     clients: Sequence[ClientData], task: str, n_classes: int, l2: float, models: Sequence[Any] | None = None, server_node: bool = False,
-    rng: np.random.Generator | None = None,
+    rng: np.random.Generator | None = None, seed: int = 0,
 ) -> list[Peer]:
-    """Peers for the clients (node k = client k); ``server_node`` appends a data-less node."""
+    """Peers for the clients (node k = client k); ``server_node`` appends a data-less node.
+
+    Default (linear) models start at zero; given models start at ``model.init(init_rng(seed, k))``.
+    """
     peers = []
     for k, c in enumerate(clients):
         model = models[k] if models is not None else make_model(task, c.n_features, max(n_classes, 2), l2)
         if getattr(model, "n_features", c.n_features) != c.n_features:
             raise ValueError(f"client {k} has {c.n_features} features but its model expects {model.n_features}")
-        peers.append(Peer(k, c, model, model.init(rng) if models is not None else model.init()))
+        peers.append(Peer(k, c, model, model.init(init_rng(seed, k)) if models is not None else model.init()))
     if server_node:
         ref = peers[0]
         if len({p.dim for p in peers}) > 1:
@@ -117,7 +139,7 @@ def run_decentralised(
     if not nx.is_connected(graph):
         raise ValueError("the communication graph is disconnected; every client must be reachable")
     rng = np.random.default_rng(np.random.SeedSequence([int(seed), 0xDEC]))
-    peers = build_peers(clients, task, n_classes, algorithm.config.l2, models, server_node, rng)
+    peers = build_peers(clients, task, n_classes, algorithm.config.l2, models, server_node, rng, seed=seed)
     algorithm.setup(peers, graph, rng)
     transport = InProcessTransport(graph)
     history = DecentralisedHistory(algorithm.name, seed)
@@ -157,6 +179,8 @@ def run_decentralised(
     finally:
         if track_memory:
             tracemalloc.stop()
+    history.models = {p.node: p.model for p in peers if p.data is not None}
+    history.client_models = {p.node: np.array(p.theta, dtype=np.float64, copy=True) for p in peers if p.data is not None}
     return history
 
 

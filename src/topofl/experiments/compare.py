@@ -29,7 +29,7 @@ from topofl.federation.history import ROUND_FIELDS, History, RoundSummary
 from topofl.federation.messages import BYTES_PER_FLOAT
 from topofl.federation.runner import run_federation
 from topofl.methods import build_peer, build_server, family
-from topofl.models.linear import make_model
+from topofl.models.registry import build_model
 
 CURVE_FIELDS = ("method", "seed") + tuple(RoundSummary.__dataclass_fields__)
 SUMMARY_FIELDS = (
@@ -52,6 +52,7 @@ class CompareSpec:
     hyperparameters: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     graph: str = "erdos_renyi"
     graph_params: Mapping[str, Any] = field(default_factory=dict)
+    model: str = "linear"
 
     def validate(self) -> None:
         """Fail fast (before any run starts) on unknown names or bad values."""
@@ -64,11 +65,12 @@ class CompareSpec:
             if family(m) == "peer":
                 peer = build_peer(m, self.hyperparameters.get(m, {}))
                 graph = make_graph(self.graph, len(federation), seed=self.seeds[0], **dict(self.graph_params))
-                dim = make_model(federation.task, federation.n_features, max(federation.n_classes, 2)).n_params
+                dim = build_model(self.model, task=federation.task, n_features=federation.n_features,
+                                  n_classes=max(federation.n_classes, 2)).n_params
                 peer.node_specs({k: dim for k in graph.nodes}, graph, np.random.default_rng(0))  # edge spaces, map storage
                 continue
             algorithm = build_server(m, self.hyperparameters.get(m, {}))
-            model = make_model(federation.task, algorithm.input_dim(federation.n_features), max(federation.n_classes, 2))
+            model = algorithm.build_model(self.model, federation.task, federation.n_features, federation.n_classes)
             algorithm.setup(model, federation.client_ids, np.random.default_rng(0))
 
 
@@ -123,7 +125,8 @@ def run_compare(
                     history = run_peers(federation, method, spec, seed, record)
                 else:
                     algorithm = build_server(method, spec.hyperparameters.get(method, {}))
-                    history = run_federation(federation, algorithm, spec.rounds, seed, client_fraction=spec.client_fraction, on_round=record)
+                    history = run_federation(federation, algorithm, spec.rounds, seed, client_fraction=spec.client_fraction, on_round=record,
+                                             model=spec.model)
                 seconds[method].append(time.perf_counter() - t0)
                 histories[method].append(history)
                 if on_run_done is not None:
@@ -146,6 +149,7 @@ def run_peers(federation: Any, method: str, spec: CompareSpec, seed: int,
     Every payload is counted as floats and, as for the server-based methods, 8 bytes per float
     (the Sheaf-FMTL experiments count float32, as the paper does).
     """
+    from topofl.api import peer_models
     from topofl.decentralised import run_decentralised
 
     graph = make_graph(spec.graph, len(federation), seed=seed, **dict(spec.graph_params))
@@ -168,8 +172,11 @@ def run_peers(federation: Any, method: str, spec: CompareSpec, seed: int,
         if on_round is not None:
             on_round(history, summary)
 
-    run_decentralised(federation.clients, graph, algo, spec.rounds, seed, task=federation.task,
-                      n_classes=max(federation.n_classes, 2), on_round=adapt)
+    models = peer_models(spec.model, federation.clients, federation.task, max(federation.n_classes, 2), algo.config.l2)
+    dh = run_decentralised(federation.clients, graph, algo, spec.rounds, seed, task=federation.task,
+                           n_classes=max(federation.n_classes, 2), models=models, on_round=adapt)
+    history.model = dh.model
+    history.client_models = dict(dh.client_models)
     return history
 
 

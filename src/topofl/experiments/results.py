@@ -13,11 +13,11 @@ import hashlib
 import io
 import json
 import math
-import os
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from topofl.atomic import write_text_atomic
 
 
 class CsvAppender:
@@ -59,22 +59,6 @@ def _fmt(v: Any) -> Any:
     if isinstance(v, float):
         return "" if math.isnan(v) else repr(round(v, 10))
     return v
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Replace ``path`` by ``text`` atomically (temporary file, fsync, rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", newline="") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def write_json_atomic(path: Path, record: Any, indent: int | None = 2) -> None:

@@ -28,7 +28,8 @@ from topofl.data.federation import ClientData
 from topofl.federation.local import ExtraGrad, sgd
 from topofl.federation.messages import ClientUpdate, ServerMessage
 from topofl.federation.validation import ArraySpec, ClientInfo, ReplySchema
-from topofl.models.linear import LinearModel
+from topofl.models.base import Model
+from topofl.models.registry import build_model, spec_is_deep
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ class ClientContext:
 
     data: ClientData
     state: dict[str, Any]
-    model: LinearModel
+    model: Model
     rng: np.random.Generator
     round: int
     seed: int
@@ -78,15 +79,25 @@ class Algorithm(ABC):
         self.config = config if config is not None else self.Config()
         if not isinstance(self.config, self.Config):
             raise ValueError(f"{self.name} needs a {self.Config.__name__}; got {type(self.config).__name__}")
-        self.model: LinearModel | None = None
+        self.model: Model | None = None
 
     # ---- dimensions ---------------------------------------------------------------------------
-    def input_dim(self, n_features: int) -> int:
-        """Dimension of the features the model sees (augmentation may add columns)."""
+    def input_dim(self, n_features: int, deep: bool = False) -> int:
+        """Dimension of the features the model sees (augmentation may add columns; ``deep``: the
+        model is a PyTorch one, whose input cannot take extra columns).
+        """
         return n_features
 
+    def build_model(self, spec: Any, task: str, n_features: int, n_classes: int, **options: Any) -> Any:
+        """The model of a run: ``spec`` (see :func:`topofl.models.registry.build_model`) on the
+        features this method's clients feed it (:meth:`input_dim`), with this method's L2 penalty.
+        """
+        deep = spec_is_deep(spec)
+        return build_model(spec, task=task, n_features=self.input_dim(n_features, deep), n_classes=max(n_classes, 2),
+                           l2=self.config.l2, **options)
+
     # ---- server side --------------------------------------------------------------------------
-    def setup(self, model: LinearModel, client_ids: list[int], rng: np.random.Generator) -> None:
+    def setup(self, model: Model, client_ids: list[int], rng: np.random.Generator) -> None:
         """Initialise server state before round 1."""
         self.model = model
         self.client_ids = list(client_ids)
@@ -102,6 +113,10 @@ class Algorithm(ABC):
     @abstractmethod
     def message_for(self, client_id: int) -> ServerMessage:
         """The message the server would send ``client_id`` now."""
+
+    def server_params(self) -> np.ndarray | None:
+        """The server's model after the run (``None`` when the server keeps none, e.g. Local)."""
+        return None
 
     def update_size(self) -> int:
         """Length of the parameter vector a client sends back (the model's size by default)."""
@@ -135,6 +150,13 @@ class Algorithm(ABC):
     @abstractmethod
     def client_fit(self, ctx: ClientContext, message: ServerMessage) -> ClientUpdate:
         """Local work of one client in one round."""
+
+    def client_feature_state(self, ctx: ClientContext) -> dict[str, np.ndarray]:
+        """What a client's model needs, besides its parameters, to map raw features to its input
+        (pTopoFL's §3.2 augmentation: the client's centroid, scale and TDA statistics); empty for
+        a model that takes the raw features.
+        """
+        return {}
 
     def client_params(self, ctx: ClientContext, message: ServerMessage) -> np.ndarray:
         """Parameters the client would use for prediction (personalised methods override)."""

@@ -62,6 +62,18 @@ class History:
     client_metrics: dict[int, dict[str, float]] = field(default_factory=dict)
     failures: list[Any] = field(default_factory=list)  # topofl.federation.pool.Failure, per round
     out_dir: str | None = None  # where a runtime wrote the run's files, if it did
+    model: Any = None  # the model object every client trained (topofl.models)
+    server_params: np.ndarray | None = None  # the server's model after the run (None: it keeps none)
+    client_models: dict[int, np.ndarray] = field(default_factory=dict)  # each client's final model, the one it would use
+    client_feature_states: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)  # raw features → model input
+
+    def predict(self, X: np.ndarray, client: int | None = None) -> np.ndarray:
+        """Scores of ``X`` under client ``client``'s final model (``None``: the server's model):
+        P(y = 1), class probabilities, or predicted values, as :meth:`Model.predict_scores`.
+        """
+        from topofl.models.io import predict_with
+
+        return predict_with(self.model, self.server_params, self.client_models, self.client_feature_states, X, client)
 
     @property
     def final(self) -> dict[str, float]:

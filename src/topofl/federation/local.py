@@ -1,13 +1,55 @@
-"""Local training: mini-batch SGD on a model's flat parameters (vectorised over each batch)."""
+"""Local training: mini-batch SGD on a model's flat parameters (vectorised over each batch).
+
+A model that trains faster natively (the PyTorch models: :meth:`TorchClassifier.sgd
+<topofl.models.torch_models.TorchClassifier.sgd>`) gets the whole loop — the same batches, the
+same update — so parameters cross the NumPy/torch boundary once per local round, not per step.
+"""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from topofl.models.linear import LinearModel
+from topofl.models.base import Model
 
 ExtraGrad = Callable[[np.ndarray], np.ndarray]
+
+
+@dataclass(frozen=True)
+class AffineGrad:
+    """An extra gradient term ``scale · (θ − center) + offset``: FedProx's and Ditto's proximal
+    pulls (scale μ or λ towards a model), SCAFFOLD's constant correction c − c_i (offset only).
+
+    Being data, not a closure, it can be evaluated by a model's native training loop.
+    """
+
+    scale: float = 0.0
+    center: np.ndarray | None = None
+    offset: np.ndarray | None = None
+
+    def __call__(self, theta: np.ndarray) -> np.ndarray:
+        if self.center is not None and self.scale != 0.0:
+            g: np.ndarray = self.scale * (theta - self.center)
+            return g if self.offset is None else g + self.offset
+        if self.offset is None:
+            return np.zeros_like(theta)
+        return self.offset
+
+    def to_torch(self, torch: Any, dtype: Any, device: Any) -> Callable[[Any], Any]:
+        """The same term on a torch parameter vector (constants converted once)."""
+        center = torch.from_numpy(np.asarray(self.center)).to(device=device, dtype=dtype) if self.center is not None else None
+        offset = torch.from_numpy(np.asarray(self.offset)).to(device=device, dtype=dtype) if self.offset is not None else None
+        scale = float(self.scale)
+
+        def term(flat: Any) -> Any:
+            if center is not None and scale != 0.0:
+                g = (flat - center) * scale
+                return g if offset is None else g + offset
+            return offset if offset is not None else torch.zeros_like(flat)
+
+        return term
 
 
 def ensure_finite(method: str, *params: np.ndarray, **step_sizes: float) -> None:
@@ -18,7 +60,7 @@ def ensure_finite(method: str, *params: np.ndarray, **step_sizes: float) -> None
 
 
 def sgd(
-    model: LinearModel,
+    model: Model,
     theta: np.ndarray,
     X: np.ndarray,
     y: np.ndarray,
@@ -35,6 +77,9 @@ def sgd(
     a control-variate correction, a personalisation penalty, … Each epoch visits the samples in a
     fresh random order; the last batch of an epoch may be smaller.
     """
+    native = getattr(model, "sgd", None)
+    if native is not None and (extra_grad is None or isinstance(extra_grad, AffineGrad)):
+        return native(theta, X, y, epochs=epochs, lr=lr, batch_size=batch_size, rng=rng, extra=extra_grad)  # type: ignore[no-any-return]
     theta = np.array(theta, dtype=np.float64, copy=True)
     n = X.shape[0]
     bs = max(1, min(batch_size, n))

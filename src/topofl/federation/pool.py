@@ -23,7 +23,7 @@ from topofl.federation.algorithm import Algorithm, ClientContext
 from topofl.federation.messages import ClientUpdate, ServerMessage
 from topofl.federation.validation import ClientInfo, declared_infos
 from topofl.metrics import evaluate
-from topofl.models.linear import LinearModel
+from topofl.models.base import Model
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def client_rng(seed: int, rnd: int, client_id: int) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence([int(seed), int(rnd), int(client_id)]))
 
 
-def client_context(data: ClientData, state: dict[str, Any], model: LinearModel, rnd: int, seed: int) -> ClientContext:
+def client_context(data: ClientData, state: dict[str, Any], model: Model, rnd: int, seed: int) -> ClientContext:
     """The context a client's code runs in, identical in every runtime."""
     return ClientContext(data, state, model, client_rng(seed, rnd, data.client_id), rnd, seed)
 
@@ -86,6 +86,13 @@ class ClientPool(ABC):
     def evaluate(self, rnd: int, messages: dict[int, ServerMessage]) -> tuple[list[ClientEvaluation], list[Failure]]:
         """Test metrics of the addressed clients; evaluations in client order, and who failed."""
 
+    def final_models(self, rnd: int, messages: dict[int, ServerMessage]) -> tuple[dict[int, np.ndarray], dict[int, dict[str, np.ndarray]]]:
+        """Every client's final model — the parameters it would use (:meth:`Algorithm.client_params`)
+        — and what it needs to map raw features to the model's input; empty where the clients'
+        models stay with them (a real deployment).
+        """
+        return {}, {}
+
     def close(self) -> None:
         """Release resources (nothing by default)."""
         return
@@ -97,7 +104,7 @@ class InProcessPool(ClientPool):
     Exceptions propagate (an in-process error is a bug or bad input, not a network fault).
     """
 
-    def __init__(self, federation: Federation, algorithm: Algorithm, model: LinearModel, seed: int) -> None:
+    def __init__(self, federation: Federation, algorithm: Algorithm, model: Model, seed: int) -> None:
         self.federation, self.algorithm, self.model, self.seed = federation, algorithm, model, seed
         self.client_ids = federation.client_ids
         self.infos = declared_infos(federation.clients)
@@ -110,6 +117,15 @@ class InProcessPool(ClientPool):
             for cid in sorted(messages)
         ]
         return updates, []
+
+    def final_models(self, rnd: int, messages: dict[int, ServerMessage]) -> tuple[dict[int, np.ndarray], dict[int, dict[str, np.ndarray]]]:
+        data = {c.client_id: c for c in self.federation.at_round(rnd)}
+        models, states = {}, {}
+        for cid in sorted(messages):
+            ctx = client_context(data[cid], self.states[cid], self.model, rnd, self.seed)
+            models[cid] = np.array(self.algorithm.client_params(ctx, messages[cid]), dtype=np.float64, copy=True)
+            states[cid] = self.algorithm.client_feature_state(ctx)
+        return models, states
 
     def evaluate(self, rnd: int, messages: dict[int, ServerMessage]) -> tuple[list[ClientEvaluation], list[Failure]]:
         data = {c.client_id: c for c in self.federation.at_round(rnd)}

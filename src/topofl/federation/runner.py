@@ -14,7 +14,7 @@ import logging
 import math
 import warnings
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,7 +27,7 @@ from topofl.federation.pool import ClientEvaluation, ClientPool, Failure, InProc
 from topofl.federation.validation import ClientInfo, evaluation_problem, screen_updates
 from topofl.limits import MAX_ROUNDS, MAX_SEED
 from topofl.metrics import pooled
-from topofl.models.linear import LinearModel, make_model
+from topofl.models.base import Model
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
@@ -56,6 +56,8 @@ def run_federation(
     client_fraction: float = 1.0,
     on_round: OnRound | None = None,
     progress: bool = False,
+    model: Any = None,
+    device: str = "cpu",
 ) -> History:
     """Run ``rounds`` rounds of ``algorithm`` on ``federation`` in process and return the history.
 
@@ -75,21 +77,27 @@ def run_federation(
         Called with ``(history, summary)`` after each round, e.g. to append results to disk.
     progress : bool
         Show a rich progress bar.
+    model : str, torch.nn.Module, callable or model object, optional
+        The model every client trains (:func:`topofl.models.registry.build_model`): the task's
+        linear model by default, a registered PyTorch name (``"cnn-small"``, ``"convnet2"``,
+        ``"resnet18"``, ``"mlp"``, ...), a user's ``torch.nn.Module`` or a factory of one.
+    device : str
+        Where a PyTorch model computes: ``"cpu"`` (default), ``"cuda"`` or ``"auto"``.
     """
     check_int("rounds", rounds, 1, MAX_ROUNDS)
     check_int("seed", seed, 0, MAX_SEED)
     problem = feature_scale_problem(federation.clients)
     if problem:
         warnings.warn(TrainingWarning(problem), stacklevel=2)
-    model = make_model(federation.task, algorithm.input_dim(federation.n_features), max(federation.n_classes, 2), algorithm.config.l2)
-    pool = InProcessPool(federation, algorithm, model, seed)
-    return run_rounds(pool, algorithm, model, rounds, seed, client_fraction=client_fraction, on_round=on_round, progress=progress)
+    built = algorithm.build_model(model, federation.task, federation.n_features, federation.n_classes, device=device)
+    pool = InProcessPool(federation, algorithm, built, seed)
+    return run_rounds(pool, algorithm, built, rounds, seed, client_fraction=client_fraction, on_round=on_round, progress=progress)
 
 
 def run_rounds(
     pool: ClientPool,
     algorithm: Algorithm,
-    model: LinearModel,
+    model: Model,
     rounds: int,
     seed: int = 0,
     *,
@@ -156,15 +164,18 @@ def run_rounds(
     finally:
         if bar is not None:
             bar[0].stop()
+    history.model = model
+    history.server_params = algorithm.server_params()
+    history.client_models, history.client_feature_states = pool.final_models(rounds, {cid: algorithm.message_for(cid) for cid in ids})
     return history
 
 
-def _n_classes(model: LinearModel) -> int:
+def _n_classes(model: Model) -> int:
     return {"regression": 0, "binary": 2}.get(model.task, model.n_outputs)
 
 
 def _screen_evaluations(
-    evaluations: list[ClientEvaluation], asked: Mapping[int, object], infos: dict[int, ClientInfo], model: LinearModel,
+    evaluations: list[ClientEvaluation], asked: Mapping[int, object], infos: dict[int, ClientInfo], model: Model,
     rnd: int, failures: list[Failure],
 ) -> list[ClientEvaluation]:
     """The evaluations fit to average: from clients that were asked, once each, and sound
@@ -194,7 +205,7 @@ class _DivergenceWatch:
     once when every update of a round is refused by the norm bound.
     """
 
-    def __init__(self, model: LinearModel) -> None:
+    def __init__(self, model: Model) -> None:
         self.task = model.task
         self.reference = math.log(max(_n_classes(model), 2)) * 10.0 if model.task != "regression" else None
         self.warned = self.bound_warned = False
@@ -228,7 +239,7 @@ class _DivergenceWatch:
 
 
 def _summarise_round(
-    history: History, model: LinearModel, evaluations: list[ClientEvaluation], rnd: int, up: Mapping[int, int], down: Mapping[int, int]
+    history: History, model: Model, evaluations: list[ClientEvaluation], rnd: int, up: Mapping[int, int], down: Mapping[int, int]
 ) -> RoundSummary:
     """Per-client rows (each client scored on its own test split) and the round's summary."""
     rows = []

@@ -32,14 +32,13 @@ from topofl.flower.records import (
     save_state,
 )
 from topofl.methods import build_server
-from topofl.models.linear import make_model
 
 log = logging.getLogger(__name__)
 
 
 def job_key(job: Mapping[str, Any]) -> str:
     """A short fingerprint of the job (method, hyper-parameters, data, seed): state of another job is ignored."""
-    keys = ("method", "hyperparameters", "scenario", "scenario_params", "seed", "classes")
+    keys = ("method", "hyperparameters", "scenario", "scenario_params", "seed", "classes", "model")
     return hashlib.blake2b(json.dumps({k: job.get(k) for k in keys}, sort_keys=True).encode(), digest_size=8).hexdigest()
 
 
@@ -99,6 +98,12 @@ def _algorithm(method: str, hyperparameters: str):
     return build_server(method, json.loads(hyperparameters))
 
 
+@lru_cache(maxsize=4)
+def _model(method: str, hyperparameters: str, spec: str, task: str, n_features: int, n_classes: int, device: str) -> Any:
+    """The job's model on this node, built once per node process (a torch model is costly to build)."""
+    return _algorithm(method, hyperparameters).build_model(spec, task, n_features, n_classes, device=device)
+
+
 def describe(node_config: Mapping[str, Any], content: RecordDict) -> RecordDict:
     """Reply to the server's discovery query: partition id, data sizes, task."""
     job = dict(content["config"])
@@ -119,7 +124,8 @@ def _context(node_config, state: RecordDict, content: RecordDict):
     if data.n_features != int(config["n_features"]):
         raise ValueError(f"this node has {data.n_features} features but the run's model expects {config['n_features']}")
     algorithm = _algorithm(str(config["method"]), str(config["hyperparameters"]))
-    model = make_model(str(config["task"]), algorithm.input_dim(data.n_features), max(int(config["n_classes"]), 2), algorithm.config.l2)
+    model = _model(str(config["method"]), str(config["hyperparameters"]), str(config.get("model", "linear")), str(config["task"]),
+                   data.n_features, int(config["n_classes"]), str(config.get("device", "cpu")))
     key = job_key(config)
     st = load_state(state, key)
     return algorithm, client_context(data, st, model, rnd, int(config["seed"])), message, config, key

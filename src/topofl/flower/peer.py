@@ -21,11 +21,11 @@ import numpy as np
 from flwr.app import ConfigRecord, MetricRecord, RecordDict
 
 from topofl.decentralised import NodeSpec, Peer
-from topofl.decentralised.runner import peer_metrics
+from topofl.decentralised.runner import init_rng, peer_metrics
 from topofl.flower.node import job_key, node_data
 from topofl.flower.records import arrays_record, load_state, record_arrays, save_state
 from topofl.methods import build_peer
-from topofl.models.linear import make_model
+from topofl.models.registry import build_model, is_deep
 
 
 @lru_cache(maxsize=8)
@@ -34,9 +34,10 @@ def peer_algorithm(method: str, hyperparameters: str):
     return build_peer(method, json.loads(hyperparameters))
 
 
-def peer_model(task: str, n_features: int, n_classes: int, l2: float):
+@lru_cache(maxsize=8)
+def peer_model(task: str, n_features: int, n_classes: int, l2: float, spec: str = "linear") -> Any:
     """The model of a node with ``n_features`` features (sizes may differ between nodes)."""
-    return make_model(task, n_features, max(int(n_classes), 2), l2)
+    return build_model(spec or "linear", task=task, n_features=n_features, n_classes=max(int(n_classes), 2), l2=l2)
 
 
 def _reply(node, client: int, report: Mapping[str, float], outbox: Mapping[int, np.ndarray] | None = None) -> RecordDict:
@@ -55,10 +56,11 @@ def setup(node_config: Mapping[str, Any], state: RecordDict, content: RecordDict
     data, _, _ = node_data(node_config, config)
     algorithm = peer_algorithm(str(config["method"]), str(config["hyperparameters"]))
     spec = NodeSpec.from_dict(json.loads(str(config["spec"])))
-    model = peer_model(str(config["task"]), data.n_features, int(config["n_classes"]), algorithm.config.l2)
+    model = peer_model(str(config["task"]), data.n_features, int(config["n_classes"]), algorithm.config.l2, str(config.get("model", "linear")))
     if model.n_params != spec.dim:
         raise ValueError(f"node {spec.node}: its model has {model.n_params} parameters but the relay's spec says dim={spec.dim}")
-    node = algorithm.make_node(spec, Peer(spec.node, data, model, model.init()))
+    theta = model.init(init_rng(int(config["seed"]), spec.node)) if is_deep(model) else model.init()
+    node = algorithm.make_node(spec, Peer(spec.node, data, model, theta))
     save_state(state, job_key(config), {"node": node, "rng": None, "rng_k": 0})
     return _reply(node, data.client_id, {})
 

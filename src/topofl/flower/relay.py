@@ -68,7 +68,8 @@ class Relay:
         self.clients = sorted(nodes)  # graph node k = k-th client (node k = client k in process)
         self.flwr_node = {k: nodes[cid] for k, cid in enumerate(self.clients)}
         l2 = self.algorithm.config.l2
-        self.dims = {k: peer_model(self.task, int(infos[cid]["n_features"]), self.n_classes, l2).n_params for k, cid in enumerate(self.clients)}
+        self.dims = {k: peer_model(self.task, int(infos[cid]["n_features"]), self.n_classes, l2, settings.model).n_params
+                     for k, cid in enumerate(self.clients)}
         self.graph = make_graph(settings.graph, len(self.clients), seed=settings.seed, **dict(settings.graph_params))
         rng = np.random.default_rng(np.random.SeedSequence([int(settings.seed), 0xDEC]))  # as run_decentralised
         self.specs = self.algorithm.node_specs(self.dims, self.graph, rng)

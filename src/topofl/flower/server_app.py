@@ -26,7 +26,6 @@ from topofl.flower.pool import FlowerPool
 from topofl.flower.relay import relay_main
 from topofl.flower.settings import FlowerSettings
 from topofl.methods import build_server
-from topofl.models.linear import make_model
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +44,7 @@ def federated_main(grid: Grid, settings: FlowerSettings, run_id: Any = None, roo
     task, n_classes, n_features, left_out = reconcile(nodes, infos, settings, shared_features=True)
     failures.extend(left_out)
     algorithm = build_server(settings.method, dict(settings.hyperparameters))
-    model = make_model(task, algorithm.input_dim(n_features), max(n_classes, 2), algorithm.config.l2)
+    model = algorithm.build_model(settings.model, task, n_features, n_classes)
     job = {**settings.job(), "task": task, "n_classes": n_classes, "n_features": n_features}
     log.info("%s on %d SuperNode(s) (clients %s), %d round(s)", settings.method, len(nodes), sorted(nodes), settings.rounds)
     out = RunOutputs(run_dir, ROUND_FIELDS, CURVE_FIELDS)

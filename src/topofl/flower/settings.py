@@ -35,6 +35,9 @@ KEYS: dict[str, tuple[str, Any, str]] = {
     "pooled-metrics": ("pooled_metrics", False, "clients also send test labels and scores so the server can compute pooled metrics"),
     "task": ("task", "", "binary | multiclass | regression; '' = what most nodes declare (nodes that disagree are left out)"),
     "classes": ("classes", "", "label values in class order, 'a,b,c': a node with its own data-path maps label classes[i] to class i"),
+    "model": ("model", "linear", "the model every node trains: linear, cnn-small, cnn-medium, cnn-large, convnet2, resnet18, mlp, or "
+              "'package.module:factory' (installed on every node)"),
+    "device": ("device", "cpu", "where a PyTorch model computes on each node: cpu, cuda or auto"),
 }
 
 
@@ -75,6 +78,8 @@ class FlowerSettings:
     pooled_metrics: bool = False
     task: str = ""
     classes: str = ""
+    model: str = "linear"
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         from topofl.data.scenarios import SCENARIOS
@@ -91,6 +96,9 @@ class FlowerSettings:
         if not isinstance(self.pooled_metrics, bool):
             raise ValueError(f"pooled-metrics must be true or false; got {self.pooled_metrics!r}")
         check_choice("task", self.task, ["", *TASKS])
+        if not isinstance(self.model, str) or not self.model:
+            raise ValueError(f"model must be a registered model name or 'package.module:factory'; got {self.model!r}")
+        check_choice("device", self.device, ["cpu", "cuda", "auto"])
         if self.classes:
             if self.task == "regression":
                 raise ValueError("classes cannot be combined with task='regression'")
@@ -142,6 +150,8 @@ class FlowerSettings:
             "pooled": bool(self.pooled_metrics),
             "task": self.task,
             "classes": ",".join(repr(v) for v in self.class_values),
+            "model": self.model,
+            "device": self.device,
         }
 
     def as_dict(self) -> dict[str, Any]:

@@ -58,7 +58,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from scipy.special import softmax
@@ -94,15 +94,16 @@ class _Runtime:
         torch = _require_torch()
         self.torch = torch
         self.dtype = getattr(torch, model.dtype)
+        self.device = torch.device(resolve_device(model.device))
         module = model.module_factory()
         if not isinstance(module, torch.nn.Module):
             raise TypeError(f"module_factory must return a torch.nn.Module; got {type(module).__name__}")
-        module = module.to(dtype=self.dtype).eval()
+        module = module.to(dtype=self.dtype, device=self.device).eval()
         params = list(module.parameters())
         if not params:
             raise ValueError("the module has no parameters")
         n = sum(p.numel() for p in params)
-        flat = torch.empty(n, dtype=self.dtype)
+        flat = torch.empty(n, dtype=self.dtype, device=self.device)
         shapes, weight_mask, offset = [], np.zeros(n, dtype=bool), 0
         with torch.no_grad():
             for p in params:
@@ -118,9 +119,11 @@ class _Runtime:
         self.module, self.params, self.flat = module, params, flat
         self.n_params = n
         self.weight_idx = np.flatnonzero(weight_mask)
+        self.weight_mask = torch.from_numpy(weight_mask).to(device=self.device, dtype=self.dtype)
+        self.head = _last_linear(module)
         # one forward pass checks that the module accepts the input shape and outputs n_classes
         with torch.inference_mode():
-            out = module(torch.zeros((1, *model.input_shape), dtype=self.dtype))
+            out = module(torch.zeros((1, *model.input_shape), dtype=self.dtype, device=self.device))
         if tuple(out.shape) != (1, model.n_classes):
             raise ValueError(
                 f"the module maps an input of shape (1, {', '.join(map(str, model.input_shape))}) to "
@@ -131,8 +134,22 @@ class _Runtime:
         with self.torch.no_grad():
             self.flat.copy_(self.torch.from_numpy(theta))
 
-    def images(self, X: np.ndarray, shape: tuple[int, int, int]) -> torch.Tensor:
-        return self.torch.from_numpy(X).to(self.dtype).reshape(X.shape[0], *shape)
+    def images(self, X: np.ndarray, shape: tuple[int, ...]) -> torch.Tensor:
+        return self.torch.from_numpy(X).to(device=self.device, dtype=self.dtype).reshape(X.shape[0], *shape)
+
+
+def _last_linear(module: Any) -> Any:
+    """The module's last ``nn.Linear`` (its classifier head), whose input is the penultimate layer."""
+    nn = _require_torch().nn
+    linears = [m for m in module.modules() if isinstance(m, nn.Linear)]
+    return linears[-1] if linears else None
+
+
+def resolve_device(device: str) -> str:
+    """``"auto"`` → ``"cuda"`` when a CUDA device is present, else ``"cpu"``; other names as given."""
+    if device == "auto":
+        return "cuda" if _require_torch().cuda.is_available() else "cpu"
+    return device
 
 
 @dataclass(frozen=True)
@@ -159,13 +176,13 @@ class TorchClassifier:
     """
 
     module_factory: Callable[[], Any]
-    input_shape: tuple[int, int, int]
+    input_shape: tuple[int, ...]
     n_classes: int = 10
     l2: float = 1e-3
     dtype: str = "float32"
     chunk_size: int = 1024
-
-    task = "multiclass"
+    task: str = "multiclass"
+    device: str = "cpu"
 
     if TYPE_CHECKING:  # set by __post_init__ / __setstate__ with object.__setattr__; not a dataclass field
 
@@ -175,13 +192,18 @@ class TorchClassifier:
     def __post_init__(self) -> None:
         _require_torch()
         shape = tuple(int(s) for s in np.atleast_1d(self.input_shape))
-        if len(shape) != 3 or min(shape) < 1:
-            raise ValueError(f"input_shape must be (C, H, W) with positive sizes; got {self.input_shape!r}")
+        if not shape or min(shape) < 1:
+            raise ValueError(f"input_shape must hold positive sizes, e.g. (C, H, W) or (n_features,); got {self.input_shape!r}")
         object.__setattr__(self, "input_shape", shape)
         check_int("n_classes", self.n_classes, 2)
         check_range("l2", self.l2, 0.0)
         check_int("chunk_size", self.chunk_size, 1)
         check_choice("dtype", self.dtype, _DTYPES)
+        check_choice("task", self.task, ("multiclass", "binary"))
+        if self.task == "binary" and self.n_classes != 2:
+            raise ValueError(f"a binary torch model has 2 logits; got n_classes={self.n_classes}")
+        if not isinstance(self.device, str) or not self.device:
+            raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N'; got {self.device!r}")
         object.__setattr__(self, "_rt", _Runtime(self))
 
     # pickling / copying: ship the fields, rebuild the module on the other side
@@ -247,8 +269,8 @@ class TorchClassifier:
         X = np.ascontiguousarray(X, dtype=np.float64)
         if X.ndim != 2 or X.shape[1] != self.n_features:
             raise ValueError(
-                f"X must have shape (n, {self.n_features}) (flattened {'x'.join(map(str, self.input_shape))} "
-                f"images); got {X.shape}"
+                f"X must have shape (n, {self.n_features}) (inputs of shape {'x'.join(map(str, self.input_shape))}, "
+                f"flattened); got {X.shape}"
             )
         return X
 
@@ -282,7 +304,7 @@ class TorchClassifier:
         for start in range(0, n, self.chunk_size):
             stop = min(start + self.chunk_size, n)
             xb = rt.images(X[start:stop], self.input_shape)
-            yb = torch.from_numpy(labels[start:stop])
+            yb = torch.from_numpy(labels[start:stop]).to(rt.device)
             with torch.enable_grad():
                 loss = F.cross_entropy(rt.module(xb), yb, reduction="sum") / n
                 gs = torch.autograd.grad(loss, rt.params, allow_unused=True)
@@ -290,7 +312,7 @@ class TorchClassifier:
             grad = flat_g if grad is None else grad.add_(flat_g)
             total += float(loss.detach())
         assert grad is not None  # n > 0: at least one chunk
-        g = grad.to(torch.float64).numpy().copy()
+        g = grad.to(torch.float64).cpu().numpy().copy()
         idx = rt.weight_idx
         if self.l2:
             g[idx] += self.l2 * theta[idx]
@@ -318,16 +340,86 @@ class TorchClassifier:
         with torch.inference_mode():
             for start in range(0, X.shape[0], self.chunk_size):
                 stop = min(start + self.chunk_size, X.shape[0])
-                out[start:stop] = rt.module(rt.images(X[start:stop], self.input_shape)).to(torch.float64).numpy()
+                out[start:stop] = rt.module(rt.images(X[start:stop], self.input_shape)).to(torch.float64).cpu().numpy()
         return out
 
     def predict_scores(self, theta: np.ndarray, X: np.ndarray) -> np.ndarray:
-        """Class probabilities, shape (n, n_classes); the softmax is taken in float64."""
-        return softmax(self._logits(self._theta(theta), self._X(X)), axis=1)
+        """Class probabilities, shape (n, n_classes) — for a binary model P(y = 1), shape (n,);
+        the softmax is taken in float64.
+        """
+        p = softmax(self._logits(self._theta(theta), self._X(X)), axis=1)
+        return p[:, 1] if self.task == "binary" else p
 
     def predict(self, theta: np.ndarray, X: np.ndarray) -> np.ndarray:
         """Predicted class ids as floats, shape (n,)."""
         return np.argmax(self._logits(self._theta(theta), self._X(X)), axis=1).astype(np.float64)
+
+    def features(self, theta: np.ndarray, X: np.ndarray) -> np.ndarray:
+        """Penultimate-layer activations (the input of the last ``nn.Linear``), float64, one row per
+        sample: the learned representation pTopoFL computes its descriptor on (§4.1 C).
+        """
+        rt, torch = self._rt, self._rt.torch
+        if rt.head is None:
+            raise ValueError("the module has no nn.Linear layer, so it has no penultimate representation")
+        theta, X = self._theta(theta), self._X(X)
+        rt.load(theta)
+        rows: list[np.ndarray] = []
+
+        def grab(_module: Any, inputs: tuple[Any, ...]) -> None:
+            rows.append(inputs[0].reshape(inputs[0].shape[0], -1).to(torch.float64).cpu().numpy())
+
+        handle = rt.head.register_forward_pre_hook(grab)
+        try:
+            with torch.inference_mode():
+                for start in range(0, X.shape[0], self.chunk_size):
+                    rt.module(rt.images(X[start : start + self.chunk_size], self.input_shape))
+        finally:
+            handle.remove()
+        return np.concatenate(rows) if rows else np.empty((0, 0))
+
+    def sgd(
+        self, theta: np.ndarray, X: np.ndarray, y: np.ndarray, *, epochs: int, lr: float, batch_size: int,
+        rng: np.random.Generator, extra: Any = None,
+    ) -> np.ndarray:
+        """Mini-batch SGD run inside torch (:func:`topofl.federation.local.sgd` delegates here).
+
+        The same batches as the NumPy loop — each epoch ``rng.permutation(n)``, consecutive slices
+        of ``batch_size`` — and the same update θ ← θ − lr·(∇(mean CE + l2/2‖w‖²) + extra(θ)), but
+        the parameters stay in the model's dtype on its device for the whole call: converted once
+        on entry and once on exit, not per step. ``extra`` is an
+        :class:`~topofl.federation.local.AffineGrad` (proximal and control-variate terms).
+        """
+        theta, X = self._theta(theta), self._X(X)
+        labels = self._y(y, X.shape[0])
+        rt, torch = self._rt, self._rt.torch
+        F = torch.nn.functional
+        rt.load(theta)
+        n = X.shape[0]
+        bs = max(1, min(batch_size, n))
+        Xt = rt.images(X, self.input_shape)
+        yt = torch.from_numpy(labels).to(rt.device)
+        flat, mask, l2 = rt.flat, rt.weight_mask, self.l2
+        term = extra.to_torch(torch, rt.dtype, rt.device) if extra is not None else None
+        for epoch in range(epochs):
+            order = rng.permutation(n)
+            for start in range(0, n, bs):
+                idx = torch.from_numpy(order[start : start + bs]).to(rt.device)
+                with torch.enable_grad():
+                    loss = F.cross_entropy(rt.module(Xt[idx]), yt[idx])
+                    gs = torch.autograd.grad(loss, rt.params, allow_unused=True)
+                with torch.no_grad():
+                    g = torch.cat([(gi if gi is not None else torch.zeros_like(p)).reshape(-1) for gi, p in zip(gs, rt.params, strict=True)])
+                    if l2:
+                        g.add_(flat * mask, alpha=l2)
+                    if term is not None:
+                        g.add_(term(flat))
+                    flat.sub_(g, alpha=lr)
+            if not bool(torch.isfinite(flat).all()):
+                raise FloatingPointError(
+                    f"local SGD (epoch {epoch + 1}) diverged (non-finite parameters) with lr={lr}, epochs={epochs}, batch_size={bs}; "
+                    "lower the step sizes"
+                )
+        return flat.to(torch.float64).cpu().numpy().copy()
 
 
 # --------------------------------------------------------------------------------------------
@@ -441,19 +533,24 @@ PAPER_PARAM_COUNTS: dict[tuple[str, str], int] = {
 
 def cnn(
     size: str,
-    input_shape: tuple[int, int, int] = MNIST_SHAPE,
+    input_shape: tuple[int, ...] = MNIST_SHAPE,
     n_classes: int = 10,
     *,
     l2: float = 1e-3,
     dtype: str = "float32",
     chunk_size: int = 1024,
+    task: str = "multiclass",
+    device: str = "cpu",
 ) -> TorchClassifier:
     """The paper's ``size`` CNN ("small", "medium" or "large") for images of ``input_shape``."""
     _require_torch()
     check_choice("size", size, tuple(PAPER_ARCHITECTURES))
-    shape = cast("tuple[int, int, int]", tuple(int(s) for s in input_shape))  # its length is checked by TorchClassifier
-    builder = CNNBuilder(PAPER_ARCHITECTURES[size], shape, int(n_classes))
-    return TorchClassifier(builder, shape, int(n_classes), l2=l2, dtype=dtype, chunk_size=chunk_size)
+    shape = tuple(int(s) for s in input_shape)
+    if len(shape) != 3:
+        raise ValueError(f"a CNN takes images of shape (C, H, W); got input_shape={input_shape!r}")
+    shape3: tuple[int, int, int] = (shape[0], shape[1], shape[2])
+    builder = CNNBuilder(PAPER_ARCHITECTURES[size], shape3, int(n_classes))
+    return TorchClassifier(builder, shape3, int(n_classes), l2=l2, dtype=dtype, chunk_size=chunk_size, task=task, device=device)
 
 
 def small_cnn(input_shape=MNIST_SHAPE, n_classes: int = 10, **kwargs) -> TorchClassifier:

@@ -23,9 +23,10 @@ from topofl.algorithms.base import Algorithm, AlgorithmConfig, ClientContext, ca
 from topofl.algorithms.ptopofl import maths
 from topofl.federation.messages import ClientUpdate, ServerMessage
 from topofl.federation.validation import ArraySpec, ClientInfo, ReplySchema
-from topofl.models.linear import LinearModel
+from topofl.models.base import Model
+from topofl.models.registry import is_deep, representation
 from topofl.privacy.risk import PRIVACY_METRICS, client_privacy
-from topofl.tda.descriptor import LAYOUT, SCALINGS, descriptor, descriptor_from_diagrams, descriptor_problems
+from topofl.tda.descriptor import LAYOUT, SCALINGS, descriptor, descriptor_from_diagrams, descriptor_problems, subsample
 from topofl.tda.distances import normalise_rows, pairwise_descriptor_distances, pairwise_diagram_distances
 from topofl.tda.features import N_FEATURES, TopoContext
 
@@ -47,8 +48,17 @@ class PTopoFLConfig(AlgorithmConfig):
         "l2", "clustering distance: 'l2' on normalised φ (§3.3/reference code), 'wasserstein' or 'bottleneck' between diagrams (Fig. 1 text)"
     )
     wasserstein_p: float = hp(2.0, "order p of the Wasserstein clustering distance (>= 1)")
-    augment: bool = hp(True, "append the four per-sample TDA features to local features (§3.2)")
-    n_sub: int = hp(80, "points subsampled per client for PH (Table 3: 80)")
+    augment: str = hp(
+        "auto",
+        "append the four per-sample TDA features to the local features (§3.2): auto (on for linear models, off for deep ones, "
+        "whose input is an image the features cannot be appended to) | on | off",
+    )
+    n_sub: int = hp(0, "points subsampled per client for PH: 0 = auto (Table 3's 80 for linear models, §4.1's 200 for deep ones)")
+    descriptor_space: str = hp(
+        "auto",
+        "what φ describes: data (the client's features, §3.1) | representation (penultimate-layer activations of the model the "
+        "client holds, §4.1 C) | auto (representation for deep models, data otherwise)",
+    )
     n_thresholds: int = hp(20, "Betti-curve resolution L (Table 3: 20, giving a 48-d descriptor)")
     descriptor_scale: str = hp("none", "scaling before PH: none | standard (authors' code) | unit_box")
     descriptor_every: int = hp(0, "recompute descriptors every N rounds with a fresh subsample (0: only when a client's data change)")
@@ -70,7 +80,12 @@ class PTopoFLConfig(AlgorithmConfig):
         check_choice("trust_space", self.trust_space, ("raw", "normalised"))
         check_choice("cluster_distance", self.cluster_distance, CLUSTER_DISTANCES)
         check_range("wasserstein_p", self.wasserstein_p, 1.0)
-        check_int("n_sub", self.n_sub, 3)
+        if isinstance(self.augment, bool):  # True/False as earlier releases spelled it
+            object.__setattr__(self, "augment", "on" if self.augment else "off")
+        check_choice("augment", self.augment, ("auto", "on", "off"))
+        check_choice("descriptor_space", self.descriptor_space, ("auto", "data", "representation"))
+        if self.n_sub != 0:
+            check_int("n_sub", self.n_sub, 3)
         check_int("n_thresholds", self.n_thresholds, 1, 1000)
         check_choice("descriptor_scale", self.descriptor_scale, SCALINGS)
         check_int("descriptor_every", self.descriptor_every, 0)
@@ -93,13 +108,40 @@ class PTopoFL(Algorithm):
     personalised = True
     config: PTopoFLConfig
 
-    def input_dim(self, n_features: int) -> int:
-        return n_features + (N_FEATURES if self.config.augment else 0)
+    # ---- choices that depend on the model (linear or deep) ----------------------------------
+    def augments(self, deep: bool) -> bool:
+        """Whether clients append the §3.2 TDA features (``augment``, resolved for the model)."""
+        a = self.config.augment
+        if a == "on" and deep:
+            raise ValueError("augment='on' appends four TDA features to a deep model's input, an image; use augment='auto' or 'off'")
+        return a == "on" or (a == "auto" and not deep)
+
+    def subsample_size(self, deep: bool) -> int:
+        """n_sub, resolved: Table 3's 80 for linear models, §4.1's 200 for deep ones."""
+        return self.config.n_sub or (200 if deep else 80)
+
+    def space(self, deep: bool) -> str:
+        """``"data"`` or ``"representation"`` (``descriptor_space``, resolved for the model)."""
+        s = self.config.descriptor_space
+        return s if s != "auto" else ("representation" if deep else "data")
+
+    def input_dim(self, n_features: int, deep: bool = False) -> int:
+        return n_features + (N_FEATURES if self.augments(deep) else 0)
 
     # ================================ client side =============================================
-    def ensure_descriptor(self, ctx: ClientContext) -> None:
-        """(Re)compute φ_k when the client's data changed or the schedule says so (§3.5)."""
+    def ensure_descriptor(self, ctx: ClientContext, theta: np.ndarray | None = None) -> None:
+        """(Re)compute φ_k when the client's data changed or the schedule says so (§3.5).
+
+        On the data (§3.1), or — for a deep model, by default — on the penultimate-layer
+        activations of a subsample of ``n_sub`` training points under the model the client holds
+        (``theta``, the model it received this round; §4.1 C). The paper does not say when a
+        representation descriptor is recomputed: here, as for data descriptors, when the client's
+        data change and every ``descriptor_every`` rounds (0: only at the client's first round),
+        so the clusters are formed on the representation of the common initial model — random
+        features of each client's data — and drift tracks the data, not the training.
+        """
         st, c = ctx.state, self.config
+        deep = is_deep(ctx.model)
         X = ctx.data.X_train
         fp = data_fingerprint(X)
         due = c.descriptor_every > 0 and ctx.round - st.get("desc_round", ctx.round) >= c.descriptor_every
@@ -110,21 +152,27 @@ class PTopoFL(Algorithm):
         # with sampling noise); a scheduled recomputation draws a fresh subsample.
         draw = k if due else 0
         rng = np.random.default_rng(np.random.SeedSequence([ctx.seed, ctx.client_id, draw, 0x70F0]))
-        phi, dgms = descriptor(X, c.n_sub, c.n_thresholds, rng, c.descriptor_scale, return_diagrams=True)
-        st.update(
-            fingerprint=fp, phi=phi, dgms=dgms, desc_round=ctx.round, n_descriptors=k + 1, desc_dirty=True,
-            topo=TopoContext.from_data(X, dgms, min(X.shape[0], c.n_sub)),
-        )
+        n_sub = self.subsample_size(deep)
+        if self.space(deep) == "representation":
+            if theta is None:
+                raise ValueError("a representation descriptor needs the model the client holds")
+            Z = representation(ctx.model, theta, subsample(X, n_sub, rng))
+            phi, dgms = descriptor(Z, Z.shape[0], c.n_thresholds, rng, c.descriptor_scale, return_diagrams=True)
+        else:
+            phi, dgms = descriptor(X, n_sub, c.n_thresholds, rng, c.descriptor_scale, return_diagrams=True)
+        st.update(fingerprint=fp, phi=phi, dgms=dgms, desc_round=ctx.round, n_descriptors=k + 1, desc_dirty=True)
+        if self.augments(deep):
+            st["topo"] = TopoContext.from_data(X, dgms, min(X.shape[0], n_sub))
 
     def client_features(self, ctx: ClientContext, X: np.ndarray) -> np.ndarray:
-        if not self.config.augment:
+        if not self.augments(is_deep(ctx.model)):
             return X
         self.ensure_descriptor(ctx)
         augmented: np.ndarray = ctx.state["topo"].augment(X)
         return augmented
 
     def client_fit(self, ctx: ClientContext, message: ServerMessage) -> ClientUpdate:
-        self.ensure_descriptor(ctx)
+        self.ensure_descriptor(ctx, message.params)
         st = ctx.state
         X = self.client_features(ctx, ctx.data.X_train)
         theta = self.local_sgd(ctx, message.params, X, lr_scale=float(message.config.get("lr_scale", 1.0)))
@@ -153,7 +201,8 @@ class PTopoFL(Algorithm):
             centers=message.params[None, :],
             extras={} if c.cluster_distance == "l2" else {"dgm0": dgm, "dgm1": dgm},
             descriptor=ArraySpec((self.descriptor_size(),), required=bool(message.config.get("need_descriptor", False))),
-            descriptor_check=partial(descriptor_problems, n_thresholds=c.n_thresholds, n_points=min(info.n_train, c.n_sub)),
+            descriptor_check=partial(descriptor_problems, n_thresholds=c.n_thresholds,
+                                     n_points=min(info.n_train, self.subsample_size(is_deep(self.model)))),
             metrics={k: (0.0, float("inf")) for k in PRIVACY_METRICS},
         )
 
@@ -173,11 +222,11 @@ class PTopoFL(Algorithm):
             return "the descriptor does not match the diagrams sent with it"
         return None
 
-    def setup(self, model: LinearModel, client_ids: list[int], rng: np.random.Generator) -> None:
+    def setup(self, model: Model, client_ids: list[int], rng: np.random.Generator) -> None:
         super().setup(model, client_ids, rng)
         if self.config.n_clusters > len(client_ids):
             raise ValueError(f"n_clusters={self.config.n_clusters} exceeds the number of clients ({len(client_ids)})")
-        self.init_params = model.init()
+        self.init_params = model.init(rng)
         self.labels: dict[int, int] = {}
         self.cluster_raw: dict[int, np.ndarray] = {}
         self.cluster_models: dict[int, np.ndarray] = {}
@@ -205,6 +254,20 @@ class PTopoFL(Algorithm):
             )
             for cid in selected
         }
+
+    def server_params(self) -> np.ndarray:
+        """The consensus θ̄ = Σ_j |C_j|/K θ_Cj of the cluster models (Eq. 7), the model a new client gets."""
+        return self._params_for(-1)
+
+    def client_feature_state(self, ctx: ClientContext) -> dict[str, np.ndarray]:
+        """With the §3.2 augmentation, the client's centroid, scale and TDA statistics (its model's
+        input is ``[X, TDA features of X]``).
+        """
+        if not self.augments(is_deep(ctx.model)):
+            return {}
+        self.ensure_descriptor(ctx)
+        topo = ctx.state["topo"]
+        return {"centroid": topo.centroid, "scale": np.array([topo.scale]), "client_stats": topo.client_stats}
 
     def message_for(self, client_id: int) -> ServerMessage:
         return ServerMessage(self._params_for(client_id))

@@ -114,6 +114,8 @@ def _read_mnist(root: str | Path, use_test: bool) -> tuple[np.ndarray, np.ndarra
     parts = [("train", True)]
     if use_test:
         parts.append(("t10k", False))
+    if _find_idx(root, "train-images-idx3-ubyte") is None and _find_idx(root, "mnist-10k-images-idx3-ubyte") is not None:
+        parts = [("mnist-10k", True)]  # the 10,000-digit set shipped with topofl (and in ../shared/data)
     images: list[np.ndarray] = []
     labels: list[np.ndarray] = []
     files: list[str] = []
@@ -157,7 +159,8 @@ def load_mnist_idx(root: str | Path, use_test: bool = True) -> tuple[np.ndarray,
     root : str or Path
         Directory with ``train-images-idx3-ubyte`` and ``train-labels-idx1-ubyte`` (each
         optionally ``.gz``; ``train-images.idx3-ubyte`` naming is accepted too) and, optionally,
-        ``t10k-images-idx3-ubyte`` / ``t10k-labels-idx1-ubyte``.
+        ``t10k-images-idx3-ubyte`` / ``t10k-labels-idx1-ubyte``; or the ``mnist-10k-*`` files of
+        the 10,000-digit set (:func:`topofl.data.loaders.mnist10k.mnist_10k_dir`).
     use_test : bool, default True
         Append the ``t10k`` rows when those files are present.
 

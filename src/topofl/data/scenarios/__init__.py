@@ -32,11 +32,37 @@ def make_digits(seed: int = 0, **overrides) -> Federation:
     return rotated_digits(n_clients=cfg.n_clients, groups=cfg.groups, seed=seed, protocol=cfg.protocol).to_federation()
 
 
+@dataclass(frozen=True)
+class MnistConfig:
+    """MNIST-10k (real digits, shipped offline) split among clients; see
+    :func:`topofl.data.loaders.mnist10k.mnist_federation`. Use it with a deep model (``--model cnn-small``).
+    """
+
+    n_clients: int = 10
+    partition: str = "dirichlet"
+    alpha: float = 0.5
+    n_samples: int = 10_000
+    test_fraction: float = 0.25
+    styles: float = 0.0
+    min_size: int = 20
+
+
+def make_mnist(seed: int = 0, **overrides: Any) -> Federation:
+    """The MNIST-10k federation (10 classes); ``styles > 0`` draws each client in its own writing style."""
+    from topofl.data.loaders.mnist10k import mnist_federation
+    from topofl.data.scenarios.common import build_config
+
+    cfg = build_config(MnistConfig, overrides)
+    return mnist_federation(cfg.n_clients, partition_kind=cfg.partition, alpha=cfg.alpha, n_samples=cfg.n_samples,
+                            test_fraction=cfg.test_fraction, styles=cfg.styles, seed=seed, min_size=cfg.min_size)
+
+
 SCENARIOS: dict[str, tuple[Callable[..., Federation], type]] = {
     "healthcare": (make_healthcare, HealthcareConfig),
     "benchmark": (make_benchmark, BenchmarkConfig),
     "continual": (make_continual, ContinualConfig),
     "digits": (make_digits, DigitsConfig),
+    "mnist": (make_mnist, MnistConfig),
 }
 
 

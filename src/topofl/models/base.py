@@ -1,0 +1,50 @@
+"""The model contract every method trains through (DESIGN: "parameters are flat float vectors").
+
+Both the NumPy linear models (:mod:`topofl.models.linear`) and the PyTorch wrapper
+(:class:`topofl.models.torch_models.TorchClassifier`) satisfy :class:`Model`; methods, runtimes and
+metrics are typed against it and never against a concrete model.
+"""
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+
+class Model(Protocol):
+    """A model on flat float64 parameter vectors ``theta``."""
+
+    task: str
+
+    @property
+    def n_params(self) -> int:
+        """Length of ``theta``."""
+
+    @property
+    def n_outputs(self) -> int:
+        """Outputs per sample (1 for binary and regression, C for C classes)."""
+
+    @property
+    def n_features(self) -> int:
+        """Length of one input row."""
+
+    def init(self, rng: np.random.Generator | None = None, scale: float = 0.0) -> np.ndarray:
+        """Initial parameters."""
+
+    def loss_grad(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+        """Mean loss with the L2 penalty, and its gradient."""
+
+    def loss(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> float:
+        """Mean loss with the L2 penalty."""
+
+    def grad(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """Gradient of :meth:`loss`."""
+
+    def predict_scores(self, theta: np.ndarray, X: np.ndarray) -> np.ndarray:
+        """P(y = 1) (binary), class probabilities (multiclass) or predictions (regression)."""
+
+    def predict(self, theta: np.ndarray, X: np.ndarray) -> np.ndarray:
+        """Predicted labels (or values), shape (n,)."""
+
+    def _penalty(self, theta: np.ndarray) -> float:
+        """The L2 penalty alone (subtracted to report the data loss)."""
