@@ -294,6 +294,7 @@ def run(
 
 run.__doc__ = (run.__doc__ or "") + "\n\n" + _hyperparameter_epilog()
 
+DataRootOpt = typer.Option(None, "--data-root", help="Real CIFAR-10 pickles or LEAF FEMNIST JSON (experiment deep): the paper's protocol.")
 ExperimentsOutOpt = typer.Option(Path("results/experiments"), "--out", "-o", help="Directory; each experiment writes into DIR/NAME/.")
 
 
@@ -302,8 +303,8 @@ ExperimentsOutOpt = typer.Option(Path("results/experiments"), "--out", "-o", hel
 def experiment(
     name: str = typer.Argument(
         ...,
-        help="pTopoFL: comparison, robustness, continual, privacy, ablation, diagrams, all (all of them + report). "
-        "Sheaf-FMTL: sheaf-digits, sheaf-hetero, sheaf-topology, sheaf-init, sheaf-all.",
+        help="pTopoFL: comparison, robustness, continual, privacy, ablation, diagrams, deep (CNNs, Table 2), all (all of them + report). "
+        "Sheaf-FMTL: sheaf-digits, sheaf-hetero, sheaf-topology, sheaf-init, sheaf-mnist (CNNs), sheaf-all.",
     ),
     seeds: Optional[str] = typer.Option(
         None, "--seeds", help="Seeds: 0-9, 0,3,7, or 0-4,10 (default: 0-9 for pTopoFL experiments, 0-4 — the paper's five runs — for Sheaf-FMTL ones)."
@@ -312,6 +313,9 @@ def experiment(
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted experiment: skip finished runs, redo partial ones."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Delete earlier results of this experiment first."),
     jobs: int = typer.Option(min(2, os.cpu_count() or 1), "--jobs", "-j", help="Runs executed in parallel (processes)."),
+    quick: bool = typer.Option(False, "--quick", help="The budget that fits about 15 minutes on 2 cores (experiments deep, sheaf-mnist)."),
+    smoke: bool = typer.Option(False, "--smoke", help="A smoke-test budget (a few rounds on a few hundred digits)."),
+    data_root: Optional[Path] = DataRootOpt,
     verbose: bool = VerboseOpt,
 ) -> None:
     """Run one of the pTopoFL paper's experiments (or all of them and the report), writing tidy
@@ -326,20 +330,25 @@ def experiment(
     if name not in experiment_names():
         raise ValueError(f"unknown experiment {name!r}; available: {', '.join(experiment_names())}")
     check_int("--jobs", jobs, 1, MAX_JOBS)
+    if quick and smoke:
+        raise ValueError("--quick and --smoke exclude each other")
+    profile = "smoke" if smoke else "quick" if quick else "full"
+    root = str(data_root) if data_root is not None else None
     seed_list = parse_seeds(seeds) if seeds is not None else default_seeds(name)
     names = list(GROUPS.get(name, (name,)))
     prepare_out(out)
     t0 = time.perf_counter()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
                   console=err_console, transient=False) as bar:
-        task = bar.add_task("runs", total=max(1, total_runs(names, seed_list)))
+        task = bar.add_task("runs", total=max(1, total_runs(names, seed_list, profile, root)))
         for n in names:
             bar.update(task, description=f"{n}")
 
             def tick(spec, done) -> None:
                 bar.update(task, advance=1, description=f"{spec.experiment}: {spec.label or spec.method} seed {spec.seed}")
 
-            exp_dir = run_experiment(n, seed_list, out, resume=resume, overwrite=overwrite, jobs=jobs, on_done=tick)
+            exp_dir = run_experiment(n, seed_list, out, resume=resume, overwrite=overwrite, jobs=jobs, on_done=tick, profile=profile,
+                                     data_root=root)
             console.print(f"[green]✓[/] {n}: results in {exp_dir}/")
     if name in GROUPS:
         console.print(f"report: {build_report(out)}")

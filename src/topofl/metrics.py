@@ -38,7 +38,15 @@ def auc_score(task: str, y: np.ndarray, scores: np.ndarray) -> float:
 
 
 def evaluate(model: Model, theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple[dict[str, float], np.ndarray]:
-    """Metrics of parameters ``theta`` on (X, y), and the scores (for pooled metrics)."""
+    """Metrics of parameters ``theta`` on (X, y), and the scores (for pooled metrics).
+
+    A model that can give its data loss, scores and predictions from one forward pass
+    (``outputs``, the PyTorch models) is asked once instead of three times.
+    """
+    outputs = getattr(model, "outputs", None)
+    if outputs is not None:
+        loss, scores, pred = outputs(theta, X, y)
+        return {"auc": auc_score(model.task, y, scores), "accuracy": float(np.mean(pred == y)), "loss": loss}, scores
     scores = model.predict_scores(theta, X)
     loss = model.loss(theta, X, y) - model._penalty(theta)
     if model.task == "regression":

@@ -16,9 +16,14 @@ RECORD_FIELDS = ("round", "client", "accuracy", "loss", "dim")
 
 def peer_datasets() -> dict[str, Callable[..., Any]]:
     """Name → loader returning ``LoadedData`` (clients, task, n_classes), for offline datasets."""
-    from topofl.data.loaders import rotated_digits, synthetic_tabular
+    from topofl.data.loaders import rotated_digits, rotated_mnist, synthetic_tabular
+    from topofl.data.loaders.mnist10k import mnist_10k_dir
 
-    return {"digits": rotated_digits, "tabular": synthetic_tabular}
+    def mnist(seed: int, **params: Any) -> Any:
+        """Rotated MNIST-10k (the 10,000 shipped digits), the Sheaf-FMTL paper's protocol."""
+        return rotated_mnist(mnist_10k_dir(), seed=seed, **params)
+
+    return {"digits": rotated_digits, "tabular": synthetic_tabular, "mnist": mnist}
 
 
 def load_peer_data(name: str, seed: int, params: Mapping[str, Any]) -> Any:
@@ -29,11 +34,21 @@ def load_peer_data(name: str, seed: int, params: Mapping[str, Any]) -> Any:
     return datasets[name](seed=seed, **params)
 
 
+def per_client(model: str, n_clients: int) -> list[str]:
+    """A run's model spec per client: one name for all, or a comma list dealt to the clients in
+    turn (client k gets item k mod len) — the paper's heterogeneous federations, in almost equal
+    proportions (Sheaf-FMTL §4.3).
+    """
+    names = [m.strip() for m in model.split(",") if m.strip()] or ["linear"]
+    return [names[k % len(names)] for k in range(n_clients)]
+
+
 def execute_decentralised(spec: RunSpec, paths: dict[str, Path]) -> dict[str, Any]:
     """Run one decentralised ``spec``, writing its per-client rows, curves and log to ``paths``;
     return its done-record (final metrics, timings, graph size, client dimensions, and the
     restriction maps' Frobenius norms for Sheaf-FMTL).
     """
+    from topofl.api import peer_models
     from topofl.decentralised import make_graph, run_decentralised
     from topofl.methods import build_peer
 
@@ -55,7 +70,9 @@ def execute_decentralised(spec: RunSpec, paths: dict[str, Path]) -> dict[str, An
 
         t0 = time.perf_counter()
         history = run_decentralised(data.clients, graph, algo, spec.rounds, spec.seed, task=data.task,
-                                    n_classes=data.n_classes, eval_every=eval_every, on_round=on_round)
+                                    n_classes=data.n_classes, eval_every=eval_every, on_round=on_round,
+                                    models=peer_models(per_client(spec.model, len(data.clients)), data.clients, data.task,
+                                                       data.n_classes, algo.config.l2))
     append_jsonl(paths["log"], {**key, "graph_edges": graph.number_of_edges(), **(history.logs[-1] if history.logs else {})})
     final = history.final
     done = {

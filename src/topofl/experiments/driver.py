@@ -28,11 +28,20 @@ def default_seeds(name: str) -> tuple[int, ...]:
     return EXPERIMENTS[first].default_seeds if first in EXPERIMENTS else tuple(range(10))
 
 
-def plan_for(name: str, seeds: Sequence[int]) -> list[RunSpec]:
-    """The runs of experiment ``name`` for ``seeds``; ``ValueError`` for an unknown name."""
+def plan_for(name: str, seeds: Sequence[int], profile: str = "full", data_root: str | None = None) -> list[RunSpec]:
+    """The runs of experiment ``name`` for ``seeds`` at a budget (``profile``); ``ValueError`` for
+    an unknown name, or a budget or data root the experiment does not offer.
+    """
     if name not in EXPERIMENTS:
         raise ValueError(f"unknown experiment {name!r}; available: {', '.join(experiment_names())}")
-    return EXPERIMENTS[name].plan(list(seeds))
+    exp = EXPERIMENTS[name]
+    if profile not in exp.profiles:
+        raise ValueError(f"experiment {name!r} has no {profile!r} budget (--quick/--smoke); it offers: {', '.join(exp.profiles)}")
+    if len(exp.profiles) > 1:
+        return exp.plan(list(seeds), profile, data_root)
+    if data_root:
+        raise ValueError(f"experiment {name!r} takes no --data-root")
+    return exp.plan(list(seeds))
 
 
 def run_experiment(
@@ -44,9 +53,11 @@ def run_experiment(
     overwrite: bool = False,
     jobs: int = 1,
     on_done: Callable[[RunSpec, dict[str, Any]], None] | None = None,
+    profile: str = "full",
+    data_root: str | None = None,
 ) -> Path:
     """Run experiment ``name`` into ``out/name`` and return that directory."""
-    specs = plan_for(name, seeds)
+    specs = plan_for(name, seeds, profile, data_root)
     exp_dir = Path(out) / name
     if overwrite and exp_dir.exists():
         shutil.rmtree(exp_dir)
@@ -56,7 +67,8 @@ def run_experiment(
     manifest = EXPERIMENTS[name].analyse(exp_dir, done)
     manifest.write(exp_dir)
     config = {
-        "experiment": name, "seeds": list(seeds), "n_runs": len(specs), "seconds": time.perf_counter() - t0,
+        "experiment": name, "profile": profile, "data_root": data_root, "seeds": list(seeds), "n_runs": len(specs),
+        "seconds": time.perf_counter() - t0,
         "runs": [{k: v for k, v in spec.__dict__.items()} for spec in specs[: len(specs) // max(1, len(seeds))]],
         "versions": versions(),
     }
@@ -64,6 +76,6 @@ def run_experiment(
     return exp_dir
 
 
-def total_runs(names: Sequence[str], seeds: Sequence[int]) -> int:
+def total_runs(names: Sequence[str], seeds: Sequence[int], profile: str = "full", data_root: str | None = None) -> int:
     """Number of runs the experiments ``names`` plan for ``seeds``."""
-    return sum(len(plan_for(n, seeds)) for n in names)
+    return sum(len(plan_for(n, seeds, profile, data_root)) for n in names)

@@ -32,7 +32,7 @@ def execute_federated(spec: RunSpec, paths: dict[str, Path]) -> dict[str, Any]:
             append_jsonl(paths["log"], {**key, **history.server_logs[-1]})
 
         t0 = time.perf_counter()
-        history = run_federation(fed, algo, spec.rounds, spec.seed, on_round=on_round)
+        history = run_federation(fed, algo, spec.rounds, spec.seed, on_round=on_round, model=spec.model)
     done = {
         **key, "final": history.final, "seconds": time.perf_counter() - t0,
         "client_metrics": {str(k): v for k, v in history.client_metrics.items()},

@@ -48,6 +48,10 @@ def _worker(spec: RunSpec, run_dir: str) -> dict[str, Any]:
     from threadpoolctl import threadpool_limits
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if spec.model != "linear":  # a torch model: one thread per worker too (torch keeps its own pool)
+        import torch
+
+        torch.set_num_threads(1)
     with threadpool_limits(limits=1):
         return execute_run(spec, Path(run_dir))
 

@@ -39,6 +39,7 @@ class RunSpec:
     scenario_params: Mapping[str, Any] = field(default_factory=dict)
     setting: Mapping[str, Any] = field(default_factory=dict)
     graph: Mapping[str, Any] = field(default_factory=dict)  # peer methods: make_graph arguments
+    model: str = "linear"  # a topofl.models name; peer methods: a comma list is dealt to the clients in turn
 
     @property
     def key(self) -> dict[str, Any]:
@@ -49,7 +50,10 @@ class RunSpec:
     @property
     def run_id(self) -> str:
         """File-name-safe id, readable and unique (a hash guards against collisions)."""
-        text = json.dumps(asdict(self), sort_keys=True, default=_json_default)
+        fields = asdict(self)
+        if fields["model"] == "linear":  # runs planned before models existed keep their ids
+            del fields["model"]
+        text = json.dumps(fields, sort_keys=True, default=_json_default)
         setting = "_".join(f"{k}{v}" for k, v in self.setting.items())
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{self.scenario}_{self.label or self.method}_{setting}_s{self.seed}")
         return f"{slug.strip('-')}_{hashlib.sha1(text.encode()).hexdigest()[:8]}"

@@ -343,6 +343,18 @@ class TorchClassifier:
                 out[start:stop] = rt.module(rt.images(X[start:stop], self.input_shape)).to(torch.float64).cpu().numpy()
         return out
 
+    def outputs(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+        """Mean cross-entropy (without the penalty), scores (as :meth:`predict_scores`) and
+        predictions (as :meth:`predict`) from one forward pass — what evaluation needs.
+        """
+        theta, X = self._theta(theta), self._X(X)
+        labels = self._y(y, X.shape[0])
+        logits = self._logits(theta, X)
+        torch = self._rt.torch
+        data = float(torch.nn.functional.cross_entropy(torch.from_numpy(logits), torch.from_numpy(labels)))
+        p = softmax(logits, axis=1)
+        return data, (p[:, 1] if self.task == "binary" else p), np.argmax(logits, axis=1).astype(np.float64)
+
     def predict_scores(self, theta: np.ndarray, X: np.ndarray) -> np.ndarray:
         """Class probabilities, shape (n, n_classes) — for a binary model P(y = 1), shape (n,);
         the softmax is taken in float64.

@@ -20,12 +20,14 @@ Loaders (task, clients in the real data):
 * :func:`load_har` -- UCI HAR Dataset directory; multiclass (6); 30 subjects.
 * :func:`rotated_mnist` -- MNIST IDX files (read by :func:`load_mnist_idx`); multiclass (10).
 * :func:`load_cifar10` -- CIFAR-10 python pickles, 5 classes per client; multiclass (10).
+* :func:`load_femnist` -- LEAF FEMNIST JSON, one client per writer; multiclass (62).
 * :func:`rotated_digits` -- scikit-learn's bundled ``load_digits``, no files; multiclass (10).
 * :func:`synthetic_tabular` -- generated, clients observe different feature subsets; multiclass (3).
 """
 from __future__ import annotations
 
 from topofl.data.loaders.base import LoadedData
+from topofl.data.loaders.femnist import load_femnist
 from topofl.data.loaders.har import load_har
 from topofl.data.loaders.images import (
     load_cifar10,
@@ -41,6 +43,7 @@ from topofl.data.loaders.synthetic import synthetic_tabular
 __all__ = [
     "LoadedData",
     "load_cifar10",
+    "load_femnist",
     "load_gleam",
     "load_har",
     "load_mnist_idx",

@@ -451,6 +451,19 @@ def _read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     return data, labels.astype(np.int64)
 
 
+def load_cifar10_arrays(root: str | Path) -> tuple[np.ndarray, np.ndarray]:
+    """All CIFAR-10 images of the python pickles in ``root`` (``data_batch_1..5``, ``test_batch``
+    when present) as ``(X, y)``: X (n, 3072) in [0, 1] (channel-major, as stored), y int64.
+    """
+    root = Path(root)
+    files = [root / f"data_batch_{i}" for i in range(1, 6)] + [root / "test_batch"]
+    present = [f for f in files if f.is_file()]
+    if not present:
+        raise ValueError(f"CIFAR-10: no data_batch_* or test_batch pickles in {root}")
+    parts = [_read_cifar_batch(f) for f in present]
+    return np.vstack([d for d, _ in parts]).astype(np.float64) / 255.0, np.concatenate([y for _, y in parts])
+
+
 def load_cifar10(
     root: str | Path,
     n_clients: int = 40,

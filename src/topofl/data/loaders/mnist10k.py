@@ -66,24 +66,27 @@ def apply_style(X: np.ndarray, style: dict[str, float], side: int = 28) -> np.nd
     return out
 
 
-def mnist_federation(
-    n_clients: int = 10, *, partition_kind: str = "dirichlet", alpha: float = 0.5, n_samples: int = 10_000, test_fraction: float = 0.25,
-    styles: float = 0.0, seed: int = 0, min_size: int = 20, shards_per_client: int = 2, root: str | Path | None = None,
+def image_federation(
+    X: np.ndarray, y: np.ndarray, n_clients: int, *, partition_kind: str = "dirichlet", alpha: float = 0.5, n_samples: int | None = None,
+    test_fraction: float = 0.25, styles: float = 0.0, seed: int = 0, min_size: int = 20, shards_per_client: int = 2,
+    name: str = "images", n_classes: int = 10,
 ) -> Federation:
-    """An image federation of MNIST-10k: ``n_samples`` digits (a seeded subset), split among
-    ``n_clients`` by ``partition_kind``, each client's share split into train and test
-    (``test_fraction``), optionally drawn in a per-client style (``styles`` = its strength; 0: none).
+    """Images ``X`` (flattened, in [0, 1]) with labels ``y`` split among ``n_clients``: a seeded
+    subset of ``n_samples`` rows, a partition (:mod:`topofl.data.partition`), each client's share
+    split into train and test, and optionally a per-client writing style (28×28 grey images only).
     """
     check_int("n_clients", n_clients, 1, 1000)
-    check_int("n_samples", n_samples, 4 * n_clients, 10_000)
+    n_samples = X.shape[0] if n_samples is None else n_samples
+    check_int("n_samples", n_samples, 4 * n_clients, X.shape[0])
     check_range("test_fraction", test_fraction, 0.0, 1.0, low_open=True, high_open=True)
     check_range("styles", styles, 0.0, 3.0)
+    if styles > 0 and X.shape[1] != 28 * 28:
+        raise ValueError(f"writing styles apply to 28×28 grey images; these have {X.shape[1]} values")
     if partition_kind not in PARTITIONS or partition_kind == "by_group":
-        raise ValueError(f"partition must be one of iid, dirichlet, shards for MNIST-10k; got {partition_kind!r}")
-    X, y = load_mnist_10k(root)
+        raise ValueError(f"partition must be one of iid, dirichlet, shards; got {partition_kind!r}")
     rng = np.random.default_rng(np.random.SeedSequence([int(seed), 0x3A157]))
     keep = rng.permutation(X.shape[0])[:n_samples]
-    X, y = X[keep], y[keep].astype(np.float64)
+    X, y = X[keep], np.asarray(y)[keep].astype(np.float64)
     parts = partition(partition_kind, y, n_clients, rng, alpha=alpha, min_size=min_size, shards_per_client=shards_per_client)
     clients = []
     for k, idx in enumerate(parts):
@@ -96,5 +99,15 @@ def mnist_federation(
             Xtr, Xte = apply_style(Xtr, style), apply_style(Xte, style)
         meta = {"partition": partition_kind, "classes": sorted({int(v) for v in y[tr]}), **({"style": style} if style else {})}
         clients.append(ClientData(Xtr, y[tr], Xte, y[te], client_id=k, meta=meta))
-    return Federation(clients, task="multiclass", n_classes=10, name="mnist", info={"partition": partition_kind, "alpha": alpha,
-                      "styles": styles, "n_samples": n_samples, "seed": seed})
+    return Federation(clients, task="multiclass", n_classes=n_classes, name=name,
+                      info={"partition": partition_kind, "alpha": alpha, "styles": styles, "n_samples": n_samples, "seed": seed})
+
+
+def mnist_federation(
+    n_clients: int = 10, *, partition_kind: str = "dirichlet", alpha: float = 0.5, n_samples: int = 10_000, test_fraction: float = 0.25,
+    styles: float = 0.0, seed: int = 0, min_size: int = 20, shards_per_client: int = 2, root: str | Path | None = None,
+) -> Federation:
+    """An image federation of MNIST-10k (see :func:`image_federation`)."""
+    X, y = load_mnist_10k(root)
+    return image_federation(X, y, n_clients, partition_kind=partition_kind, alpha=alpha, n_samples=n_samples, test_fraction=test_fraction,
+                            styles=styles, seed=seed, min_size=min_size, shards_per_client=shards_per_client, name="mnist")

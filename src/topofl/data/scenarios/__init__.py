@@ -57,12 +57,53 @@ def make_mnist(seed: int = 0, **overrides: Any) -> Federation:
                             test_fraction=cfg.test_fraction, styles=cfg.styles, seed=seed, min_size=cfg.min_size)
 
 
+@dataclass(frozen=True)
+class RealImagesConfig:
+    """Real CIFAR-10 (python pickles) or LEAF FEMNIST (JSON) read from ``root`` — nothing is
+    downloaded; the pTopoFL paper's Scenarios C and D (``topofl experiment deep --data-root``).
+    """
+
+    root: str = ""
+    n_clients: int = 10
+    partition: str = "dirichlet"
+    alpha: float = 0.5
+    test_fraction: float = 0.25
+    min_size: int = 20
+
+
+def make_cifar10(seed: int = 0, **overrides: Any) -> Federation:
+    """CIFAR-10 from ``root``, Dirichlet(α) over clients (Scenario C)."""
+    from topofl.data.loaders.images import load_cifar10_arrays
+    from topofl.data.loaders.mnist10k import image_federation
+    from topofl.data.scenarios.common import build_config
+
+    cfg = build_config(RealImagesConfig, overrides)
+    if not cfg.root:
+        raise ValueError("scenario cifar10 needs root=DIR holding CIFAR-10's python pickles (data_batch_1..5, test_batch)")
+    X, y = load_cifar10_arrays(cfg.root)
+    return image_federation(X, y, cfg.n_clients, partition_kind=cfg.partition, alpha=cfg.alpha, test_fraction=cfg.test_fraction, seed=seed,
+                            min_size=cfg.min_size, name="cifar10")
+
+
+def make_femnist(seed: int = 0, **overrides: Any) -> Federation:
+    """LEAF FEMNIST from ``root``: ``n_clients`` writers (seeded choice), LEAF's split (Scenario D)."""
+    from topofl.data.loaders.femnist import load_femnist
+    from topofl.data.scenarios.common import build_config
+
+    cfg = build_config(RealImagesConfig, overrides)
+    if not cfg.root:
+        raise ValueError("scenario femnist needs root=DIR holding LEAF FEMNIST's train/ and test/ JSON directories")
+    return load_femnist(cfg.root, n_writers=cfg.n_clients, seed=seed).to_federation()
+
+
 SCENARIOS: dict[str, tuple[Callable[..., Federation], type]] = {
     "healthcare": (make_healthcare, HealthcareConfig),
     "benchmark": (make_benchmark, BenchmarkConfig),
     "continual": (make_continual, ContinualConfig),
     "digits": (make_digits, DigitsConfig),
     "mnist": (make_mnist, MnistConfig),
+    "cifar10": (make_cifar10, RealImagesConfig),
+    "femnist": (make_femnist, RealImagesConfig),
 }
 
 

@@ -33,12 +33,21 @@ class Manifest:
         write_json_atomic(out / "manifest.json", self.__dict__)
 
 
+#: budgets an experiment may offer: the paper-sized one, one under 15 minutes on 2 cores, a CI smoke run
+PROFILES = ("full", "quick", "smoke")
+
+
 @dataclass(frozen=True)
 class Experiment:
-    """``plan(seeds)`` → the runs; ``analyse(out, done)`` → tables, figures, notes (a Manifest)."""
+    """``plan(seeds)`` → the runs; ``analyse(out, done)`` → tables, figures, notes (a Manifest).
+
+    An experiment with several budgets lists them in ``profiles`` and takes ``plan(seeds,
+    profile, data_root)`` (``data_root``: real data sets, when the experiment can use them).
+    """
 
     name: str
     title: str
-    plan: Callable[[Sequence[int]], list[RunSpec]]
+    plan: Callable[..., list[RunSpec]]
     analyse: Callable[[Path, list[dict[str, Any]]], Manifest]
     default_seeds: tuple[int, ...] = tuple(range(10))
+    profiles: tuple[str, ...] = ("full",)
