@@ -14,13 +14,14 @@ every client's test split is scored with the global model.
   counts, norm bound), aggregation, evaluation with AUC, accuracy and loss per client, records.
 * **topofl + pTopoFL** — the same with pTopoFL (descriptors of the learned representation,
   clustering, trust), for scale.
-* **Flower** (``--flower``) — the same FedAvg through Flower's Simulation Runtime (Ray), per round
-  after the first (start-up excluded).
+* **Flower** — the same FedAvg through Flower's Simulation Runtime (Ray, one virtual SuperNode
+  per client, one CPU each), timed between the ServerApp's end-of-round records (start-up and the
+  first round excluded); skipped by ``--quick`` and ``--no-flower``.
 
-Prints the median seconds per round over ``--repeats`` measured rounds (after one warm-up round)
-and the ratio topofl / bare — the framework's overhead. Threads: torch and BLAS use
+Prints the median seconds per round over ``--passes`` alternating passes of ``--repeats`` measured
+rounds each (after one warm-up round per pass) and the ratio topofl / bare — the framework's overhead. Threads: torch and BLAS use
 ``--threads`` (default 2, this machine's cores). Run:
-``python benchmarks/bench_deep_round.py [--quick] [--flower] [--repeats 3]``.
+``python benchmarks/bench_deep_round.py [--quick] [--no-flower] [--repeats 3]``.
 """
 from __future__ import annotations
 
@@ -103,45 +104,70 @@ def time_topofl(fed, name: str, method: str, epochs: int, rounds: int, seed: int
 
 
 def time_flower(n_clients: int, name: str, epochs: int, rounds: int) -> list[float]:
-    """Per-round seconds on Flower's Simulation Runtime: (wall of 1 + rounds) − (wall of 1 round), over rounds."""
+    """Seconds per round on Flower's Simulation Runtime, from the ServerApp's end-of-round log
+    records (it runs in this process): the gaps between consecutive rounds, the first excluded.
+    """
+    import logging
+
     from topofl.flower import simulate_flower
     from topofl.flower.settings import FlowerSettings
 
-    def wall(r: int) -> float:
-        settings = FlowerSettings(method="fedavg", scenario="mnist", rounds=r, model=name,
+    stamps: list[float] = []
+
+    class Stamp(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if str(record.msg).startswith("round "):
+                stamps.append(time.perf_counter())
+
+    logger = logging.getLogger("topofl.flower.server_app")
+    handler, level = Stamp(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        settings = FlowerSettings(method="fedavg", scenario="mnist", rounds=rounds + 1, model=name,
                                   scenario_params={"n_clients": n_clients, "partition": "iid", "n_samples": 10_000, "min_size": 10},
                                   hyperparameters={"lr": LR, "batch_size": BATCH, "l2": L2, "local_epochs": epochs})
-        t0 = time.perf_counter()
         simulate_flower(settings, n_clients)
-        return time.perf_counter() - t0
-
-    short, long = wall(1), wall(1 + rounds)
-    return [(long - short) / rounds]
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    if len(stamps) != rounds + 1:
+        raise RuntimeError(f"expected {rounds + 1} round records from the ServerApp, got {len(stamps)}")
+    return [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="10 clients, cnn-small, one measured round (a smoke run)")
-    ap.add_argument("--flower", action="store_true", help="also time Flower's Simulation Runtime (slow to start)")
+    ap.add_argument("--no-flower", dest="flower", action="store_false", help="skip Flower's Simulation Runtime (slow to start)")
     ap.add_argument("--repeats", type=int, default=3, help="measured rounds per configuration")
+    ap.add_argument("--passes", type=int, default=2, help="alternating passes over bare / topofl / pTopoFL")
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
+    args.flower = args.flower and not args.quick
     torch.set_num_threads(args.threads)
     warnings.simplefilter("ignore")
     clients = (10,) if args.quick else (10, 50)
     models = ("cnn-small",) if args.quick else ("cnn-small", "convnet2")
     repeats = 1 if args.quick else args.repeats
+    passes = 1 if args.quick else args.passes
     print(f"FedAvg rounds on MNIST-10k (IID, 75/25), {args.epochs} local epoch(s), batch {BATCH}, torch threads {args.threads}; "
-          f"median of {repeats} round(s) after a warm-up round")
+          f"median of {passes} pass(es) x {repeats} round(s), each after a warm-up round")
     head = f"{'model':<10} {'clients':>7} {'bare torch':>11} {'topofl':>9} {'ratio':>6} {'pTopoFL':>9} {'ratio':>6}"
     print(head + ("  Flower sim  ratio" if args.flower else ""))
     for name in models:
         for n in clients:
             fed = mnist_federation(n, partition_kind="iid", n_samples=10_000, seed=0, min_size=10)
-            bare = statistics.median(time_bare(fed, name, args.epochs, repeats))
-            ours = statistics.median(time_topofl(fed, name, "fedavg", args.epochs, repeats))
-            pt = statistics.median(time_topofl(fed, name, "ptopofl", args.epochs, repeats))
+            # alternate the contenders (bare, topofl, pTopoFL, bare, ...) so drifts in machine load hit them alike
+            b_t: list[float] = []
+            o_t: list[float] = []
+            p_t: list[float] = []
+            for _ in range(passes):
+                b_t += time_bare(fed, name, args.epochs, repeats)
+                o_t += time_topofl(fed, name, "fedavg", args.epochs, repeats)
+                p_t += time_topofl(fed, name, "ptopofl", args.epochs, repeats)
+            bare, ours, pt = statistics.median(b_t), statistics.median(o_t), statistics.median(p_t)
             line = f"{name:<10} {n:>7} {bare:>10.3f}s {ours:>8.3f}s {ours / bare:>6.2f} {pt:>8.3f}s {pt / bare:>6.2f}"
             if args.flower:
                 fl = statistics.median(time_flower(n, name, args.epochs, repeats))

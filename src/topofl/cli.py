@@ -391,7 +391,7 @@ def models() -> None:
     """List the registered models (--model NAME); any torch.nn.Module works too (package.module:factory)."""
     from topofl.models.registry import MODELS
 
-    table = Table(title="models (PyTorch ones need the torch extra: pip install 'topofl[torch]')", title_justify="left")
+    table = Table(title=escape("models (PyTorch ones need the torch extra: pip install 'topofl[torch]')"), title_justify="left")
     table.add_column("model")
     table.add_column("what it is")
     for name, text in MODELS.items():

@@ -74,3 +74,38 @@ def test_cli_experiment_and_report(tmp_path):
     assert res.exit_code == 2 and "unknown experiment 'everything'" in res.output
     res = runner.invoke(app, ["experiment", "continual", "--seeds", "0", "--out", str(tmp_path)])
     assert res.exit_code == 2 and "already holds results" in " ".join(res.output.split())
+
+
+def _done(method, seed, acc, part="C"):
+    return {"method": method, "seed": seed, "part": part, "final": {"accuracy": acc}}
+
+
+def test_paired_differences_match_a_hand_computed_t_interval():
+    from scipy.stats import t
+
+    from topofl.experiments.analysis import paired_differences
+
+    ref = [0.80, 0.85, 0.90, 0.70]
+    other = [0.78, 0.86, 0.85, 0.69]
+    done = [_done("ptopofl", s, a) for s, a in enumerate(ref)] + [_done("fedavg", s, a) for s, a in enumerate(other)]
+    (row,) = paired_differences(done, ("part",), "ptopofl")
+    d = np.array(ref) - np.array(other)
+    half = t.ppf(0.975, 3) * d.std(ddof=1) / 2.0
+    assert row["method"] == "fedavg" and row["n_seeds"] == 4 and (row["reference_wins"], row["other_wins"]) == (3, 1)
+    assert row["diff_mean"] == pytest.approx(d.mean())
+    assert (row["ci_low"], row["ci_high"]) == (pytest.approx(d.mean() - half), pytest.approx(d.mean() + half))
+
+
+def test_paired_differences_pair_only_common_finite_seeds_and_refuse_bad_arguments():
+    from topofl.experiments.analysis import paired_differences
+
+    done = [_done("ptopofl", 0, 0.9), _done("ptopofl", 1, 0.8), _done("ptopofl", 2, float("nan")),
+            _done("local", 1, 0.7), _done("local", 2, 0.5), _done("local", 3, 0.6)]
+    (row,) = paired_differences(done, ("part",), "ptopofl")
+    assert row["n_seeds"] == 1 and row["diff_mean"] == pytest.approx(0.1)
+    assert np.isnan(row["ci_low"]) and np.isnan(row["ci_high"])     # one seed: no interval
+    assert paired_differences(done, ("part",), "fedavg") == []       # no reference, no rows
+    with pytest.raises(ValueError, match="method"):
+        paired_differences(done, ("method",), "ptopofl")
+    with pytest.raises(ValueError, match="level"):
+        paired_differences(done, ("part",), "ptopofl", level=1.5)

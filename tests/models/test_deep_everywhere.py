@@ -181,3 +181,33 @@ def test_model_registry_errors_are_clear():
     from topofl.models.torch_models import resolve_device
 
     assert resolve_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+@pytest.mark.parametrize("method", topofl.methods.available("server"))
+@pytest.mark.parametrize("model", ["cnn-small", "mlp"])
+def test_every_server_method_trains_a_torch_model_unchanged(images, method, model):
+    h = topofl.simulate(images, method, rounds=2, seed=0, model=model, lr=0.05, local_epochs=1)
+    assert is_deep(h.model) and len(h.curve("accuracy")) == 2
+    assert np.isfinite(h.final["accuracy"]) and 0.0 <= h.final["accuracy"] <= 1.0
+    assert set(h.client_models) == {c.client_id for c in images.clients}
+    assert all(v.shape == (h.model.n_params,) and np.all(np.isfinite(v)) for v in h.client_models.values())
+
+
+@pytest.fixture(scope="module")
+def rotated():
+    from topofl.experiments.decentralised_run import load_peer_data
+
+    return load_peer_data("mnist", 0, {"n_clients": 6, "samples_per_client": 30})
+
+
+@pytest.mark.parametrize("method", topofl.methods.available("peer"))
+def test_every_peer_method_trains_torch_models_including_a_mix_of_sizes(rotated, method):
+    hp = {"gamma": 0.05, "maps": "compact", "map_init": "sparse_sign", "lam": 1e-4} if method == "sheaf" else {}
+    for model in ("cnn-small", ["cnn-small", "cnn-medium"] * 3):
+        if isinstance(model, list) and method in ("dfedu", "dpsgd"):
+            continue   # they average whole models, so sizes must agree (refused with a ValueError, tested elsewhere)
+        h = topofl.simulate_decentralised(rotated.clients, method, rounds=2, seed=0, graph="ring", task=rotated.task,
+                                          n_classes=rotated.n_classes, model=model, lr=0.05, **hp)
+        assert np.isfinite(h.final["accuracy"]) and 0.0 <= h.final["accuracy"] <= 1.0
+        dims = {len(v) for v in h.client_models.values()}
+        assert dims == ({23_210} if model == "cnn-small" else {23_210, 123_562})

@@ -52,9 +52,22 @@ def cap_shares(weights: np.ndarray, max_share: float = 1.0) -> np.ndarray:
         s[free] = rest * (w[free] / mass if mass > 0 else np.full(free.sum(), 1.0 / free.sum()))
 
 
+#: above this many numbers (clients × parameters), :func:`weighted_average` accumulates instead of stacking
+_STACK_LIMIT = 1 << 24
+
+
 def weighted_average(vectors: list[np.ndarray], weights: np.ndarray, max_share: float = 1.0) -> np.ndarray:
     """Σ_k s_k v_k with shares s = :func:`cap_shares` (weights, max_share) (weights need not be
     normalised; they must have a positive sum).
     """
-    out: np.ndarray = cap_shares(weights, max_share) @ np.vstack(vectors)
-    return out
+    shares = cap_shares(weights, max_share)
+    if len(vectors) * (vectors[0].size if vectors else 0) <= _STACK_LIMIT:
+        out: np.ndarray = shares @ np.vstack(vectors)
+        return out
+    # deep models: accumulate in place instead of stacking K copies of a large vector (the sum's
+    # rounding then differs from the stacked product's in the last bits)
+    acc = np.multiply(vectors[0], shares[0], dtype=np.float64)
+    tmp = np.empty_like(acc)
+    for s, v in zip(shares[1:], vectors[1:], strict=True):
+        acc += np.multiply(v, s, out=tmp)
+    return acc

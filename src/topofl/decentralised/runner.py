@@ -191,6 +191,10 @@ def peer_scores(p: Peer) -> tuple[dict[str, float], np.ndarray | None]:
     """
     assert p.data is not None, "a peer without data has no test metrics"
     X, y = p.data.X_test, p.data.y_test
+    outputs = getattr(p.model, "outputs", None)
+    if outputs is not None:   # a PyTorch model: loss, scores and predictions from one forward pass
+        data_loss, scores, pred = outputs(p.theta, X, y)
+        return {"accuracy": float(np.mean(pred == y)), "loss": float(data_loss), "auc": auc_score(p.model.task, y, scores)}, scores
     loss = p.model.loss(p.theta, X, y) - p.model._penalty(p.theta) if hasattr(p.model, "_penalty") else p.model.loss(p.theta, X, y)
     acc = float(np.mean(p.model.predict(p.theta, X) == y)) if p.model.task != "regression" else float("nan")
     scores = p.model.predict_scores(p.theta, X) if hasattr(p.model, "predict_scores") else None

@@ -58,6 +58,52 @@ def final_table(done: Sequence[Mapping[str, Any]], by: Sequence[str], metrics: S
     return rows
 
 
+def paired_differences(
+    done: Sequence[Mapping[str, Any]],
+    by: Sequence[str],
+    reference: str,
+    metric: str = "accuracy",
+    level: float = 0.95,
+) -> list[dict[str, Any]]:
+    """Paired differences ``reference − other`` of a final metric over the seeds both ran.
+
+    For each group of the ``by`` columns (which must not include ``method``; experiments that run
+    one method in several settings store each setting's label there) and each method other than
+    ``reference``: the per-seed differences ``d_s = m_ref(s) − m_other(s)`` on the
+    seeds where both have a finite value, their mean, a Student-t confidence interval at
+    ``level`` (NaN with fewer than two seeds), and on how many seeds each one wins (ties count for neither).
+    Pairing removes the seed-to-seed variation both methods share (same data, same split).
+    """
+    from scipy.stats import t as student_t
+
+    if "method" in by:
+        raise ValueError("by must not include 'method': the differences are between methods")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1); got {level!r}")
+    per: dict[tuple, dict[str, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
+    for d in done:
+        per[tuple(d[b] for b in by)][d["method"]][int(d["seed"])] = num(d["final"][metric])
+    rows = []
+    for g, methods in per.items():
+        ref = methods.get(reference)
+        if ref is None:
+            continue
+        for m, vals in methods.items():
+            if m == reference:
+                continue
+            seeds = sorted(s for s in set(ref) & set(vals) if np.isfinite(ref[s]) and np.isfinite(vals[s]))
+            diff = np.array([ref[s] - vals[s] for s in seeds])
+            n = diff.size
+            mean = float(diff.mean()) if n else float("nan")
+            half = float(student_t.ppf(0.5 + level / 2, n - 1) * diff.std(ddof=1) / np.sqrt(n)) if n >= 2 else float("nan")
+            row: dict[str, Any] = dict(zip(by, g, strict=True))
+            row.update({"method": m, "reference": reference, "metric": metric, "n_seeds": n, "diff_mean": mean,
+                        "ci_low": mean - half, "ci_high": mean + half, "reference_wins": int(np.sum(diff > 0)),
+                        "other_wins": int(np.sum(diff < 0))})
+            rows.append(row)
+    return rows
+
+
 def detection_scores(flagged: Iterable[int], adversarial: Iterable[int]) -> dict[str, float]:
     """Precision and recall of flagged clients against the truly adversarial ones.
 

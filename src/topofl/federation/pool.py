@@ -121,9 +121,15 @@ class InProcessPool(ClientPool):
     def final_models(self, rnd: int, messages: dict[int, ServerMessage]) -> tuple[dict[int, np.ndarray], dict[int, dict[str, np.ndarray]]]:
         data = {c.client_id: c for c in self.federation.at_round(rnd)}
         models, states = {}, {}
+        copies: dict[int, tuple[np.ndarray, np.ndarray]] = {}   # clients that use the same array (FedAvg's global model) share one copy
         for cid in sorted(messages):
             ctx = client_context(data[cid], self.states[cid], self.model, rnd, self.seed)
-            models[cid] = np.array(self.algorithm.client_params(ctx, messages[cid]), dtype=np.float64, copy=True)
+            params = self.algorithm.client_params(ctx, messages[cid])
+            if id(params) not in copies:
+                copy = np.array(params, dtype=np.float64, copy=True)
+                copy.flags.writeable = False
+                copies[id(params)] = (params, copy)
+            models[cid] = copies[id(params)][1]
             states[cid] = self.algorithm.client_feature_state(ctx)
         return models, states
 

@@ -98,16 +98,17 @@ class ArraySpec:
             return f"{name} must have shape {want}; got {value.shape}"
         if value.size == 0:
             return None
-        bad = ~np.isfinite(value)
-        if bad.any():
-            return f"{name} holds {int(bad.sum())} non-finite value(s)"
-        with np.errstate(over="ignore"):
+        with np.errstate(over="ignore", invalid="ignore"):
             squares = float(np.dot(value.ravel(), value.ravel()))
-        if not math.isfinite(squares):
+        if not math.isfinite(squares):   # a NaN or infinity makes the sum non-finite too: one pass when all is well
+            bad = ~np.isfinite(value)
+            if bad.any():
+                return f"{name} holds {int(bad.sum())} non-finite value(s)"
             return f"{name}: its sum of squares overflows float64 (largest |value| {float(np.abs(value).max()):.3g})"
-        lo, hi = float(value.min()), float(value.max())
-        if lo < self.low or hi > self.high:
-            return f"{name} must be in [{_num(self.low)}, {_num(self.high)}]; got values in [{lo:.6g}, {hi:.6g}]"
+        if math.isfinite(self.low) or math.isfinite(self.high):
+            lo, hi = float(value.min()), float(value.max())
+            if lo < self.low or hi > self.high:
+                return f"{name} must be in [{_num(self.low)}, {_num(self.high)}]; got values in [{lo:.6g}, {hi:.6g}]"
         if self.integer and not np.array_equal(value, np.round(value)):
             return f"{name} must hold integers; got {float(value[value != np.round(value)][0]):.6g}"
         return None
@@ -196,10 +197,32 @@ class ReplySchema:
                 dev, ref = float(np.linalg.norm(params)), 0.0
             else:
                 C = np.atleast_2d(self.centers)
-                dists = np.linalg.norm(C - params[None, :], axis=1) if params.size else np.zeros(C.shape[0])
+                # one row at a time: no (rows × d) temporary, which for a deep model is tens of MB per reply
+                dists = np.array([_distance(params, c) for c in C]) if params.size else np.zeros(C.shape[0])
                 j = int(np.argmin(dists))
-                dev, ref = float(dists[j]), float(np.linalg.norm(C[j]))
+                dev = float(dists[j])
+                if self.scale is not None:
+                    return dev, float(self.scale)
+                ref = float(np.sqrt(np.dot(C[j], C[j])))
         return dev, ref if self.scale is None else float(self.scale)
+
+
+_CHUNK = 1 << 20
+
+
+def _distance(a: np.ndarray, b: np.ndarray) -> float:
+    """‖a − b‖, block by block through one small buffer (overflow gives inf, which the norm bound
+    then refuses).
+    """
+    if a.size <= _CHUNK:
+        d = a - b
+        return float(np.sqrt(np.dot(d, d)))
+    buf, total = np.empty(_CHUNK), 0.0
+    for start in range(0, a.size, _CHUNK):
+        stop = min(start + _CHUNK, a.size)
+        d = np.subtract(a[start:stop], b[start:stop], out=buf[: stop - start])
+        total += float(np.dot(d, d))
+    return float(np.sqrt(total))
 
 
 def _metrics_problem(metrics: Any, allowed: Mapping[str, tuple[float, float]]) -> str | None:

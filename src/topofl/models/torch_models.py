@@ -412,26 +412,34 @@ class TorchClassifier:
         yt = torch.from_numpy(labels).to(rt.device)
         flat, mask, l2 = rt.flat, rt.weight_mask, self.l2
         term = extra.to_torch(torch, rt.dtype, rt.device) if extra is not None else None
+        params = rt.params
+        weights = [i for i, p in enumerate(params) if p.ndim > 1]   # the entries of ``mask``, parameter by parameter
         for epoch in range(epochs):
             order = rng.permutation(n)
             for start in range(0, n, bs):
                 idx = torch.from_numpy(order[start : start + bs]).to(rt.device)
                 with torch.enable_grad():
                     loss = F.cross_entropy(rt.module(Xt[idx]), yt[idx])
-                    gs = torch.autograd.grad(loss, rt.params, allow_unused=True)
+                    gs = [gi if gi is not None else torch.zeros_like(p)
+                          for gi, p in zip(torch.autograd.grad(loss, params, allow_unused=True), params, strict=True)]
                 with torch.no_grad():
-                    g = torch.cat([(gi if gi is not None else torch.zeros_like(p)).reshape(-1) for gi, p in zip(gs, rt.params, strict=True)])
+                    if term is None:   # per parameter, in place: the same sums as below without the flat copy
+                        if l2:
+                            torch._foreach_add_([gs[i] for i in weights], [params[i] for i in weights], alpha=l2)
+                        torch._foreach_add_(params, gs, alpha=-lr)
+                        continue
+                    g = torch.cat([gi.reshape(-1) for gi in gs])
                     if l2:
                         g.add_(flat * mask, alpha=l2)
-                    if term is not None:
-                        g.add_(term(flat))
+                    g.add_(term(flat))
                     flat.sub_(g, alpha=lr)
-            if not bool(torch.isfinite(flat).all()):
+            # one reduction; a non-finite sum of finite parameters (an overflow) is checked element-wise
+            if not bool(torch.isfinite(flat.sum())) and not bool(torch.isfinite(flat).all()):
                 raise FloatingPointError(
                     f"local SGD (epoch {epoch + 1}) diverged (non-finite parameters) with lr={lr}, epochs={epochs}, batch_size={bs}; "
                     "lower the step sizes"
                 )
-        return flat.to(torch.float64).cpu().numpy().copy()
+        return flat.detach().to(device="cpu", dtype=torch.float64, copy=True).numpy()   # one copy, owned by the caller
 
 
 # --------------------------------------------------------------------------------------------
