@@ -66,7 +66,7 @@ def weighted_average(vectors: list[np.ndarray], weights: np.ndarray, max_share: 
         return out
     # deep models: accumulate in place instead of stacking K copies of a large vector (the sum's
     # rounding then differs from the stacked product's in the last bits)
-    acc = np.multiply(vectors[0], shares[0], dtype=np.float64)
+    acc: np.ndarray = np.multiply(vectors[0], shares[0], dtype=np.float64)
     tmp = np.empty_like(acc)
     for s, v in zip(shares[1:], vectors[1:], strict=True):
         acc += np.multiply(v, s, out=tmp)
