@@ -109,3 +109,22 @@ def test_paired_differences_pair_only_common_finite_seeds_and_refuse_bad_argumen
         paired_differences(done, ("method",), "ptopofl")
     with pytest.raises(ValueError, match="level"):
         paired_differences(done, ("part",), "ptopofl", level=1.5)
+
+
+def test_heart_disease_experiment_has_both_references_and_paired_rows(tmp_path):
+    import csv
+
+    from topofl.experiments.driver import plan_for
+    from topofl.methods import available
+
+    specs = plan_for("heart-disease", [0, 1])
+    assert len(specs) == 2 * (len(available("server")) + 1)
+    pooled = [s for s in specs if s.label == "pooled"]
+    assert len(pooled) == 2 and all(s.method == "local" and s.scenario_params["pooled_training"] for s in pooled)
+    out = run_experiment("heart-disease", [0, 1], tmp_path)
+    summary = {r["method"]: r for r in csv.DictReader(open(out / "summary.csv"))}
+    assert {"ptopofl", "local", "pooled"} <= set(summary)
+    assert all(0.5 < float(r["auc_mean"]) <= 1.0 for r in summary.values())
+    paired = list(csv.DictReader(open(out / "paired.csv")))
+    assert {r["method"] for r in paired} == set(summary) - {"ptopofl"} and all(r["n_seeds"] == "2" for r in paired)
+    assert (out / "auc_curves.png").is_file()
