@@ -118,10 +118,30 @@ ModelOpt = typer.Option(
     help="Model every client trains: linear (default), cnn-small, cnn-medium, cnn-large, convnet2, resnet18, mlp, "
     "or package.module:factory (a torch.nn.Module); `topofl models` lists them.",
 )
+DataOpt = typer.Option(
+    None, "--data",
+    help="Your own data: a CSV file with a site column (one client per site), or a directory with one CSV or NPZ (X, y) per site.",
+)
+SiteColumnOpt = typer.Option(None, "--site-column", help="--data: the column naming each row's site (default: site).")
+LabelColumnOpt = typer.Option(None, "--label-column", help="--data: the label column (default: y).")
 SaveModelsOpt = typer.Option(
     None, "--save-models",
     help="Directory for the trained models: DIR/METHOD-seedK.npz with every client's final model and the server's (topofl.load_models).",
 )
+
+
+def _data_scenario(scenario: str | None, data: Path | None, site_column: str | None, label_column: str | None,
+                   scenario_param: list[str] | None) -> tuple[str | None, list[str] | None]:
+    """``--data PATH`` is the ``table`` scenario with ``path``/``site_column``/``label_column`` set."""
+    if data is None:
+        if site_column is not None or label_column is not None:
+            raise ValueError("--site-column and --label-column go with --data")
+        return scenario, scenario_param
+    if scenario not in (None, "table"):
+        raise ValueError(f"--data and --scenario {scenario!r} exclude each other")
+    extra = [f"path={data}"] + ([f"site_column={site_column}"] if site_column is not None else []) + (
+        [f"label_column={label_column}"] if label_column is not None else [])
+    return "table", extra + list(scenario_param or [])
 
 
 def _build_spec(scenario, methods, seeds, rounds, params, scenario_params, config, client_fraction, graph=None, graph_param=None,
@@ -178,6 +198,9 @@ def _summary_table(rows: list[dict[str, Any]], title: str) -> Table:
 @friendly_errors
 def compare(
     scenario: Optional[str] = ScenarioOpt,
+    data: Optional[Path] = DataOpt,
+    site_column: Optional[str] = SiteColumnOpt,
+    label_column: Optional[str] = LabelColumnOpt,
     methods: Optional[str] = typer.Option(None, "--methods", "-m", help="Comma-separated methods (default: all available)."),
     seeds: Optional[str] = typer.Option(None, "--seeds", help="Seeds: 0-9 (default), 0,3,7, or 0-4,10."),
     rounds: Optional[int] = RoundsOpt,
@@ -204,6 +227,7 @@ def compare(
     from topofl.experiments.compare import run_compare
 
     file = load_toml(config) if config else {}
+    scenario, scenario_param = _data_scenario(scenario, data, site_column, label_column, scenario_param)
     scenario = _resolve(scenario, file, "scenario", "healthcare")
     method_list = (methods.split(",") if methods is not None else file.get("methods", available("server")))
     spec = _build_spec(
@@ -232,6 +256,9 @@ compare.__doc__ = (compare.__doc__ or "") + "\n\n" + _hyperparameter_epilog()
 @friendly_errors
 def run(
     scenario: Optional[str] = ScenarioOpt,
+    data: Optional[Path] = DataOpt,
+    site_column: Optional[str] = SiteColumnOpt,
+    label_column: Optional[str] = LabelColumnOpt,
     method: Optional[str] = typer.Option(None, "--method", "-m", help="Method to run (default ptopofl); `topofl methods` lists them."),
     rounds: Optional[int] = RoundsOpt,
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed of every random choice (default 0)."),
@@ -253,6 +280,7 @@ def run(
     from topofl.experiments.compare import run_compare
 
     file = load_toml(config) if config else {}
+    scenario, scenario_param = _data_scenario(scenario, data, site_column, label_column, scenario_param)
     spec = _build_spec(
         _resolve(scenario, file, "scenario", "healthcare"), [_resolve(method, file, "method", "ptopofl")],
         str(_resolve(seed, file, "seed", 0)), _resolve(rounds, file, "rounds", 15), param, scenario_param, config,

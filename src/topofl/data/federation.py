@@ -290,6 +290,62 @@ class Federation:
         clients = [_validated_client(k, a, meta[k]) for k, a in enumerate(arrays)]
         return cls(clients, task=task, name=name, classes=classes, standardise=standardise)
 
+    @classmethod
+    def from_sites(
+        cls,
+        sites: Sequence[tuple[str, np.ndarray, np.ndarray, Sequence[str]]],
+        *,
+        seed: int = 0,
+        test_fraction: float = 0.25,
+        task: str | None = None,
+        classes: Sequence[Any] | None = None,
+        standardise: str = "none",
+        name: str = "table",
+    ) -> Federation:
+        """Federation of whole sites ``(name, X, y, feature_names)``, one client each in the given
+        order, each split into train and test with ``seed`` (stratified by label unless
+        ``task="regression"``; see :func:`topofl.data.partition.train_test_split`).
+        """
+        from topofl._validation import check_choice, check_range
+        from topofl.data.partition import train_test_split
+
+        check_range("test_fraction", test_fraction, 0.0, 1.0, low_open=True, high_open=True)
+        if task is not None:
+            check_choice("task", task, ("binary", "multiclass", "regression"))
+        if len(sites) < 2:
+            raise ValueError(f"a federation needs at least two sites; found {len(sites)} ({', '.join(str(s[0]) for s in sites)})")
+        arrays, meta = [], []
+        for k, (site, X, y, features) in enumerate(sites):
+            if len(X) < 2:
+                raise ValueError(f"site {site!r} has {len(X)} row(s); each site needs at least 2 (one to train, one to test)")
+            rng = np.random.default_rng(np.random.SeedSequence([seed, k, 0x7AB1]))
+            tr, te = train_test_split(np.asarray(y), test_fraction, rng, stratify=task != "regression")
+            arrays.append((X[tr], y[tr], X[te], y[te]))
+            meta.append({"site": str(site), "features": list(features)})
+        return cls.from_arrays(arrays, task=task, name=name, meta=meta, classes=classes, standardise=standardise)
+
+    @classmethod
+    def from_dataframe(cls, df: Any, site_column: str, label_column: str, **options: Any) -> Federation:
+        """Federation from a pandas DataFrame (pandas itself is not required by topofl): one client
+        per value of ``site_column``, every other column except ``label_column`` a numeric feature;
+        ``options`` as :meth:`from_sites` (``seed``, ``test_fraction``, ``task``, ``classes``,
+        ``standardise``).
+        """
+        for col in (site_column, label_column):
+            if col not in df.columns:
+                raise ValueError(f"the DataFrame has no column {col!r}; columns: {', '.join(map(str, df.columns))}")
+        features = [c for c in df.columns if c not in (site_column, label_column)]
+        bad = [str(c) for c in features if df[c].dtype.kind not in "fiub"]
+        if bad:
+            raise ValueError(f"feature column(s) {', '.join(map(repr, bad))} are not numeric; encode or drop them")
+        sites = []
+        for site, part in sorted(df.groupby(site_column, sort=False), key=lambda kv: str(kv[0])):
+            X = part[features].to_numpy(dtype=np.float64)
+            if not np.all(np.isfinite(X)):
+                raise ValueError(f"site {site!r} has missing or non-finite feature values; fill or drop them first")
+            sites.append((str(site), X, part[label_column].to_numpy(), [str(c) for c in features]))
+        return cls.from_sites(sites, **options)
+
     @property
     def n_features(self) -> int:
         return self.clients[0].n_features

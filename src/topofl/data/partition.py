@@ -89,3 +89,21 @@ def partition(kind: str, y: np.ndarray, n_clients: int, rng: np.random.Generator
             raise ValueError("partition 'by_group' needs groups=")
         return by_group(groups)
     raise ValueError(f"partition must be one of {', '.join(PARTITIONS)}; got {kind!r}")
+
+
+def train_test_split(y: np.ndarray, test_fraction: float, rng: np.random.Generator, stratify: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted train and test indices of one client's rows: each label class split in the same
+    proportion (``stratify``; classes of two or more rows keep at least one row on each side),
+    or one random split (regression).
+    """
+    groups = [np.flatnonzero(y == c) for c in np.unique(y)] if stratify else [np.arange(len(y))]
+    train: list[int] = []
+    test: list[int] = []
+    for members in groups:
+        idx = rng.permutation(members)
+        k = int(round(test_fraction * idx.size))
+        if idx.size >= 2:
+            k = min(max(k, 1), idx.size - 1)
+        test.extend(idx[:k])
+        train.extend(idx[k:])
+    return np.sort(np.array(train, dtype=np.int64)), np.sort(np.array(test, dtype=np.int64))

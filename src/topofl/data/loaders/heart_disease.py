@@ -30,6 +30,7 @@ import numpy as np
 
 from topofl._validation import check_choice, check_range
 from topofl.data.federation import Federation
+from topofl.data.partition import train_test_split
 
 #: the sites in file order, with their file names
 SITES = {"cleveland": "processed.cleveland.data", "hungary": "processed.hungarian.data",
@@ -86,20 +87,6 @@ def read_site(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
         j = FEATURES.index(name)
         X[X[:, j] == 0, j] = np.nan
     return X, np.array(labels, dtype=np.int64)
-
-
-def _split(y: np.ndarray, test_fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Stratified train/test indices: each label class split in the same proportion."""
-    train: list[int] = []
-    test: list[int] = []
-    for c in np.unique(y):
-        idx = rng.permutation(np.flatnonzero(y == c))
-        k = int(round(test_fraction * idx.size))
-        if idx.size >= 2:
-            k = min(max(k, 1), idx.size - 1)
-        test.extend(idx[:k])
-        train.extend(idx[k:])
-    return np.sort(np.array(train, dtype=np.int64)), np.sort(np.array(test, dtype=np.int64))
 
 
 def impute_site(X_train: np.ndarray, X_test: np.ndarray, columns: Sequence[int], indicators: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -166,7 +153,7 @@ def load_heart_disease(
     for k, (name, (X, num)) in enumerate(zip(sites, data, strict=True)):
         y = (num > 0).astype(np.int64)
         rng = np.random.default_rng(np.random.SeedSequence([seed, k, 0x4EA7]))
-        tr, te = _split(y, test_fraction, rng)
+        tr, te = train_test_split(y, test_fraction, rng)
         Xtr, Xte = impute_site(X[tr], X[te], missing_anywhere, indicators)
         arrays.append((Xtr, y[tr], Xte, y[te]))
         meta.append({"site": name, "n_patients": int(y.size), "prevalence": float(y.mean()),

@@ -122,6 +122,32 @@ def make_heart_disease(seed: int = 0, **overrides: Any) -> Federation:
                               indicators=cfg.indicators, standardise=cfg.standardise, pooled_training=cfg.pooled_training)
 
 
+@dataclass(frozen=True)
+class TableConfig:
+    """Your own data: a CSV with a site column, or a directory with one CSV or NPZ per site (each
+    site a client); see :mod:`topofl.data.loaders.tables`. From the command line: ``--data``.
+    """
+
+    path: str = ""
+    site_column: str = "site"
+    label_column: str = "y"
+    test_fraction: float = 0.25
+    task: str = ""
+    standardise: str = "federated"
+
+
+def make_table(seed: int = 0, **overrides: Any) -> Federation:
+    """The federation of the sites in ``path``; ``seed`` draws each site's train/test split."""
+    from topofl.data.loaders.tables import load_table
+    from topofl.data.scenarios.common import build_config
+
+    cfg = build_config(TableConfig, overrides)
+    if not cfg.path:
+        raise ValueError("scenario table needs path=FILE.csv or a directory (on the command line: --data PATH)")
+    return load_table(cfg.path, cfg.site_column or None, cfg.label_column, seed=seed, test_fraction=cfg.test_fraction,
+                      task=cfg.task or None, standardise=cfg.standardise)
+
+
 SCENARIOS: dict[str, tuple[Callable[..., Federation], type]] = {
     "healthcare": (make_healthcare, HealthcareConfig),
     "benchmark": (make_benchmark, BenchmarkConfig),
@@ -131,6 +157,7 @@ SCENARIOS: dict[str, tuple[Callable[..., Federation], type]] = {
     "cifar10": (make_cifar10, RealImagesConfig),
     "femnist": (make_femnist, RealImagesConfig),
     "heart-disease": (make_heart_disease, HeartDiseaseConfig),
+    "table": (make_table, TableConfig),
 }
 
 
