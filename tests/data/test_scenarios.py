@@ -74,7 +74,7 @@ def test_continual_drifts_only_the_drifting_clients():
 
 
 def test_same_seed_same_data_and_different_seed_different_data():
-    for name in [n for n in SCENARIOS if n not in ("cifar10", "femnist")]:  # those read the user's files (root=)
+    for name in [n for n in SCENARIOS if n not in ("cifar10", "femnist", "table")]:  # those read the user's files (root=, path=)
         a, b, c = make_scenario(name, seed=4), make_scenario(name, seed=4), make_scenario(name, seed=5)
         np.testing.assert_array_equal(a[0].X_train, b[0].X_train)
         assert a[0].X_train.shape != c[0].X_train.shape or not np.array_equal(a[0].X_train, c[0].X_train)
@@ -103,6 +103,6 @@ def test_negative_seed_is_refused():
 
 
 def test_real_image_scenarios_need_their_files():
-    for name, words in (("cifar10", "root=DIR holding CIFAR-10"), ("femnist", "root=DIR holding LEAF FEMNIST")):
+    for name, words in (("cifar10", "root=DIR holding CIFAR-10"), ("femnist", "root=DIR holding LEAF FEMNIST"), ("table", "path=FILE.csv")):
         with pytest.raises(ValueError, match=words):
             make_scenario(name, seed=0)

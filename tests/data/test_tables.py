@@ -96,3 +96,19 @@ def test_cli_compare_on_the_shipped_example_and_one_line_errors(tmp_path):
     assert bad.exit_code != 0 and "no column 'clinic'" in bad.output
     both = runner.invoke(app, ["run", "--data", str(EXAMPLE), "--scenario", "healthcare"])
     assert both.exit_code != 0 and "exclude each other" in both.output
+
+
+def test_school_per_client_standardisation_keeps_binary_columns_and_the_target_scale():
+    from importlib import resources
+
+    from topofl.data.loaders.matfiles import load_school
+
+    path = Path(str(resources.files("topofl.data") / "builtin" / "school" / "school.mat"))
+    raw, std = load_school(path, seed=0), load_school(path, seed=0, standardise="per_client")
+    for r, s in zip(raw.clients[:5], std.clients[:5], strict=True):
+        assert abs(s.y_train.mean()) < 1e-9 and abs(s.y_train.std() - 1) < 1e-9
+        np.testing.assert_allclose(s.y_test * s.meta["y_scale"] + s.meta["y_mean"], r.y_test)
+        binary = [j for j in range(r.X_train.shape[1]) if np.all(np.isin(r.X_train[:, j], (0.0, 1.0)))]
+        assert binary and np.array_equal(s.X_train[:, binary], r.X_train[:, binary])
+    with pytest.raises(ValueError, match="standardise"):
+        load_school(path, standardise="global")

@@ -59,3 +59,24 @@ def test_sheaf_hetero_experiment_end_to_end(tmp_path):
     man = json.loads((d / "manifest.json").read_text())
     assert [f["png"] for f in man["figures"]] == ["accuracy.png", "frobenius.png"]
     assert "Sheaf-FMTL − Local" in man["notes"][0]
+
+
+def test_sheaf_school_plan_and_a_seed_with_original_units(tmp_path):
+    import csv
+
+    from topofl.experiments.driver import plan_for, run_experiment
+    from topofl.experiments.suite import sheaf_school
+
+    specs = plan_for("sheaf-school", [0, 1])
+    assert len(specs) == 2 * (len(sheaf_school.GAMMAS) + 3) and {s.scenario for s in specs} == {"school"}
+    assert EXPERIMENTS["sheaf-school"].default_seeds == (0, 1, 2, 3, 4)
+    sheaf_school.ROUNDS, rounds = 5, sheaf_school.ROUNDS
+    try:
+        out = run_experiment("sheaf-school", [0], tmp_path)
+    finally:
+        sheaf_school.ROUNDS = rounds
+    rows = {r["method"]: r for r in csv.DictReader(open(out / "summary.csv"))}
+    assert set(rows) == {"Sheaf-FMTL γ=0.1", "Sheaf-FMTL γ=0.3", "dFedU", "D-PSGD", "Local"}
+    for r in rows.values():   # finite, and the score-unit MSE is the standardised one rescaled (School's targets have sd ~ 10)
+        assert 0 < float(r["loss_mean"]) < 5 and 10 < float(r["mse_original_mean"]) / float(r["loss_mean"]) < 1000
+    assert float(rows["Local"]["transmitted_MB"]) == 0 and float(rows["dFedU"]["transmitted_MB"]) > float(rows["Sheaf-FMTL γ=0.1"]["transmitted_MB"])

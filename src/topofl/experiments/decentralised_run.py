@@ -23,7 +23,16 @@ def peer_datasets() -> dict[str, Callable[..., Any]]:
         """Rotated MNIST-10k (the 10,000 shipped digits), the Sheaf-FMTL paper's protocol."""
         return rotated_mnist(mnist_10k_dir(), seed=seed, **params)
 
-    return {"digits": rotated_digits, "tabular": synthetic_tabular, "mnist": mnist}
+    def school(seed: int, **params: Any) -> Any:
+        """School (the 139 schools shipped with topofl), the paper's protocol, z-scored per school."""
+        from importlib import resources
+
+        from topofl.data.loaders.matfiles import load_school
+
+        path = Path(str(resources.files("topofl.data") / "builtin" / "school" / "school.mat"))
+        return load_school(path, seed=seed, **{"standardise": "per_client", **params})
+
+    return {"digits": rotated_digits, "tabular": synthetic_tabular, "mnist": mnist, "school": school}
 
 
 def load_peer_data(name: str, seed: int, params: Mapping[str, Any]) -> Any:

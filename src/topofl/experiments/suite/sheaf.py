@@ -55,16 +55,16 @@ def plan_digits(seeds: Sequence[int]) -> list[RunSpec]:
     return specs
 
 
-def _final_rows(done: list[dict[str, Any]], by: Sequence[str]) -> list[dict[str, Any]]:
+def _final_rows(done: list[dict[str, Any]], by: Sequence[str], metric: str = "accuracy") -> list[dict[str, Any]]:
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for d in done:
         groups.setdefault(tuple(str(d[b]) for b in by), []).append(d)
     rows = []
     for g, ds in groups.items():
-        acc = np.array([num(d["final"]["accuracy"]) for d in ds])
+        acc = np.array([num(d["final"][metric]) for d in ds])
         row = dict(zip(by, g, strict=True))
         row.update({
-            "n_seeds": len(ds), "accuracy_mean": float(acc.mean()), "accuracy_std": float(acc.std()),
+            "n_seeds": len(ds), f"{metric}_mean": float(acc.mean()), f"{metric}_std": float(acc.std()),
             "transmitted_bits": float(np.mean([d["final"]["cumulative_bits"] for d in ds])),
             "transmitted_MB": float(np.mean([d["final"]["cumulative_bits"] for d in ds]) / 8e6),
             "TFLOPs": float(np.mean([d["final"]["cumulative_flops"] for d in ds]) / 1e12),
@@ -75,7 +75,8 @@ def _final_rows(done: list[dict[str, Any]], by: Sequence[str]) -> list[dict[str,
     return rows
 
 
-def _curve_figure(out: Path, curves, labels: Sequence[str], stem: str, caption: str, man: Manifest, x_bits: bool = True) -> None:
+def _curve_figure(out: Path, curves, labels: Sequence[str], stem: str, caption: str, man: Manifest, x_bits: bool = True,
+                  metric: str = "accuracy") -> None:
     plt = pyplot()
     fig, axes = plt.subplots(1, 2 if x_bits else 1, figsize=(12 if x_bits else 6.5, 4.2), squeeze=False)
     axes = axes[0]
@@ -91,18 +92,20 @@ def _curve_figure(out: Path, curves, labels: Sequence[str], stem: str, caption: 
                 axes[1].axhline(c["mean"][-1], ls=":", color=f"C{i}", label=f"{lab} (no communication)")
             else:
                 axes[1].plot(c["bits"] / 8e6, c["mean"], style, label=lab, color=f"C{i}")
-    axes[0].set(xlabel="round", ylabel="mean client test accuracy", title="Accuracy vs rounds (± s.e. over seeds)")
+    what = "accuracy" if metric == "accuracy" else "MSE" if metric == "loss" else metric
+    axes[0].set(xlabel="round", ylabel=f"mean client test {what}", title=f"{what.capitalize() if what != 'MSE' else what} vs rounds (± s.e. over seeds)")
     if x_bits:
         axes[1].set(
-            xscale="log", xlabel="transmitted (MB, all directed messages; log)", ylabel="mean client test accuracy", title="Accuracy vs transmitted bits"
+            xscale="log", xlabel="transmitted (MB, all directed messages; log)", ylabel=f"mean client test {what}",
+            title=f"{what.capitalize() if what != 'MSE' else what} vs transmitted bits"
         )
     axes[-1].legend(fontsize=8)
     man.figure(save(fig, out, stem), caption)
 
 
-def _curves_with_bits(out: Path) -> dict:
+def _curves_with_bits(out: Path, metric: str = "accuracy") -> dict:
     rows = load_curves(out)
-    curves = group_curves(rows, ("method",), "accuracy")
+    curves = group_curves(rows, ("method",), metric)
     bits = group_curves(rows, ("method",), "cumulative_bits")
     for k, c in curves.items():
         c["bits"] = bits[k]["mean"]
