@@ -30,6 +30,7 @@ import numpy as np
 
 from topofl._validation import check_choice, check_range
 from topofl.data.federation import Federation
+from topofl.data.loaders.tables import parse_cell
 from topofl.data.partition import train_test_split
 
 #: the sites in file order, with their file names
@@ -64,18 +65,7 @@ def read_site(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
         cells = [c.strip() for c in line.split(",")]
         if len(cells) != 14:
             raise ValueError(f"{path.name} line {i}: expected 14 comma-separated values; got {len(cells)}")
-        row = []
-        for name, cell in zip((*FEATURES, "num"), cells, strict=True):
-            if cell == "?":
-                value = float("nan")
-            else:
-                try:
-                    value = float(cell)
-                except ValueError:
-                    raise ValueError(f"{path.name} line {i}: column {name!r} holds {cell!r}, not a number or '?'") from None
-                if not np.isfinite(value):
-                    raise ValueError(f"{path.name} line {i}: column {name!r} holds {cell!r}")
-            row.append(value)
+        row = [parse_cell(cell, f"{path.name} line {i}", name, missing="?") for name, cell in zip((*FEATURES, "num"), cells, strict=True)]
         if np.isnan(row[-1]) or row[-1] not in (0, 1, 2, 3, 4):
             raise ValueError(f"{path.name} line {i}: diagnosis 'num' must be 0-4; got {cells[-1]!r}")
         rows.append(row[:-1])

@@ -20,15 +20,21 @@ from topofl.data.federation import Federation
 Site = tuple[str, np.ndarray, np.ndarray, list[str]]
 
 
-def _number(text: str, where: str, column: str) -> float:
-    if text.strip() == "":
+def parse_cell(text: str, where: str, column: str, missing: str | None = None) -> float:
+    """One CSV cell as a finite float (``missing``, e.g. ``"?"``, gives NaN); a ``ValueError``
+    naming ``where`` (file and line) and the column otherwise.
+    """
+    cell = text.strip()
+    if missing is not None and cell == missing:
+        return float("nan")
+    if cell == "":
         raise ValueError(f"{where}: column {column!r} is empty (fill or drop missing values first)")
     try:
-        value = float(text)
+        value = float(cell)
     except ValueError:
-        raise ValueError(f"{where}: column {column!r} holds {text.strip()[:40]!r}, not a number") from None
+        raise ValueError(f"{where}: column {column!r} holds {cell[:40]!r}, not a number") from None
     if not np.isfinite(value):
-        raise ValueError(f"{where}: column {column!r} holds {text.strip()!r}")
+        raise ValueError(f"{where}: column {column!r} holds {cell!r}")
     return value
 
 
@@ -64,8 +70,8 @@ def read_csv_sites(path: str | Path, site_column: str | None, label_column: str)
                 if site == "":
                     raise ValueError(f"{where}: column {site_column!r} is empty")
                 rows, labels = groups.setdefault(site, ([], []))
-                rows.append([_number(row[j], where, header[j]) for j in fi])
-                labels.append(_number(row[li], where, label_column))
+                rows.append([parse_cell(row[j], where, header[j]) for j in fi])
+                labels.append(parse_cell(row[li], where, label_column))
     except OSError as exc:
         raise ValueError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
