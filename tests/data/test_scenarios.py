@@ -106,3 +106,19 @@ def test_real_image_scenarios_need_their_files():
     for name, words in (("cifar10", "root=DIR holding CIFAR-10"), ("femnist", "root=DIR holding LEAF FEMNIST"), ("table", "path=FILE.csv")):
         with pytest.raises(ValueError, match=words):
             make_scenario(name, seed=0)
+
+
+def test_healthcare_geometry_controls():
+    coupled = make_scenario("healthcare", seed=0)
+    same = make_scenario("healthcare", seed=0, geometry="coupled")
+    assert all(np.array_equal(a.X_train, b.X_train) for a, b in zip(coupled.clients, same.clients, strict=True))   # the default
+    assert all(c.meta["geometry"] == c.meta["group"] for c in coupled.clients)
+    indep = [make_scenario("healthcare", seed=s, geometry="independent") for s in range(6)]
+    groups = [[c.meta["group"] for c in f.clients] for f in indep]
+    geos = [[c.meta["geometry"] for c in f.clients] for f in indep]
+    assert all(sorted(g) == sorted(h) for g, h in zip(groups, geos, strict=True))   # same group sizes, shuffled
+    assert any(g != h for g, h in zip(groups, geos, strict=True))                   # not tied to the rule group
+    shared = make_scenario("healthcare", seed=0, geometry="shared")
+    assert {c.meta["geometry"] for c in shared.clients} == {0} and len({c.meta["group"] for c in shared.clients}) == 2
+    with pytest.raises(ValueError, match="geometry"):
+        make_scenario("healthcare", seed=0, geometry="random")

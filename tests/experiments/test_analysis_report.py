@@ -128,3 +128,18 @@ def test_heart_disease_experiment_has_both_references_and_paired_rows(tmp_path):
     paired = list(csv.DictReader(open(out / "paired.csv")))
     assert {r["method"] for r in paired} == set(summary) - {"ptopofl"} and all(r["n_seeds"] == "2" for r in paired)
     assert (out / "auc_curves.png").is_file()
+
+
+def test_controls_experiment_plans_every_geometry_and_measures_cluster_agreement(tmp_path, monkeypatch):
+    import csv
+
+    from topofl.experiments.suite import controls
+
+    monkeypatch.setattr(controls, "ROUNDS", 3)
+    out = run_experiment("controls", [0, 1], tmp_path)
+    rows = list(csv.DictReader(open(out / "summary.csv")))
+    assert {r["geometry"] for r in rows} == set(controls.GEOMETRIES)
+    ari = {r["geometry"]: float(r["ari_mean"]) for r in csv.DictReader(open(out / "cluster_agreement.csv"))}
+    assert set(ari) == set(controls.GEOMETRIES) and all(-1.0 <= v <= 1.0 for v in ari.values())
+    paired = list(csv.DictReader(open(out / "paired.csv")))
+    assert {(r["geometry"], r["metric"]) for r in paired} == {(g, m) for g in controls.GEOMETRIES for m in ("auc", "accuracy")}

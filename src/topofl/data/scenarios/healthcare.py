@@ -10,6 +10,11 @@ every method scores AUC 1.000):
   their point clouds have different intrinsic dimension and shape, which persistent homology sees
   — and in the *decision rule*: each group's risk direction has cosine ``rule_similarity`` with a
   shared one. A single global model must compromise; a per-group model need not.
+* **Control: ``geometry``.** In this default (``"coupled"``) a hospital's case-mix geometry is
+  that of its rule group, so persistent homology can see who shares a rule — by construction.
+  ``"independent"`` draws each hospital's geometry independently of its rule group (same group
+  sizes), ``"shared"`` gives every hospital the same geometry: the scenarios where pTopoFL's
+  premise (topology predicts the task) does not hold (``topofl experiment controls``).
 * **Hospital effects.** Each hospital adds its own feature shift and scale jitter.
 * **Labels.** y ~ Bernoulli(σ(signal · ⟨w_g, x_informative⟩ + b_k)) with b_k set so the expected
   prevalence of hospital k is its drawn rate; ``signal`` sets the difficulty.
@@ -27,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from topofl._validation import check_int, check_range
+from topofl._validation import check_choice, check_int, check_range
 from topofl.data.federation import ClientData, Federation
 from topofl.data.scenarios.common import check_size, flip_labels, intercept_for_prevalence, rotated_rule, split_train_test
 
@@ -52,6 +57,7 @@ class HealthcareConfig:
     adversarial: tuple = (1, 5)
     flip_rate: float = 0.3
     test_fraction: float = 0.3
+    geometry: str = "coupled"
 
     def __post_init__(self) -> None:
         check_size(self.n_clients, self.n_max, self.n_features)
@@ -70,6 +76,7 @@ class HealthcareConfig:
             check_int("adversarial client", a, 0, self.n_clients - 1)
         check_range("flip_rate", self.flip_rate, 0.0, 1.0)
         check_range("test_fraction", self.test_fraction, 0.0, 1.0, low_open=True, high_open=True)
+        check_choice("geometry", self.geometry, ("coupled", "independent", "shared"))
 
 
 def _case_mix(group: int, n: int, loadings: np.ndarray, noise: float, rng: np.random.Generator) -> np.ndarray:
@@ -95,13 +102,22 @@ def make_healthcare(seed: int = 0, **overrides) -> Federation:
     loadings = [rng.standard_normal((cfg.n_factors, d)) * 1.2 / np.sqrt(cfg.n_factors) for _ in range(cfg.n_groups)]
     groups = np.arange(cfg.n_clients) % cfg.n_groups
     rng.shuffle(groups)
+    # the control (an outside review): case-mix geometry tied to the rule group ("coupled", the
+    # paper-like default), drawn independently of it (the same group sizes, shuffled by their own
+    # generator), or one geometry for every hospital ("shared": group 0's broad cloud)
+    if cfg.geometry == "coupled":
+        geometry = groups
+    elif cfg.geometry == "independent":
+        geometry = np.random.default_rng(np.random.SeedSequence([int(seed), 0x6E0])).permutation(groups)
+    else:
+        geometry = np.zeros_like(groups)
     rates = np.linspace(cfg.prevalence_min, cfg.prevalence_max, cfg.n_clients)
     rng.shuffle(rates)
     sizes = rng.integers(cfg.n_min, cfg.n_max + 1, size=cfg.n_clients)
     clients = []
     for k in range(cfg.n_clients):
-        g = int(groups[k])
-        X = _case_mix(g, int(sizes[k]), loadings[g], cfg.factor_noise, rng)
+        g, geo = int(groups[k]), int(geometry[k])
+        X = _case_mix(geo, int(sizes[k]), loadings[geo], cfg.factor_noise, rng)
         X = X * rng.uniform(0.85, 1.15, size=d) + rng.standard_normal(d) * cfg.hospital_shift
         z = cfg.signal * (X[:, :di] - X[:, :di].mean(axis=0)) @ rules[g]
         b = intercept_for_prevalence(z, float(rates[k]))
@@ -110,6 +126,6 @@ def make_healthcare(seed: int = 0, **overrides) -> Federation:
         adversarial = k in cfg.adversarial
         if adversarial and cfg.flip_rate > 0:  # own generator: poisoning leaves the rest of the data as is
             ytr = flip_labels(ytr, cfg.flip_rate, np.random.default_rng(np.random.SeedSequence([int(seed), 0xF1, k])))
-        meta = {"group": g, "adversarial": adversarial, "prevalence": float(rates[k])}
+        meta = {"group": g, "geometry": geo, "adversarial": adversarial, "prevalence": float(rates[k])}
         clients.append(ClientData(Xtr, ytr, Xte, yte, client_id=k, meta=meta))
     return Federation(clients, task="binary", name="healthcare", info={"config": cfg.__dict__, "seed": seed})
