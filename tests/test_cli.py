@@ -3,6 +3,7 @@ import csv
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -150,3 +151,24 @@ def test_run_peer_method_on_a_graph_and_its_errors(tmp_path):
     assert res.exit_code == 2 and "raise gamma" in res.output  # healthcare's 21-parameter model needs a larger γ
     res = runner.invoke(app, ["run", "--method", "dpsgd", "--graph", "moebius", "--rounds", "2"])
     assert res.exit_code == 2 and "moebius" in res.output
+
+
+def test_compare_summary_has_paired_differences_against_fedavg_and_the_best_other(tmp_path):
+    from scipy.stats import t
+
+    res = runner.invoke(app, ["compare", "--methods", "ptopofl,fedavg,local", "--seeds", "0-3", "--rounds", "3", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    s = {x["method"]: x for x in rows(tmp_path / "summary.csv")}
+    final = {}   # per (method, seed): the final-round client-mean AUC, from curves.csv
+    for r in rows(tmp_path / "curves.csv"):
+        if r["round"] == "3":
+            final[(r["method"], int(r["seed"]))] = float(r["auc"])
+    d = [final[("ptopofl", k)] - final[("fedavg", k)] for k in range(4)]
+    half = t.ppf(0.975, 3) * float(np.std(d, ddof=1)) / 2.0
+    p = s["ptopofl"]
+    assert float(p["auc_vs_fedavg_mean"]) == pytest.approx(np.mean(d))
+    assert float(p["auc_vs_fedavg_ci_high"]) - float(p["auc_vs_fedavg_ci_low"]) == pytest.approx(2 * half)
+    assert int(p["auc_vs_fedavg_wins"]) + int(p["auc_vs_fedavg_losses"]) <= 4
+    assert s["fedavg"]["auc_vs_fedavg_mean"] == ""   # no difference with itself
+    best = max(("fedavg", "local"), key=lambda m: float(s[m]["auc_mean"]))
+    assert p["best_other"] == best

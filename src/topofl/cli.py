@@ -176,9 +176,19 @@ def _build_spec(scenario, methods, seeds, rounds, params, scenario_params, confi
     )
 
 
+def _paired_cell(r: dict[str, Any]) -> str:
+    """``+0.018 ±0.008 10/0``: the method's AUC minus FedAvg's, paired over seeds (± half the 95 % t-interval; seeds won/lost)."""
+    d = r.get("auc_vs_fedavg_mean", float("nan"))
+    if d != d:
+        return "–"
+    half = (r["auc_vs_fedavg_ci_high"] - r["auc_vs_fedavg_ci_low"]) / 2
+    ci = f" ±{half:.3f}" if half == half else ""
+    return f"{d:+.3f}{ci} {r['auc_vs_fedavg_wins']}/{r['auc_vs_fedavg_losses']}"
+
+
 def _summary_table(rows: list[dict[str, Any]], title: str) -> Table:
     table = Table(title=title, title_justify="left")
-    for col in ("method", "AUC (mean ± std)", "accuracy (mean ± std)", "pooled AUC", "conv. round", "s/run"):
+    for col in ("method", "AUC (mean ± std)", "accuracy (mean ± std)", "ΔAUC vs FedAvg", "pooled AUC", "conv. round", "s/run"):
         table.add_column(col, justify="right" if col != "method" else "left")
     best = max(rows, key=lambda r: r["auc_mean"] if r["auc_mean"] == r["auc_mean"] else -1)["method"]
     for r in rows:
@@ -187,6 +197,7 @@ def _summary_table(rows: list[dict[str, Any]], title: str) -> Table:
             name,
             f"{r['auc_mean']:.3f} ± {r['auc_std']:.3f}",
             f"{r['accuracy_mean']:.3f} ± {r['accuracy_std']:.3f}",
+            _paired_cell(r),
             f"{r['pooled_auc_mean']:.3f}",
             f"{r['convergence_round_mean']:.1f}",
             f"{r['seconds_per_run']:.2f}",

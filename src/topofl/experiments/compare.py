@@ -8,7 +8,9 @@ Writes, as rounds finish:
 ``summary.csv``     one row per method: final AUC / accuracy mean ± std over seeds (each seed's
                     value is the mean over clients of each client's score with the model it would
                     use), pooled AUC, convergence round (first round reaching 95 % of the final
-                    AUC), total bytes per run, seconds per run
+                    AUC), total bytes per run, seconds per run, and the method's AUC minus FedAvg's
+                    and minus the best other method's, paired over seeds (mean, 95 % Student-t
+                    interval, seeds won and lost)
 ``config.json``     the scenario, methods, hyper-parameters, seeds, rounds and package versions
 """
 from __future__ import annotations
@@ -36,6 +38,9 @@ SUMMARY_FIELDS = (
     "method", "n_seeds", "auc_mean", "auc_std", "accuracy_mean", "accuracy_std", "pooled_auc_mean",
     "pooled_auc_std", "convergence_round_mean", "convergence_round_std", "bytes_up_per_run",
     "bytes_down_per_run", "seconds_per_run",
+    "auc_vs_fedavg_mean", "auc_vs_fedavg_ci_low", "auc_vs_fedavg_ci_high", "auc_vs_fedavg_wins", "auc_vs_fedavg_losses",
+    "best_other", "auc_vs_best_other_mean", "auc_vs_best_other_ci_low", "auc_vs_best_other_ci_high", "auc_vs_best_other_wins",
+    "auc_vs_best_other_losses",
 )
 
 
@@ -94,6 +99,30 @@ def summarise(method: str, histories: Sequence[History], seconds: Sequence[float
     return row
 
 
+def add_paired(summary: list[dict[str, Any]], runs: Mapping[str, Mapping[int, History]]) -> None:
+    """Add to each summary row the method's final AUC minus FedAvg's and minus the best other
+    method's (by mean AUC), paired over the seeds both ran: mean, 95 % Student-t interval (see
+    :func:`topofl.experiments.analysis.paired_differences`), seeds won and lost. Runs with the
+    same seed share the data, so pairing removes the seed-to-seed difficulty they share.
+    """
+    from topofl.experiments.analysis import paired_differences
+
+    done = [{"method": m, "seed": s, "final": h.final} for m, per in runs.items() for s, h in per.items()]
+    auc = {r["method"]: r["auc_mean"] for r in summary}
+    for row in summary:
+        m = row["method"]
+        others = [o for o in auc if o != m and auc[o] == auc[o]]
+        best = max(others, key=lambda o: auc[o]) if others else None
+        row["best_other"] = best or ""
+        for tag, ref in (("fedavg", "fedavg" if m != "fedavg" and "fedavg" in runs else None), ("best_other", best)):
+            d = next((p for p in paired_differences(done, (), m, "auc") if p["method"] == ref), None) if ref else None
+            row[f"auc_vs_{tag}_mean"] = d["diff_mean"] if d else float("nan")
+            row[f"auc_vs_{tag}_ci_low"] = d["ci_low"] if d else float("nan")
+            row[f"auc_vs_{tag}_ci_high"] = d["ci_high"] if d else float("nan")
+            row[f"auc_vs_{tag}_wins"] = d["reference_wins"] if d else 0
+            row[f"auc_vs_{tag}_losses"] = d["other_wins"] if d else 0
+
+
 def run_compare(
     spec: CompareSpec,
     out: Path | None,
@@ -136,6 +165,7 @@ def run_compare(
             for w in writers.values():
                 w.close()
     summary = [summarise(m, histories[m], seconds[m]) for m in spec.methods]
+    add_paired(summary, {m: dict(zip(spec.seeds, histories[m], strict=True)) for m in spec.methods})
     if out is not None:
         write_csv(out / "summary.csv", summary, SUMMARY_FIELDS)
     return summary
