@@ -33,10 +33,10 @@ from topofl.experiments.suite.sheaf import SHEAF_HP
 
 
 def load_variant(directory: Path):
-    """The SheafFMTL class of ``directory/algorithm.py``, with ``directory/maps.py`` and
-    ``directory/maths.py`` standing in for the installed ones while it is imported.
+    """The SheafFMTL class of ``directory/algorithm.py``, with the ``initial.py`` (if any),
+    ``maths.py`` and ``maps.py`` of ``directory`` standing in for the installed ones while it is imported.
     """
-    names = ("maps", "maths")
+    names = [n for n in ("initial", "maths", "maps") if (directory / f"{n}.py").exists()]  # dependency order
     current = {n: sys.modules[f"topofl.decentralised.sheaf.{n}"] for n in names}
 
     def load(name: str, path: Path):

@@ -19,3 +19,25 @@ def make_mlp():
     import torch
 
     return torch.nn.Sequential(torch.nn.Linear(20, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+
+
+def multiclass_peers(dims, n: int = 60, seed: int = 0):
+    """One 3-class client per entry of ``dims`` (that many features), 45 training and 15 test rows."""
+    from topofl.data.federation import ClientData
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for k, dk in enumerate(dims):
+        X = rng.standard_normal((n, dk))
+        y = np.argmax(X[:, :2] @ rng.standard_normal((2, 3)) + rng.normal(0, 0.3, (n, 3)), axis=1).astype(float)
+        out.append(ClientData(X[:45], y[:45], X[45:], y[45:], client_id=k))
+    return out
+
+
+def one_line_error(res, *fragments):
+    """Assert a CLI result is exit code 2 with one ``Error: ...`` line holding every fragment."""
+    assert res.exit_code == 2, res.output
+    lines = [ln for ln in res.output.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error:"), res.output
+    for f in fragments:
+        assert f in lines[0], (f, lines[0])

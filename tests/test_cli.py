@@ -23,7 +23,9 @@ def test_compare_writes_rounds_and_summary(tmp_path):
     assert res.exit_code == 0, res.output
     assert "ptopofl" in res.output and "fedavg" in res.output
     r = rows(tmp_path / "rounds.csv")
-    assert list(r[0]) == ["method", "seed", "round", "client", "auc", "accuracy", "loss", "bytes_up", "bytes_down", "floats_up", "floats_down"]
+    assert list(r[0]) == ["method", "seed", "round", "client", "auc", "accuracy", "loss", "bytes_up", "bytes_down", "floats_up", "floats_down",
+                          "mse", "r2"]
+    assert all(x["mse"] == "" and x["r2"] == "" for x in r)   # classification: no regression metrics
     assert len(r) == 2 * 2 * 3 * 8
     s = rows(tmp_path / "summary.csv")
     assert [x["method"] for x in s] == ["ptopofl", "fedavg"] and all(x["n_seeds"] == "2" for x in s)

@@ -33,3 +33,34 @@ def test_multiclass_auc_over_present_classes_by_hand():
 def test_single_class_and_regression_have_no_auc():
     assert np.isnan(auc_score("binary", np.ones(5), np.random.rand(5)))
     assert np.isnan(auc_score("regression", np.arange(5.0), np.arange(5.0)))
+
+
+def test_regression_scores_by_hand_and_against_scikit_learn():
+    from sklearn.metrics import mean_squared_error, r2_score
+
+    from topofl.metrics import regression_scores
+
+    y, pred = np.array([1.0, 2.0, 3.0, 4.0]), np.array([1.0, 2.5, 2.5, 5.0])
+    # residuals 0, .5, -.5, 1 -> SSE 1.5, MSE 0.375; SST = 5 -> R² = 1 - 1.5/5 = 0.7
+    assert regression_scores(y, pred) == {"mse": 0.375, "r2": pytest.approx(0.7, abs=1e-15)}
+    rng = np.random.default_rng(2)
+    y, pred = rng.normal(size=50), rng.normal(size=50)
+    got = regression_scores(y, pred)
+    assert got["mse"] == pytest.approx(mean_squared_error(y, pred), rel=1e-12)
+    assert got["r2"] == pytest.approx(r2_score(y, pred), rel=1e-12)
+    assert np.isnan(regression_scores(np.ones(5), np.zeros(5))["r2"])  # constant target: R² undefined
+
+
+def test_a_regression_evaluation_reports_mse_and_r2_with_no_auc():
+    from topofl.metrics import evaluate
+    from topofl.models.linear import make_model
+
+    rng = np.random.default_rng(3)
+    X, y = rng.normal(size=(30, 3)), rng.normal(size=30)
+    model = make_model("regression", 3)
+    theta = rng.normal(size=model.n_params)
+    metrics, scores = evaluate(model, theta, X, y)
+    assert set(metrics) == {"auc", "accuracy", "loss", "mse", "r2"}
+    assert np.isnan(metrics["auc"]) and np.isnan(metrics["accuracy"])
+    assert metrics["mse"] == pytest.approx(np.mean((scores - y) ** 2), rel=1e-12)
+    assert metrics["loss"] == pytest.approx(metrics["mse"] / 2, rel=1e-12)  # least squares' loss is half the MSE

@@ -1,17 +1,29 @@
-"""Helpers of the CLI: routing hyper-parameters to methods and TOML files (seed ranges and
-KEY=VALUE parsing live in :mod:`topofl.parsing`, re-exported here).
+"""Helpers of the CLI: TOML files, routing hyper-parameters to methods, the comparison a command
+asks for and its output directory (seed ranges and KEY=VALUE parsing live in :mod:`topofl.parsing`,
+re-exported here).
+
+Nothing here imports the methods, SciPy or scikit-learn at module level: ``topofl --help`` stays fast.
 """
 from __future__ import annotations
 
+import logging
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from topofl.methods import get as get_method
 from topofl.parsing import parse_assignments, parse_seeds, parse_value
 
-__all__ = ["CONFIG_KEYS", "flatten_hyperparameters", "load_toml", "method_hyperparameters", "parse_assignments", "parse_seeds", "parse_value"]
+if TYPE_CHECKING:  # pragma: no cover
+    from topofl.experiments.compare import CompareSpec
+
+__all__ = [
+    "CONFIG_KEYS", "build_spec", "check_out_is_free", "data_scenario", "flatten_hyperparameters", "load_toml", "method_hyperparameters",
+    "parse_assignments", "parse_seeds", "parse_value", "prepare_out", "route_hyperparameters",
+]
+
+log = logging.getLogger(__name__)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -23,6 +35,8 @@ def method_hyperparameters(methods: Sequence[str], flat: Mapping[str, Any]) -> d
     """Route hyper-parameters to methods: ``"ptopofl.beta"`` to one method, a bare ``"lr"`` to every
     selected method that has it. A name no selected method knows is an error listing the known ones.
     """
+    from topofl.methods import get as get_method
+
     out: dict[str, dict[str, Any]] = {m: {} for m in methods}
     for key, value in flat.items():
         if "." in key:
@@ -92,3 +106,122 @@ def flatten_hyperparameters(table: Mapping[str, Any]) -> dict[str, Any]:
         else:
             flat[key] = value
     return flat
+
+
+def _drop_unselected(methods: Sequence[str], flat: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """The file's hyper-parameters less those meant only for registered methods that are not
+    selected (each dropped one logged); names of no registered method are kept, to fail later.
+    """
+    from topofl.methods import REGISTRY, available
+
+    kept: dict[str, Any] = {}
+    for key, value in flat.items():
+        method, dot, name = key.partition(".")
+        if not dot:
+            method, name = "", key
+        if method:
+            if method not in REGISTRY:
+                raise ValueError(f"{source}: hyper-parameter {key!r} names unknown method {method!r}; available: {', '.join(available())}")
+            if method not in methods:
+                log.info("%s: %s ignored (method %s is not selected)", source, key, method)
+                continue
+        elif not any(name in REGISTRY[m].config.field_help() for m in methods) and any(
+                name in m.config.field_help() for m in REGISTRY.values()):
+            log.info("%s: %s ignored (no selected method has it)", source, key)
+            continue
+        kept[key] = value
+    return kept
+
+
+def route_hyperparameters(methods: Sequence[str], from_file: Mapping[str, Any], from_flags: Mapping[str, Any],
+                          source: str = "config file") -> dict[str, dict[str, Any]]:
+    """Route a config file's and the flags' hyper-parameters to ``methods``; a flag's value wins
+    over the file's for the same method and name.
+
+    One file may serve several commands, so the file's settings of registered methods that are not
+    selected (``ptopofl.n_clusters`` with ``--methods fedavg``, or a bare ``n_clusters`` no
+    selected method has) are ignored, each with a logged note (``--verbose`` shows it). A flag naming
+    a method that is not selected, and a name no method knows, stay errors (:func:`method_hyperparameters`).
+    """
+    file_part = method_hyperparameters(methods, _drop_unselected(methods, from_file, source))
+    flag_part = method_hyperparameters(methods, from_flags)
+    return {m: {**file_part[m], **flag_part[m]} for m in methods}
+
+
+def resolve(flag: Any, file: Mapping[str, Any], key: str, default: Any) -> Any:
+    """A flag's value if given, else the config file's ``key``, else ``default``."""
+    return flag if flag is not None else file.get(key, default)
+
+
+def data_scenario(scenario: str | None, data: Path | None, site_column: str | None, label_column: str | None,
+                  scenario_param: list[str] | None) -> tuple[str | None, list[str] | None]:
+    """``--data PATH`` is the ``table`` scenario with ``path``/``site_column``/``label_column`` set."""
+    if data is None:
+        if site_column is not None or label_column is not None:
+            raise ValueError("--site-column and --label-column go with --data")
+        return scenario, scenario_param
+    if scenario not in (None, "table"):
+        raise ValueError(f"--data and --scenario {scenario!r} exclude each other")
+    extra = [f"path={data}"] + ([f"site_column={site_column}"] if site_column is not None else []) + (
+        [f"label_column={label_column}"] if label_column is not None else [])
+    return "table", extra + list(scenario_param or [])
+
+
+def build_spec(file: Mapping[str, Any], scenario: str, methods: Sequence[str], seeds: Any, rounds: int, params: list[str] | None,
+               scenario_params: list[str] | None, client_fraction: float, graph: str | None = None, graph_param: list[str] | None = None,
+               model: str | None = None) -> CompareSpec:
+    """The comparison a ``run``/``compare`` command asks for: flags over the config ``file``'s values."""
+    from topofl._validation import check_int
+    from topofl.experiments.compare import CompareSpec
+    from topofl.limits import MAX_ROUNDS
+    from topofl.methods import REGISTRY, available
+
+    scen = dict(file.get("scenario_params", {}))
+    scen.update(parse_assignments(scenario_params or [], "--scenario-param"))
+    chosen = tuple(m.strip().lower() for m in methods if m.strip())
+    if not chosen:
+        raise ValueError("--methods must name at least one method")
+    for m in chosen:
+        if m not in REGISTRY:
+            raise ValueError(f"unknown method {m!r}; available: {', '.join(available())}")
+    if isinstance(seeds, (list, tuple)):
+        seeds = ",".join(map(str, seeds))
+    check_int("rounds", rounds, 1, MAX_ROUNDS)
+    hyperparameters = route_hyperparameters(chosen, flatten_hyperparameters(file.get("hyperparameters", {})),
+                                            parse_assignments(params or [], "--param"))
+    return CompareSpec(
+        scenario=scenario, methods=chosen, seeds=parse_seeds(seeds), rounds=rounds, client_fraction=float(client_fraction),
+        scenario_params=scen, hyperparameters=hyperparameters, graph=graph or "erdos_renyi",
+        graph_params=parse_assignments(graph_param or [], "--graph-param"), model=model or file.get("model", "linear"),
+    )
+
+
+def check_out_is_free(path: Path, overwrite: bool, flag: str = "--out") -> None:
+    """Refuse (one-line ``ValueError``) to write into a directory that already holds files, unless
+    ``overwrite``: results of an earlier run are never replaced by surprise.
+    """
+    path = Path(path)
+    if overwrite or not path.is_dir():
+        return
+    entries = sorted(p.name for p in path.iterdir())
+    if entries:
+        shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
+        raise ValueError(f"{flag} {str(path)!r} already holds files ({shown}); pass --overwrite to replace the results in it, "
+                         "or choose another directory")
+
+
+def prepare_out(path: Path, flag: str = "--out") -> Path:
+    """Create output directory ``path`` (with its parents) or raise a one-line ``ValueError``
+    naming the flag and what is wrong (a file in the way, no permission, ...).
+    """
+    path = Path(path)
+    for parent in [path, *path.parents]:
+        if parent.exists() and not parent.is_dir():
+            raise ValueError(f"{flag} {str(path)!r}: {str(parent)!r} is a file, not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"{flag} {str(path)!r}: cannot create the directory ({exc.strerror or exc})") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag} {str(path)!r}: the directory is not writable")
+    return path

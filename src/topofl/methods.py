@@ -36,11 +36,14 @@ AnyMethod = Union[Algorithm, PeerAlgorithm]
 
 @dataclass(frozen=True)
 class Method:
-    """A registered method: its name, family (``"server"`` or ``"peer"``) and class."""
+    """A registered method: its name, family (``"server"`` or ``"peer"``), class and a one-line
+    description for newcomers (``topofl methods``; the class docstring's first sentence if empty).
+    """
 
     name: str
     family: str
     cls: type[Algorithm] | type[PeerAlgorithm]
+    description: str = ""
 
     @property
     def config(self) -> type[Config]:
@@ -49,15 +52,40 @@ class Method:
 
     @property
     def summary(self) -> str:
-        """The first line of the method's docstring."""
-        return (self.cls.__doc__ or self.name).strip().splitlines()[0]
+        """What the method is, in one line: :attr:`description`, else the docstring's first paragraph."""
+        if self.description:
+            return self.description
+        return " ".join((self.cls.__doc__ or self.name).strip().split("\n\n")[0].split())
 
+
+_SERVER = (
+    (PTopoFL, "pTopoFL (the pTopoFL paper): clients send persistent-homology descriptors of their data; the server clusters "
+              "them, weights each cluster's average by topological similarity and trust, and each client uses its cluster's model."),
+    (FedAvg, "FedAvg (McMahan et al. 2017): one global model, the sample-size-weighted average of the clients' local models."),
+    (FedProx, "FedProx (Li et al. 2020): FedAvg whose local objective adds a proximal term mu/2 |theta - theta_global|^2."),
+    (Scaffold, "SCAFFOLD (Karimireddy et al. 2020): FedAvg with control variates that correct the clients' drift (option II)."),
+    (PFedMe, "pFedMe (Dinh et al. 2020): a personal model per client, regularised towards its copy of the global "
+             "model (Moreau envelope); clients are scored with their personal model."),
+    (Ditto, "Ditto (Li et al. 2021): a FedAvg global model plus a personal model per client trained with a pull "
+            "towards the global one; clients are scored with their personal model."),
+    (PerFedAvg, "Per-FedAvg (Fallah et al. 2020): MAML-style FedAvg; each client adapts the global model with one "
+                "gradient step on its own data before use."),
+    (IFCA, "IFCA (Ghosh et al. 2020): k cluster models; each client trains and uses the one with the lowest loss on its data."),
+    (LocalOnly, "Local-only baseline: every client trains its own model; nothing is communicated."),
+)
+_PEER = (
+    (SheafFMTL, "Sheaf-FMTL (Ben Issaid et al. 2025): neighbours exchange projections of their models (of any sizes) onto "
+                "learned edge spaces and pull them into agreement there; multi-task, no server."),
+    (DFedU, "dFedU (Dinh et al. 2022): each peer takes a local gradient step plus a pull towards its neighbours' models."),
+    (DPSGD, "D-PSGD (Lian et al. 2017): gossip averaging with the neighbours (Metropolis weights), then a local SGD step."),
+    (LocalPeers, "Local-only peer baseline: every peer of the graph trains alone; nothing is sent."),
+)
 
 REGISTRY: dict[str, Method] = {
     m.name: m
     for m in (
-        *(Method(cls.name, "server", cls) for cls in (PTopoFL, FedAvg, FedProx, Scaffold, PFedMe, Ditto, PerFedAvg, IFCA, LocalOnly)),
-        *(Method(cls.name, "peer", cls) for cls in (SheafFMTL, DFedU, DPSGD, LocalPeers)),
+        *(Method(cls.name, "server", cls, text) for cls, text in _SERVER),
+        *(Method(cls.name, "peer", cls, text) for cls, text in _PEER),
     )
 }
 

@@ -56,18 +56,27 @@ def test_identity_maps_with_large_lambda_reach_consensus():
     assert spreads[2] < 0.05 * spread(local)
 
 
-def test_scaled_identity_maps_reproduce_dfedu_exactly():
-    """P_ij = √a·I makes Eq. 27 the dFedU update θ_i − α(∇f_i + λ a Σ_j (θ_i − θ_j))."""
+@pytest.mark.parametrize("a", [0.5, 1.0, 2.0])
+def test_scaled_identity_maps_reproduce_dfedu_exactly_with_fixed_maps(a):
+    """P_ij = √a·I and η = 0 make Eq. 27 the dFedU update θ_i − α(∇f_i + λ a Σ_j (θ_i − θ_j)): dFedU
+    (Eq. 18, a_ij = 1) with coupling λ·a. With η > 0 the maps move and the two part."""
     clients = classification_clients()
     g = make_graph("erdos_renyi", 6, seed=1, p=0.5)
-    a, lam = 1.0, 0.3
-    sheaf = build("sheaf", {"gamma": 1.0, "map_init": "scaled_identity", "map_scale": np.sqrt(a), "eta": 0.0, "lam": lam, "lr": 0.1})
+    lam = 0.3
+    hp = {"gamma": 1.0, "map_init": "scaled_identity", "map_scale": np.sqrt(a), "eta": 0.0, "lam": lam, "lr": 0.1}
+    sheaf, learning = build("sheaf", hp), build("sheaf", {**hp, "eta": 0.05})
     dfedu = build("dfedu", {"lam": lam * a, "lr": 0.1})
     hs = run_decentralised(clients, g, sheaf, 25, seed=3, n_classes=3)
     hd = run_decentralised(clients, g, dfedu, 25, seed=3, n_classes=3)
-    for a_, b_ in zip(thetas(sheaf), thetas(dfedu), strict=False):
+    run_decentralised(clients, g, learning, 25, seed=3, n_classes=3)
+    for a_, b_ in zip(thetas(sheaf), thetas(dfedu), strict=True):
         np.testing.assert_allclose(a_, b_, rtol=0, atol=1e-12)
     np.testing.assert_allclose(hs.curve("loss"), hd.curve("loss"), atol=1e-12)
+    gap = max(np.abs(x - y).max() for x, y in zip(thetas(learning), thetas(dfedu), strict=True))
+    assert gap > 1e-6  # learned maps are no longer √a·I: not dFedU
+    off = build("dfedu", {"lam": lam, "lr": 0.1}) if a != 1.0 else build("dfedu", {"lam": 2 * lam, "lr": 0.1})
+    run_decentralised(clients, g, off, 25, seed=3, n_classes=3)
+    assert max(np.abs(x - y).max() for x, y in zip(thetas(sheaf), thetas(off), strict=True)) > 1e-6  # the correspondence is λ·a
 
 
 def test_server_node_with_identity_maps_solves_the_personalised_objective():

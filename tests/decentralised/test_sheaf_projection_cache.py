@@ -7,7 +7,7 @@ import pickle
 import numpy as np
 import pytest
 
-from topofl.data.federation import ClientData
+from helpers import multiclass_peers
 from topofl.decentralised import make_graph, run_decentralised
 from topofl.decentralised.sheaf import maps as maps_module
 from topofl.decentralised.sheaf.maps import NodeMaps, initial_maps
@@ -15,13 +15,7 @@ from topofl.methods import build_peer as build
 
 
 def clients(dims, n=60, seed=0):
-    rng = np.random.default_rng(seed)
-    out = []
-    for k, dk in enumerate(dims):
-        X = rng.standard_normal((n, dk))
-        y = np.argmax(X[:, :2] @ rng.standard_normal((2, 3)) + rng.normal(0, 0.3, (n, 3)), axis=1).astype(float)
-        out.append(ClientData(X[:45], y[:45], X[45:], y[45:], client_id=k))
-    return out
+    return multiclass_peers(dims, n, seed)
 
 
 def rel(a, b):

@@ -45,7 +45,7 @@ def test_report_embeds_tables_and_figures(tmp_path):
     html = build_report(tmp_path).read_text()
     assert "Privacy: reconstruction risk" in html and "Persistence diagrams" in html
     assert html.count("data:image/png;base64,") == 2
-    assert "ρ_grad" in html and "<table>" in html and "Package versions" in html
+    assert "ρ_grad" in html and "<table>" in html and "Versions" in html and "git commit" in html
     assert (tmp_path / "privacy" / "privacy.svg").exists()
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from topofl.experiments.runs import RunSpec, execute
 from topofl.experiments.suite import EXPERIMENTS
-from topofl.experiments.suite.sheaf import GAMMAS, plan_digits
+from topofl.experiments.suite.sheaf import COMPACT_GAMMAS, GAMMAS, SHARED_GAMMAS, plan_digits
 
 
 def spec(method, seed=0, **hp):
@@ -29,14 +29,49 @@ def test_decentralised_runs_write_tidy_results_and_resume(tmp_path):
         assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes()
 
 
-def test_digits_plan_covers_the_paper_comparison():
+def test_digits_plan_covers_the_paper_comparison_and_the_variants():
     specs = plan_digits([0, 1])
     labels = {s.label for s in specs}
-    assert {f"Sheaf-FMTL γ={g:g}" for g in GAMMAS} | {"dFedU", "D-PSGD", "Local"} == labels
+    paper = {f"Sheaf-FMTL γ={g:g}" for g in GAMMAS} | {"dFedU", "D-PSGD", "Local"}
+    compact = {f"Sheaf-FMTL γ={g:g}, compact exchange" for g in COMPACT_GAMMAS}
+    shared = {f"Sheaf-FMTL γ={g:g}, shared maps" for g in SHARED_GAMMAS}
+    public = {"Sheaf-FMTL γ=0.03, η=1e-5", "Sheaf-FMTL γ=0.03, α=5e-4, η=1e-5", "Local, α=5e-4"}
+    assert paper | compact | shared | public == labels
     from topofl.methods import family
 
     assert all(family(s.method) == "peer" and s.graph == {"kind": "erdos_renyi", "p": 0.15} for s in specs)
-    assert len(specs) == 2 * 7
+    assert len(specs) == 2 * len(labels)
+    hp = {s.label: s.hyperparameters for s in specs if s.seed == 0}
+    for g in COMPACT_GAMMAS:  # the same run but for the exchange
+        assert hp[f"Sheaf-FMTL γ={g:g}, compact exchange"] == {**hp[f"Sheaf-FMTL γ={g:g}"], "exchange": "compact"}
+    assert hp["Sheaf-FMTL γ=0.03, shared maps"] == {**hp["Sheaf-FMTL γ=0.03"], "map_init": "shared"}
+    assert hp["Sheaf-FMTL γ=0.03, α=5e-4, η=1e-5"] == {**hp["Sheaf-FMTL γ=0.03"], "lr": 5e-4, "eta": 1e-5}
+    assert hp["Local, α=5e-4"] == {**hp["Local"], "lr": 5e-4}
+    assert "exchange" not in hp["Sheaf-FMTL γ=0.01"] and "map_init" not in hp["Sheaf-FMTL γ=0.01"]  # the paper's runs keep their ids
+
+
+def test_digits_analysis_reports_both_exchanges_storage_and_paired_differences(tmp_path, monkeypatch):
+    import csv
+
+    from topofl.experiments.driver import run_experiment
+    from topofl.experiments.suite import sheaf
+
+    monkeypatch.setattr(sheaf, "ROUNDS", 4)
+    out = run_experiment("sheaf-digits", [0, 1], tmp_path)
+    rows = {r["method"]: r for r in csv.DictReader(open(out / "summary.csv"))}
+    d, K = 650, 4  # (64 + 1) features × 10 classes; iterations
+    for g in COMPACT_GAMMAS:  # identical iterates; bits: (K + 1)·d_ij + K per directed edge (compact) vs 2K·d_ij (paper)
+        paper, compact = rows[f"Sheaf-FMTL γ={g:g}"], rows[f"Sheaf-FMTL γ={g:g}, compact exchange"]
+        assert paper["accuracy_mean"] == compact["accuracy_mean"]
+        d_ij = int(g * d)
+        assert float(compact["transmitted_MB"]) / float(paper["transmitted_MB"]) == pytest.approx(((K + 1) * d_ij + K) / (2 * K * d_ij), rel=1e-9)
+    for r in rows.values():  # storage = 40 models of d float64 numbers + the maps
+        assert float(r["storage_MB"]) == pytest.approx(float(r["map_storage_MB"]) + 40 * d * 8 / 1e6)
+    pairs = list(csv.DictReader(open(out / "paired_vs_local.csv")))
+    assert {p["versus"] for p in pairs} == {"Local", "Local, α=5e-4"} and all(p["n_seeds"] == "2" for p in pairs)
+    assert {p["method"] for p in pairs if p["versus"] == "Local, α=5e-4"} == {"Sheaf-FMTL γ=0.03, α=5e-4, η=1e-5"}
+    notes = " ".join(json.loads((out / "manifest.json").read_text())["notes"])
+    assert "(paper exchange, 2·d_ij per edge and iteration)" in notes and "(compact exchange, d_ij + 1)" in notes
 
 
 def test_sheaf_experiments_default_to_the_papers_five_runs():
@@ -68,7 +103,7 @@ def test_sheaf_school_plan_and_a_seed_with_original_units(tmp_path):
     from topofl.experiments.suite import sheaf_school
 
     specs = plan_for("sheaf-school", [0, 1])
-    assert len(specs) == 2 * (len(sheaf_school.GAMMAS) + 3) and {s.scenario for s in specs} == {"school"}
+    assert len(specs) == 2 * (2 * len(sheaf_school.GAMMAS) + 3) and {s.scenario for s in specs} == {"school"}
     assert EXPERIMENTS["sheaf-school"].default_seeds == (0, 1, 2, 3, 4)
     sheaf_school.ROUNDS, rounds = 5, sheaf_school.ROUNDS
     try:
@@ -76,7 +111,19 @@ def test_sheaf_school_plan_and_a_seed_with_original_units(tmp_path):
     finally:
         sheaf_school.ROUNDS = rounds
     rows = {r["method"]: r for r in csv.DictReader(open(out / "summary.csv"))}
-    assert set(rows) == {"Sheaf-FMTL γ=0.1", "Sheaf-FMTL γ=0.3", "dFedU", "D-PSGD", "Local"}
+    assert set(rows) == {"Sheaf-FMTL γ=0.1", "Sheaf-FMTL γ=0.3", "Sheaf-FMTL γ=0.1, compact exchange", "Sheaf-FMTL γ=0.3, compact exchange",
+                         "dFedU", "D-PSGD", "Local"}
+    K = 5
+    for g, d_ij in (("0.1", 2), ("0.3", 8)):  # identical iterates; (K + 1)·d_ij + K numbers per directed edge vs 2K·d_ij (d_i = 29)
+        compact, paper = rows[f"Sheaf-FMTL γ={g}, compact exchange"], rows[f"Sheaf-FMTL γ={g}"]
+        assert compact["mse_mean"] == paper["mse_mean"]
+        assert float(compact["transmitted_MB"]) / float(paper["transmitted_MB"]) == pytest.approx(((K + 1) * d_ij + K) / (2 * K * d_ij), rel=1e-9)
     for r in rows.values():   # finite, and the score-unit MSE is the standardised one rescaled (School's targets have sd ~ 10)
-        assert 0 < float(r["loss_mean"]) < 5 and 10 < float(r["mse_original_mean"]) / float(r["loss_mean"]) < 1000
+        assert 0 < float(r["mse_mean"]) < 5 and 10 < float(r["mse_original_mean"]) / float(r["mse_mean"]) < 1000
+        assert float(r["r2_mean"]) <= 1
+    # the MSE is the mean squared error itself, not the least-squares loss (half of it)
+    done = [json.loads(p.read_text()) for p in (out / "runs").glob("*.done.json")]
+    assert len(done) == 7
+    for d in done:
+        assert d["final"]["mse"] == pytest.approx(2 * d["final"]["loss"], rel=1e-9)
     assert float(rows["Local"]["transmitted_MB"]) == 0 and float(rows["dFedU"]["transmitted_MB"]) > float(rows["Sheaf-FMTL γ=0.1"]["transmitted_MB"])

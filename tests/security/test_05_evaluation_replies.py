@@ -63,3 +63,23 @@ def test_flower_evaluation_metrics_are_validated():
     h = federated_main(grid, FlowerSettings(method="fedavg", rounds=2, seed=0))
     assert h.final["auc"] <= 1.0
     assert [f.round for f in h.failures if f.client == VICTIM and f.stage == "evaluate"] == [1, 2]
+
+
+@pytest.mark.parametrize("metrics_sent, words", [
+    ({"auc": float("nan"), "accuracy": float("nan"), "loss": 0.2}, "missing metric(s) mse, r2"),
+    ({"auc": float("nan"), "accuracy": float("nan"), "loss": 0.2, "mse": -0.1, "r2": 0.5}, "mse must be finite and >= 0"),
+    ({"auc": float("nan"), "accuracy": float("nan"), "loss": 0.2, "mse": float("inf"), "r2": 0.5}, "mse must be finite"),
+    ({"auc": float("nan"), "accuracy": float("nan"), "loss": 0.2, "mse": 0.4, "r2": 1.5}, "r2 must be <= 1"),
+    ({"auc": 0.7, "accuracy": float("nan"), "loss": 0.2, "mse": 0.4, "r2": 0.5}, "reports no auc or accuracy"),
+])
+def test_a_regression_evaluation_needs_sound_mse_and_r2(metrics_sent, words):
+    from topofl.federation.pool import ClientEvaluation
+    from topofl.federation.validation import ClientInfo, evaluation_problem
+
+    reason = evaluation_problem(ClientEvaluation(0, metrics_sent, None, None), ClientInfo(0, 30, 10), "regression", 0)
+    assert reason is not None and words in reason, reason
+    sound = {"auc": float("nan"), "accuracy": float("nan"), "loss": 0.2, "mse": 0.4, "r2": float("nan")}
+    assert evaluation_problem(ClientEvaluation(0, sound, None, None), ClientInfo(0, 30, 10), "regression", 0) is None
+    # a classification reply carries no regression metrics
+    assert "unexpected metric 'mse'" in evaluation_problem(
+        ClientEvaluation(0, {"auc": 0.6, "accuracy": 0.5, "loss": 0.2, "mse": 0.1}, None, None), ClientInfo(0, 30, 10), "binary", 2)

@@ -7,17 +7,10 @@ import time
 import pytest
 from typer.testing import CliRunner
 
+from helpers import one_line_error
 from topofl.cli import app
 
 runner = CliRunner()
-
-
-def one_line_error(res, *fragments):
-    assert res.exit_code == 2, res.output
-    lines = [ln for ln in res.output.strip().splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("Error:"), res.output
-    for f in fragments:
-        assert f in lines[0], (f, lines[0])
 
 
 @pytest.mark.parametrize("toml, fragments", [

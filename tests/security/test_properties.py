@@ -114,15 +114,18 @@ metric = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-
 
 
 @FAST
-@given(auc=metric, acc=metric, loss=metric, extra=st.booleans(),
+@given(auc=metric, acc=metric, loss=metric, mse=metric, r2=metric, extra=st.booleans(),
        y=weird_arrays, s=weird_arrays, task=st.sampled_from(["binary", "multiclass", "regression"]))
-def test_evaluation_checks_never_raise(auc, acc, loss, extra, y, s, task):
+def test_evaluation_checks_never_raise(auc, acc, loss, mse, r2, extra, y, s, task):
     from topofl.federation.pool import ClientEvaluation
 
-    metrics = {"auc": auc, "accuracy": acc, "loss": loss, **({"x": 1.0} if extra else {})}
+    regression = {"mse": mse, "r2": r2} if task == "regression" else {}
+    metrics = {"auc": auc, "accuracy": acc, "loss": loss, **regression, **({"x": 1.0} if extra else {})}
     reason = evaluation_problem(ClientEvaluation(0, metrics, y, s), ClientInfo(0, 30, 10), task, 3)
     if reason is None:
         assert isinstance(loss, (int, float)) and math.isfinite(loss) and loss >= 0
+        if task == "regression":
+            assert math.isfinite(mse) and mse >= 0 and (math.isnan(r2) or r2 <= 1)
 
 
 @FAST

@@ -2,7 +2,9 @@
 
 One round is one iteration of every peer (one synchronous exchange phase per message type).
 Per round it records the bits sent over every directed edge (all peers, not one node's traffic),
-analytic FLOPs, restriction-map storage and, with ``track_memory``, peak traced memory; per client
+analytic FLOPs, storage (``map_storage_bytes``: the algorithm's state beyond the models, e.g.
+restriction maps; ``storage_bytes``: that plus every node's model, the Sheaf-FMTL paper's Table 3
+storage d_i + Σ_j d_ij·d_i per client) and, with ``track_memory``, peak traced memory; per client
 it records test accuracy and loss (MSE for regression). Divergence (non-finite or exploding
 iterates) stops the run with an error naming the step sizes.
 """
@@ -23,9 +25,9 @@ from topofl._validation import TrainingWarning, check_int
 from topofl.data.federation import ClientData, feature_scale_problem
 from topofl.decentralised.protocol import Peer, PeerAlgorithm
 from topofl.decentralised.transport import InProcessTransport
-from topofl.federation.history import nanmean, nanstd
+from topofl.federation.history import nanmean, nanstd, regression_summary
 from topofl.limits import MAX_ROUNDS, MAX_SEED
-from topofl.metrics import auc_score, pooled_scores
+from topofl.metrics import auc_score, pooled_scores, regression_scores
 from topofl.models.linear import make_model
 
 log = logging.getLogger(__name__)
@@ -145,6 +147,7 @@ def run_decentralised(
     history = DecentralisedHistory(algorithm.name, seed)
     start_norm = max(1.0, max(float(np.linalg.norm(p.theta)) for p in peers))
     cum_bits, cum_flops = 0, 0.0
+    model_bytes = 8 * sum(p.dim for p in peers)  # every node's model θ_i, d_i float64 numbers
     if track_memory:
         tracemalloc.start()
     try:
@@ -165,7 +168,8 @@ def run_decentralised(
             cum_flops += algorithm.flops(algorithm.config.batch_size)
             row: dict[str, Any] = {
                 "round": k, "bits": bits, "cumulative_bits": cum_bits, "cumulative_flops": cum_flops,
-                "map_storage_bytes": algorithm.state_bytes(), "seconds": time.perf_counter() - t0,
+                "map_storage_bytes": algorithm.state_bytes(), "model_bytes": model_bytes,
+                "storage_bytes": model_bytes + algorithm.state_bytes(), "seconds": time.perf_counter() - t0,
             }
             if track_memory:
                 row["peak_traced_bytes"] = tracemalloc.get_traced_memory()[1]
@@ -185,9 +189,10 @@ def run_decentralised(
 
 
 def peer_scores(p: Peer) -> tuple[dict[str, float], np.ndarray | None]:
-    """One peer's test metrics — accuracy (NaN for regression), loss without the L2 penalty (MSE
-    for least squares) and ROC AUC (NaN for regression or a single-class test split) — and its
-    test scores (``None`` when the model gives none).
+    """One peer's test metrics — accuracy (NaN for regression), loss without the L2 penalty (half
+    the MSE for least squares), ROC AUC (NaN for regression or a single-class test split) and, for
+    regression, ``mse`` and ``r2`` (:func:`~topofl.metrics.regression_scores`) — and its test
+    scores (``None`` when the model gives none).
     """
     assert p.data is not None, "a peer without data has no test metrics"
     X, y = p.data.X_test, p.data.y_test
@@ -199,7 +204,8 @@ def peer_scores(p: Peer) -> tuple[dict[str, float], np.ndarray | None]:
     acc = float(np.mean(p.model.predict(p.theta, X) == y)) if p.model.task != "regression" else float("nan")
     scores = p.model.predict_scores(p.theta, X) if hasattr(p.model, "predict_scores") else None
     auc = auc_score(p.model.task, y, scores) if scores is not None else float("nan")
-    return {"accuracy": acc, "loss": float(loss), "auc": auc}, scores
+    extra = regression_scores(y, scores) if p.model.task == "regression" and scores is not None else {}
+    return {"accuracy": acc, "loss": float(loss), "auc": auc, **extra}, scores
 
 
 def peer_metrics(p: Peer) -> dict[str, float]:
@@ -208,12 +214,15 @@ def peer_metrics(p: Peer) -> dict[str, float]:
 
 
 def summarise_peers(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
-    """Mean and spread over clients of one iteration's per-client rows."""
+    """Mean and spread over clients of one iteration's per-client rows (and, for regression, the
+    client means of ``mse``, ``rmse`` and ``r2``).
+    """
     a = np.array([r["accuracy"] for r in rows], dtype=float)
     has = bool(np.any(~np.isnan(a)))
     return {"accuracy": float(np.nanmean(a)) if has else float("nan"),
             "accuracy_std": float(np.nanstd(a)) if has else float("nan"),
-            "loss": float(np.mean([r["loss"] for r in rows])) if rows else float("nan")}
+            "loss": float(np.mean([r["loss"] for r in rows])) if rows else float("nan"),
+            **regression_summary(rows)}
 
 
 def _evaluate(history: DecentralisedHistory, peers: Sequence[Peer], k: int, sent: dict[int, int], received: dict[int, int]) -> dict[str, float]:

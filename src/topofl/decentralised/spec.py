@@ -29,6 +29,10 @@ class NodeSpec:
         Algorithm-specific setting the coordinator resolves from global information (Sheaf-FMTL:
         ``"dense"`` or ``"compact"`` map storage, which ``maps="auto"`` decides from the storage of
         all nodes); empty if unused.
+    edge_seed : int
+        A seed every node of the run shares, for draws both ends of an edge must agree on without
+        a message (Sheaf-FMTL's ``map_init="shared"``: edge (i, j) draws from
+        ``SeedSequence([edge_seed, min(i, j), max(i, j)])``); 0 if unused.
     """
 
     node: int
@@ -38,6 +42,7 @@ class NodeSpec:
     seed: int
     weights: tuple[float, ...] = ()
     mode: str = ""
+    edge_seed: int = 0
 
     def __post_init__(self) -> None:
         put = object.__setattr__
@@ -48,6 +53,7 @@ class NodeSpec:
         put(self, "seed", int(self.seed))
         put(self, "weights", tuple(float(w) for w in self.weights))
         put(self, "mode", str(self.mode))
+        put(self, "edge_seed", int(self.edge_seed))
         if list(self.neighbours) != sorted(set(self.neighbours)):
             raise ValueError(f"node {self.node}: neighbours must be sorted and distinct; got {list(self.neighbours)}")
         if self.node in self.neighbours:
@@ -62,12 +68,14 @@ class NodeSpec:
         return {
             "node": self.node, "neighbours": list(self.neighbours), "neighbour_dims": list(self.neighbour_dims),
             "dim": self.dim, "seed": self.seed, "weights": list(self.weights), "mode": self.mode,
+            "edge_seed": self.edge_seed,
         }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> NodeSpec:
-        """Rebuild a spec from :meth:`to_dict` output (``weights`` and ``mode`` may be absent)."""
+        """Rebuild a spec from :meth:`to_dict` output (``weights``, ``mode`` and ``edge_seed`` may be absent)."""
         return cls(
             node=d["node"], neighbours=tuple(d["neighbours"]), neighbour_dims=tuple(d["neighbour_dims"]),
             dim=d["dim"], seed=d["seed"], weights=tuple(d.get("weights", ())), mode=d.get("mode", ""),
+            edge_seed=d.get("edge_seed", 0),
         )

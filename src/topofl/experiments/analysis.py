@@ -104,6 +104,70 @@ def paired_differences(
     return rows
 
 
+def against(
+    done: Sequence[Mapping[str, Any]],
+    by: Sequence[str],
+    baseline: str,
+    metric: str = "auc",
+    level: float = 0.95,
+) -> list[dict[str, Any]]:
+    """Each method minus ``baseline`` (``method − baseline``, so positive means a higher metric than
+    the baseline), paired over seeds: :func:`paired_differences` read the other way round, with
+    ``wins`` (seeds where the method is higher) and ``losses``.
+    """
+    rows = []
+    for p in paired_differences(done, by, baseline, metric, level):
+        r = {k: v for k, v in p.items() if k not in ("reference", "reference_wins", "other_wins", "diff_mean", "ci_low", "ci_high")}
+        r.update({"versus": baseline, "diff_mean": -p["diff_mean"], "ci_low": -p["ci_high"], "ci_high": -p["ci_low"],
+                  "wins": p["other_wins"], "losses": p["reference_wins"]})
+        rows.append(r)
+    return rows
+
+
+def t_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
+    """Mean of the finite ``values`` and its Student-t confidence interval at ``level``
+    (the interval is NaN with fewer than two values).
+    """
+    from scipy.stats import t as student_t
+
+    v = np.asarray([x for x in values if np.isfinite(x)], dtype=float)
+    if v.size == 0:
+        return float("nan"), float("nan"), float("nan")
+    mean = float(v.mean())
+    if v.size < 2:
+        return mean, float("nan"), float("nan")
+    half = float(student_t.ppf(0.5 + level / 2, v.size - 1) * v.std(ddof=1) / np.sqrt(v.size))
+    return mean, mean - half, mean + half
+
+
+def paired_curves(
+    rows: Iterable[Mapping[str, str]], by: Sequence[str], baseline: str, metric: str = "auc", level: float = 0.95,
+) -> dict[tuple, dict[str, np.ndarray]]:
+    """Per round, each method's ``metric`` minus ``baseline``'s on the same seed: ``{(group...,
+    method): {"round", "mean", "low", "high", "n"}}`` (mean and Student-t interval over seeds).
+
+    ``rows`` are per-(method, seed, round) curve rows carrying the ``by`` columns, ``method``,
+    ``seed``, ``round`` and ``metric``. Seed difficulty is shared by the methods, so these curves
+    show differences that raw bands over seeds hide.
+    """
+    val: dict[tuple, dict[int, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
+    for r in rows:
+        val[tuple(r[b] for b in by) + (r["method"],)][int(r["round"])][int(r["seed"])] = num(r[metric])
+    out = {}
+    for key, per_round in val.items():
+        base = val.get(key[:-1] + (baseline,))
+        if key[-1] == baseline or base is None:
+            continue
+        rounds, stats = [], []
+        for k in sorted(per_round):
+            diffs = [v - base[k][s] for s, v in per_round[k].items() if s in base.get(k, {})]
+            rounds.append(k)
+            stats.append((*t_interval(diffs, level), sum(np.isfinite(diffs))))
+        a = np.array(stats, dtype=float).reshape(-1, 4)
+        out[key] = {"round": np.array(rounds), "mean": a[:, 0], "low": a[:, 1], "high": a[:, 2], "n": a[:, 3]}
+    return out
+
+
 def detection_scores(flagged: Iterable[int], adversarial: Iterable[int]) -> dict[str, float]:
     """Precision and recall of flagged clients against the truly adversarial ones.
 

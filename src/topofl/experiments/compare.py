@@ -3,6 +3,7 @@
 Writes, as rounds finish:
 
 ``rounds.csv``      one row per (method, seed, round, client): auc, accuracy, loss, bytes_up, bytes_down
+                    (regression: mse and r2 too; auc and accuracy are empty)
 ``curves.csv``      one row per (method, seed, round): client-mean and pooled metrics, bytes
 ``server_log.jsonl`` the server's per-round log (clusters, trust weights, flags, drift, ...)
 ``summary.csv``     one row per method: final AUC / accuracy mean ± std over seeds (each seed's
@@ -10,7 +11,9 @@ Writes, as rounds finish:
                     use), pooled AUC, convergence round (first round reaching 95 % of the final
                     AUC), total bytes per run, seconds per run, and the method's AUC minus FedAvg's
                     and minus the best other method's, paired over seeds (mean, 95 % Student-t
-                    interval, seeds won and lost)
+                    interval, seeds won and lost). Regression tasks get MSE, RMSE and R² instead
+                    of AUC, accuracy and pooled AUC, the convergence round on R², and paired
+                    differences of the MSE (lower is better: a win is a lower MSE)
 ``config.json``     the scenario, methods, hyper-parameters, seeds, rounds and package versions
 """
 from __future__ import annotations
@@ -27,21 +30,35 @@ import numpy as np
 from topofl.data.scenarios import make_scenario
 from topofl.decentralised.graphs import make_graph
 from topofl.experiments.results import CsvAppender, append_jsonl, write_csv, write_json_atomic
-from topofl.federation.history import ROUND_FIELDS, History, RoundSummary
+from topofl.federation.history import ROUND_FIELDS, History, RoundSummary, regression_summary
 from topofl.federation.messages import BYTES_PER_FLOAT
 from topofl.federation.runner import run_federation
 from topofl.methods import build_peer, build_server, family
 from topofl.models.registry import build_model
 
 CURVE_FIELDS = ("method", "seed") + tuple(RoundSummary.__dataclass_fields__)
+def _paired_fields(metric: str) -> tuple[str, ...]:
+    return (
+        f"{metric}_vs_fedavg_mean", f"{metric}_vs_fedavg_ci_low", f"{metric}_vs_fedavg_ci_high", f"{metric}_vs_fedavg_wins",
+        f"{metric}_vs_fedavg_losses", "best_other", f"{metric}_vs_best_other_mean", f"{metric}_vs_best_other_ci_low",
+        f"{metric}_vs_best_other_ci_high", f"{metric}_vs_best_other_wins", f"{metric}_vs_best_other_losses",
+    )
+
+
+_RUN_FIELDS = ("convergence_round_mean", "convergence_round_std", "bytes_up_per_run", "bytes_down_per_run", "seconds_per_run")
+#: summary.csv of a classification task (paired differences of the final AUC; higher is better)
 SUMMARY_FIELDS = (
-    "method", "n_seeds", "auc_mean", "auc_std", "accuracy_mean", "accuracy_std", "pooled_auc_mean",
-    "pooled_auc_std", "convergence_round_mean", "convergence_round_std", "bytes_up_per_run",
-    "bytes_down_per_run", "seconds_per_run",
-    "auc_vs_fedavg_mean", "auc_vs_fedavg_ci_low", "auc_vs_fedavg_ci_high", "auc_vs_fedavg_wins", "auc_vs_fedavg_losses",
-    "best_other", "auc_vs_best_other_mean", "auc_vs_best_other_ci_low", "auc_vs_best_other_ci_high", "auc_vs_best_other_wins",
-    "auc_vs_best_other_losses",
-)
+    "method", "n_seeds", "auc_mean", "auc_std", "accuracy_mean", "accuracy_std", "pooled_auc_mean", "pooled_auc_std",
+) + _RUN_FIELDS + _paired_fields("auc")
+#: summary.csv of a regression task (MSE, RMSE, R²; paired differences of the final MSE; lower is better)
+REGRESSION_SUMMARY_FIELDS = (
+    "method", "n_seeds", "mse_mean", "mse_std", "rmse_mean", "rmse_std", "r2_mean", "r2_std",
+) + _RUN_FIELDS + _paired_fields("mse")
+
+
+def summary_fields(task: str) -> tuple[str, ...]:
+    """The columns of ``summary.csv`` for a task: AUC-based for classification, MSE-based for regression."""
+    return REGRESSION_SUMMARY_FIELDS if task == "regression" else SUMMARY_FIELDS
 
 
 @dataclass(frozen=True)
@@ -88,9 +105,10 @@ def summarise(method: str, histories: Sequence[History], seconds: Sequence[float
         v = v[~np.isnan(v)]
         return (float(v.mean()), float(v.std())) if v.size else (float("nan"), float("nan"))
 
-    conv = np.array([h.convergence_round("auc") for h in histories], float)
+    regression = bool(histories) and histories[0].model is not None and histories[0].model.task == "regression"
+    conv = np.array([h.convergence_round("r2" if regression else "auc") for h in histories], float)
     row = {"method": method, "n_seeds": len(histories)}
-    for key in ("auc", "accuracy", "pooled_auc"):
+    for key in ("mse", "rmse", "r2") if regression else ("auc", "accuracy", "pooled_auc"):
         row[f"{key}_mean"], row[f"{key}_std"] = ms(key)
     row["convergence_round_mean"], row["convergence_round_std"] = float(conv.mean()), float(conv.std())
     row["bytes_up_per_run"] = float(np.mean([sum(r.bytes_up for r in h.rounds) for h in histories]))
@@ -99,28 +117,30 @@ def summarise(method: str, histories: Sequence[History], seconds: Sequence[float
     return row
 
 
-def add_paired(summary: list[dict[str, Any]], runs: Mapping[str, Mapping[int, History]]) -> None:
-    """Add to each summary row the method's final AUC minus FedAvg's and minus the best other
-    method's (by mean AUC), paired over the seeds both ran: mean, 95 % Student-t interval (see
-    :func:`topofl.experiments.analysis.paired_differences`), seeds won and lost. Runs with the
-    same seed share the data, so pairing removes the seed-to-seed difficulty they share.
+def add_paired(summary: list[dict[str, Any]], runs: Mapping[str, Mapping[int, History]], metric: str = "auc") -> None:
+    """Add to each summary row the method's final ``metric`` minus FedAvg's and minus the best other
+    method's (by mean; highest AUC, or lowest MSE), paired over the seeds both ran: mean, 95 %
+    Student-t interval (see :func:`topofl.experiments.analysis.paired_differences`), seeds won and
+    lost (won: higher AUC, or lower MSE). Runs with the same seed share the data, so pairing
+    removes the seed-to-seed difficulty they share.
     """
     from topofl.experiments.analysis import paired_differences
 
+    lower_is_better = metric in ("mse", "rmse", "loss")
     done = [{"method": m, "seed": s, "final": h.final} for m, per in runs.items() for s, h in per.items()]
-    auc = {r["method"]: r["auc_mean"] for r in summary}
+    score = {r["method"]: r[f"{metric}_mean"] for r in summary}
     for row in summary:
         m = row["method"]
-        others = [o for o in auc if o != m and auc[o] == auc[o]]
-        best = max(others, key=lambda o: auc[o]) if others else None
+        others = [o for o in score if o != m and score[o] == score[o]]
+        best = (min if lower_is_better else max)(others, key=lambda o: score[o]) if others else None
         row["best_other"] = best or ""
         for tag, ref in (("fedavg", "fedavg" if m != "fedavg" and "fedavg" in runs else None), ("best_other", best)):
-            d = next((p for p in paired_differences(done, (), m, "auc") if p["method"] == ref), None) if ref else None
-            row[f"auc_vs_{tag}_mean"] = d["diff_mean"] if d else float("nan")
-            row[f"auc_vs_{tag}_ci_low"] = d["ci_low"] if d else float("nan")
-            row[f"auc_vs_{tag}_ci_high"] = d["ci_high"] if d else float("nan")
-            row[f"auc_vs_{tag}_wins"] = d["reference_wins"] if d else 0
-            row[f"auc_vs_{tag}_losses"] = d["other_wins"] if d else 0
+            d = next((p for p in paired_differences(done, (), m, metric) if p["method"] == ref), None) if ref else None
+            row[f"{metric}_vs_{tag}_mean"] = d["diff_mean"] if d else float("nan")
+            row[f"{metric}_vs_{tag}_ci_low"] = d["ci_low"] if d else float("nan")
+            row[f"{metric}_vs_{tag}_ci_high"] = d["ci_high"] if d else float("nan")
+            wins, losses = (d["other_wins"], d["reference_wins"]) if d and lower_is_better else (d["reference_wins"], d["other_wins"]) if d else (0, 0)
+            row[f"{metric}_vs_{tag}_wins"], row[f"{metric}_vs_{tag}_losses"] = wins, losses
 
 
 def run_compare(
@@ -165,9 +185,10 @@ def run_compare(
             for w in writers.values():
                 w.close()
     summary = [summarise(m, histories[m], seconds[m]) for m in spec.methods]
-    add_paired(summary, {m: dict(zip(spec.seeds, histories[m], strict=True)) for m in spec.methods})
+    task = next((h[0].model.task for h in histories.values() if h and h[0].model is not None), "binary")
+    add_paired(summary, {m: dict(zip(spec.seeds, histories[m], strict=True)) for m in spec.methods}, "mse" if task == "regression" else "auc")
     if out is not None:
-        write_csv(out / "summary.csv", summary, SUMMARY_FIELDS)
+        write_csv(out / "summary.csv", summary, summary_fields(task))
     return summary
 
 
@@ -187,7 +208,7 @@ def run_peers(federation: Any, method: str, spec: CompareSpec, seed: int,
     history = History(method=method, seed=seed)
 
     def adapt(dh: Any, row: dict[str, Any]) -> None:
-        rows = [{k: r[k] for k in ("round", "client", "auc", "accuracy", "loss", "floats_up", "floats_down")}
+        rows = [{k: r[k] for k in ("round", "client", "auc", "accuracy", "loss", "floats_up", "floats_down", "mse", "r2") if k in r}
                 for r in dh.records if r["round"] == row["round"]]
         for r in rows:
             r["bytes_up"], r["bytes_down"] = r["floats_up"] * BYTES_PER_FLOAT, r["floats_down"] * BYTES_PER_FLOAT
@@ -196,6 +217,7 @@ def run_peers(federation: Any, method: str, spec: CompareSpec, seed: int,
             round=row["round"], auc=row["auc"], auc_std=row["auc_std"], accuracy=row["accuracy"], accuracy_std=row["accuracy_std"],
             loss=row["loss"], pooled_auc=row.get("pooled_auc", float("nan")), pooled_accuracy=row.get("pooled_accuracy", float("nan")),
             n_clients_auc=row["n_clients_auc"], bytes_up=sum(r["bytes_up"] for r in rows), bytes_down=sum(r["bytes_down"] for r in rows),
+            **regression_summary(rows),
         )
         history.rounds.append(summary)
         history.server_logs.append({"round": row["round"], "graph": spec.graph, "graph_edges": graph.number_of_edges(), **algo.log()})
@@ -222,13 +244,33 @@ def _open_outputs(spec: CompareSpec, out: Path) -> dict[str, CsvAppender]:
 
 
 def versions() -> dict[str, str]:
-    """Versions of Python and the packages that shape the numbers."""
+    """Versions of Python and the packages that shape the numbers, and the git commit of the
+    topofl source that ran (``git commit``).
+    """
     from importlib.metadata import PackageNotFoundError, version
 
-    out = {"python": platform.python_version()}
-    for pkg in ("topofl", "numpy", "scipy", "scikit-learn", "giotto-ph", "gudhi"):
+    out = {"python": platform.python_version(), "git commit": git_commit()}
+    for pkg in ("topofl", "numpy", "scipy", "scikit-learn", "giotto-ph", "gudhi", "torch", "flwr"):
         try:
             out[pkg] = version(pkg)
         except PackageNotFoundError:
             out[pkg] = "not installed"
     return out
+
+
+def git_commit() -> str:
+    """The commit of the git checkout topofl runs from (``+ local changes`` when its tracked files
+    differ), or why there is none: an installed package has no checkout.
+    """
+    import subprocess
+
+    here = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        if head.returncode != 0:
+            return "unknown (not a git checkout)"
+        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"unknown ({type(exc).__name__})"
+    return head.stdout.strip() + (" + local changes" if dirty.stdout.strip() else "")

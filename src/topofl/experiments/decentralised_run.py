@@ -10,8 +10,8 @@ from topofl.experiments.results import CsvAppender, append_jsonl
 from topofl.experiments.store import RunSpec, write_done
 
 # no wall-clock column: results must be identical however often a run is resumed (timings go to the done-record)
-CURVE_FIELDS = ("round", "accuracy", "accuracy_std", "loss", "bits", "cumulative_bits", "cumulative_flops", "map_storage_bytes")
-RECORD_FIELDS = ("round", "client", "accuracy", "loss", "dim")
+CURVE_FIELDS = ("round", "accuracy", "accuracy_std", "loss", "bits", "cumulative_bits", "cumulative_flops", "map_storage_bytes", "mse", "rmse", "r2")
+RECORD_FIELDS = ("round", "client", "accuracy", "loss", "dim", "mse", "r2")
 
 
 def peer_datasets() -> dict[str, Callable[..., Any]]:
@@ -84,8 +84,10 @@ def execute_decentralised(spec: RunSpec, paths: dict[str, Path]) -> dict[str, An
                                                        data.n_classes, algo.config.l2))
     append_jsonl(paths["log"], {**key, "graph_edges": graph.number_of_edges(), **(history.logs[-1] if history.logs else {})})
     final = history.final
+    finals: dict[str, Any] = {k: final.get(k) for k in ("accuracy", "accuracy_std", "loss", "cumulative_bits", "cumulative_flops", "map_storage_bytes")}
+    finals.update({k: final[k] for k in ("mse", "rmse", "r2") if k in final})   # regression only
     done = {
-        **key, "final": {k: final.get(k) for k in ("accuracy", "accuracy_std", "loss", "cumulative_bits", "cumulative_flops", "map_storage_bytes")},
+        **key, "final": finals,
         "seconds": time.perf_counter() - t0, "graph_edges": graph.number_of_edges(),
         "client_dims": [c.n_features for c in data.clients],
     }

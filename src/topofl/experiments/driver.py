@@ -1,6 +1,7 @@
 """Run an experiment end to end: plan → execute (resumable, parallel) → analyse → manifest."""
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -69,11 +70,20 @@ def run_experiment(
     config = {
         "experiment": name, "profile": profile, "data_root": data_root, "seeds": list(seeds), "n_runs": len(specs),
         "seconds": time.perf_counter() - t0,
-        "runs": [{k: v for k, v in spec.__dict__.items()} for spec in specs[: len(specs) // max(1, len(seeds))]],
+        "runs": distinct_runs(specs),
         "versions": versions(),
     }
     write_json_atomic(exp_dir / "config.json", config)
     return exp_dir
+
+
+def distinct_runs(specs: Sequence[RunSpec]) -> list[dict[str, Any]]:
+    """The runs of a plan less their seed, each once, in plan order (what the report lists as settings)."""
+    seen: dict[str, dict[str, Any]] = {}
+    for spec in specs:
+        d = {k: v for k, v in spec.__dict__.items() if k != "seed"}
+        seen.setdefault(json.dumps(d, sort_keys=True, default=str), d)
+    return list(seen.values())
 
 
 def total_runs(names: Sequence[str], seeds: Sequence[int], profile: str = "full", data_root: str | None = None) -> int:

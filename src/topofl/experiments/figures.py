@@ -55,3 +55,50 @@ def band(ax, x: Sequence[float] | np.ndarray, mean: np.ndarray, std: np.ndarray,
     """A mean curve with a shaded band of half-width ``std`` (pass a standard error for SE bands)."""
     ax.plot(x, mean, label=label, color=color, lw=2 if label.lower().startswith("ptopofl") else 1.3, **kw)
     ax.fill_between(x, mean - std, mean + std, color=color, alpha=0.15, lw=0)
+
+
+def band_between(ax, x: Sequence[float] | np.ndarray, mean: np.ndarray, low: np.ndarray, high: np.ndarray, label: str, color: Colour,
+                 shade: bool | None = None) -> None:
+    """A mean curve with a shaded ``low``–``high`` band (a confidence interval). ``shade``
+    (default: only for pTopoFL, so that many overlapping bands do not hide the curves) draws the band.
+    """
+    main = label.lower().startswith("ptopofl")
+    ax.plot(x, mean, label=label, color=color, lw=2 if main else 1.1)
+    if main if shade is None else shade:
+        ax.fill_between(x, low, high, color=color, alpha=0.18, lw=0)
+
+
+def dot_plot(ax, labels: Sequence[str], means: Sequence[float], lows: Sequence[float], highs: Sequence[float],
+             colours: Sequence[Colour], xlabel: str, zero_line: bool = False) -> None:
+    """Horizontal dots with interval whiskers, one row per label (top to bottom). Dots need no
+    zero baseline, unlike bars, so the axis can zoom in honestly; ``zero_line`` marks 0 (for
+    differences).
+    """
+    y = np.arange(len(labels))
+    m, lo, hi = (np.asarray(v, dtype=float) for v in (means, lows, highs))
+    err = np.vstack([np.where(np.isfinite(lo), m - lo, 0.0), np.where(np.isfinite(hi), hi - m, 0.0)])
+    for i in range(len(labels)):
+        ax.errorbar(m[i], y[i], xerr=err[:, i:i + 1], fmt="o", color=colours[i], ms=6, capsize=3, lw=1.4)
+    if zero_line:
+        ax.axvline(0.0, color="#444", lw=0.9, ls="--")
+    ax.set_yticks(y, list(labels))
+    ax.set_ylim(len(labels) - 0.5, -0.5)
+    ax.set_xlabel(xlabel)
+    ax.grid(axis="y", alpha=0)
+
+
+def paired_figure(panels: Sequence[tuple[str, Sequence[dict]]], xlabel: str, out_dir: Path, stem: str) -> dict[str, str]:
+    """One :func:`dot_plot` panel per ``(title, rows)``: each row's ``diff_mean`` with its
+    ``ci_low``–``ci_high`` interval (rows of :func:`topofl.experiments.analysis.against`), labelled
+    by ``method`` and ``wins/losses`` (or, for rows of ``paired_differences``, the reference's
+    ``reference_wins/other_wins``), with a dashed line at zero.
+    """
+    plt = pyplot()
+    height = 1.2 + 0.32 * max((len(r) for _, r in panels), default=1)
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), height), squeeze=False)
+    for ax, (title, rows) in zip(axes[0], panels, strict=True):
+        labels = [f"{r['method']} ({r.get('wins', r.get('reference_wins'))}/{r.get('losses', r.get('other_wins'))})" for r in rows]
+        dot_plot(ax, labels, [r["diff_mean"] for r in rows], [r["ci_low"] for r in rows], [r["ci_high"] for r in rows],
+                 [colour(str(r["method"]), i) for i, r in enumerate(rows)], xlabel, zero_line=True)
+        ax.set_title(title, fontsize=10)
+    return save(fig, out_dir, stem)

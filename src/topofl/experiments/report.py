@@ -1,58 +1,119 @@
-"""A self-contained HTML report of an experiments directory (figures embedded, tables inline)."""
+"""A self-contained HTML report of an experiments directory (figures embedded, tables inline).
+
+Tables are drawn from the tidy CSV files beside the report, formatted one column at a time:
+integers as integers, rounds and seconds to one decimal, metrics to three decimals (three
+significant figures below 0.01), differences signed; ``x_mean``/``x_std`` become one "mean ± std"
+column, ``x_mean``/``x_ci_low``/``x_ci_high`` one "mean (95 % CI)" column and win/loss counts one
+"won/lost" column, so that every table fits a 760-pixel window. Each experiment's settings (runs,
+rounds, models, hyper-parameters that differ from the defaults) follow its results; the defaults
+of every method used, the git commit and the package versions close the report.
+"""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import html
 import json
 import math
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from topofl.experiments.results import read_csv
 
 ORDER = (
-    "comparison", "robustness", "continual", "privacy", "ablation", "diagrams",
-    "sheaf-digits", "sheaf-centralised", "sheaf-hetero", "sheaf-topology", "sheaf-init",
+    "comparison", "controls", "heart-disease", "robustness", "continual", "privacy", "ablation", "diagrams",
+    "sheaf-digits", "sheaf-school", "sheaf-centralised", "sheaf-hetero", "sheaf-topology", "sheaf-init",
 )
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1180px;margin:2em auto;padding:0 1em;color:#222;line-height:1.45}
 h1{border-bottom:3px solid #1b9e77;padding-bottom:.3em}h2{margin-top:2.2em;border-bottom:1px solid #ccc}
-table{border-collapse:collapse;margin:.8em 0 1.6em;font-size:.86em}th,td{border:1px solid #ddd;padding:.25em .6em;text-align:right}
-th{background:#f3f6f4}td:first-child,th:first-child{text-align:left}caption{caption-side:top;text-align:left;font-weight:600;padding:.3em 0}
-figure{margin:1em 0 2em}figure img{max-width:100%;border:1px solid #eee}figcaption{font-size:.9em;color:#555}
+.tw{max-width:100%;overflow-x:auto}
+table{border-collapse:collapse;margin:.8em 0 1.6em;font-size:.82em}th,td{border:1px solid #ddd;padding:.22em .45em;text-align:right}
+th{background:#f3f6f4;font-weight:600;vertical-align:bottom}td{white-space:nowrap}
+td:first-child,th:first-child{text-align:left}td.t{text-align:left;white-space:normal;min-width:5em}
+@media (max-width:900px){body{padding:0 .5em}table{font-size:.74em}th,td{padding:.2em .3em}}
+caption{caption-side:top;text-align:left;font-weight:600;padding:.3em 0}
+figure{margin:1em 0 2em}figure img{max-width:100%;height:auto;border:1px solid #eee}figcaption{font-size:.9em;color:#555}
 .note{background:#fff8e1;border-left:4px solid #f0b400;padding:.5em .8em;margin:.6em 0}.meta{color:#666;font-size:.9em}
-nav a{margin-right:1em}
+details{margin:.4em 0 1.2em}summary{cursor:pointer;color:#155;font-size:.92em}
+nav a{margin-right:1em;white-space:nowrap}code{font-size:.92em}
 """
 
 
-def _cell(v: str) -> str:
+def _num(v: str) -> float | None:
     try:
-        f = float(v)
-    except ValueError:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _kind(name: str, values: list[str]) -> str:
+    """How a column's numbers are written: ``text``, ``int``, ``one`` (one decimal), ``big`` (no
+    decimals, thousands separated), ``small`` (every value below 0.01: three significant figures),
+    ``diff`` (signed, three decimals) or ``metric`` (three decimals).
+    """
+    nums = [f for f in (_num(v) for v in values) if f is not None and math.isfinite(f)]
+    if not nums:
+        return "text" if any(_num(v) is None and v for v in values) else "metric"
+    if all(f.is_integer() for f in nums) and all("." not in v and "e" not in v.lower() for v in values if _num(v) is not None):
+        return "int"
+    low = name.lower()
+    if any(w in low for w in ("round", "second", "epoch", "step")):
+        return "one"
+    top = max(abs(f) for f in nums)
+    if top >= 1000:
+        return "big"
+    if 0 < top < 0.01:
+        return "small"
+    if any(w in low for w in ("diff", "_vs_", "difference", "change", "ci_")):
+        return "diff"
+    return "metric"
+
+
+def _fmt(v: str, kind: str) -> str:
+    """One cell: NaN as an en dash, text escaped, numbers as their column's ``kind`` says."""
+    f = _num(v)
+    if f is None:
         return html.escape(v)
     if math.isnan(f):
         return "–"
-    if "." not in v and "e" not in v.lower():
-        return v  # an integer as written
-    if f.is_integer() and abs(f) < 1e9:
-        return f"{f:.0f}"
-    if f != 0 and abs(f) < 0.01:
-        return f"{f:.3g}"  # small values keep three significant figures, not "0.000"
-    return f"{f:.3f}"
+    if math.isinf(f):
+        return "∞" if f > 0 else "−∞"
+    if kind == "int" or (kind == "big" and abs(f) >= 1000):
+        return f"{f:,.0f}".replace("-", "−")
+    if kind == "one":
+        return f"{f:.1f}".replace("-", "−")
+    out = f"{f:.3g}" if kind == "small" else f"{f:.3f}"
+    if kind == "diff" and f > 0:
+        out = "+" + out
+    return out.replace("-", "−")
 
 
-def _columns(cols: list[str]) -> list[tuple[str, list[str]]]:
-    """Display columns: a ``x_mean``/``x_std`` pair becomes one "x (mean ± std)" column."""
-    out, skip = [], set()
+def _groups(cols: list[str]) -> list[tuple[str, list[str], str]]:
+    """Display columns ``(header, source columns, joiner)``: mean ± std, mean (CI low, high), won/lost."""
+    out: list[tuple[str, list[str], str]] = []
+    used: set[str] = set()
     for c in cols:
-        if c in skip:
+        if c in used:
             continue
-        if c.endswith("_mean") and c[:-5] + "_std" in cols:
-            out.append((f"{c[:-5]} (mean ± std)", [c, c[:-5] + "_std"]))
-            skip.add(c[:-5] + "_std")
+        stem = "" if c == "diff_mean" else (c[:-5] if c.endswith("_mean") else None)
+        lo, hi = (f"{stem}_ci_low", f"{stem}_ci_high") if stem else ("ci_low", "ci_high")
+        if stem is not None and lo in cols and hi in cols:
+            out.append((f"{stem or 'difference'} (95 % CI)".replace("_", " "), [c, lo, hi], "ci"))
+            used.update((lo, hi))
+        elif stem and f"{stem}_std" in cols:
+            out.append((f"{stem} (mean ± std)".replace("_", " "), [c, f"{stem}_std"], " ± "))
+            used.add(f"{stem}_std")
+        elif c.endswith("wins") and (c[:-4] + "losses") in cols:
+            out.append((f"{c[:-4]}won/lost".replace("_", " "), [c, c[:-4] + "losses"], "/"))
+            used.add(c[:-4] + "losses")
+        elif c == "reference_wins" and "other_wins" in cols:
+            out.append(("reference won/lost", [c, "other_wins"], "/"))
+            used.add("other_wins")
         else:
-            out.append((c, [c]))
+            out.append((c.replace("_", " "), [c], ""))
     return out
 
 
@@ -60,14 +121,22 @@ def _table(path: Path, title: str, max_rows: int = 60) -> str:
     rows = read_csv(path)
     if not rows:
         return f"<p class=meta>{html.escape(title)}: no rows.</p>"
-    cols = _columns(list(rows[0]))
-    head = "".join(f"<th>{html.escape(name)}</th>" for name, _ in cols)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{' ± '.join(_cell(r[k]) for k in keys)}</td>" for _, keys in cols) + "</tr>"
-        for r in rows[:max_rows]
-    )
+    cols = list(rows[0])
+    kinds = {c: _kind(c, [r[c] for r in rows]) for c in cols}
+    groups = _groups(cols)
+    head = "".join(f"<th>{html.escape(name)}</th>" for name, _, _ in groups)
+    body = []
+    for r in rows[:max_rows]:
+        cells = []
+        for _, keys, joiner in groups:
+            parts = [_fmt(r[k], kinds[k]) for k in keys]
+            text = f"{parts[0]} ({parts[1]}, {parts[2]})" if joiner == "ci" else joiner.join(parts)
+            cls = " class=t" if len(keys) == 1 and kinds[keys[0]] == "text" else ""
+            cells.append(f"<td{cls}>{text}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
     more = f"<p class=meta>{len(rows) - max_rows} more rows in {path.name}</p>" if len(rows) > max_rows else ""
-    return f"<table><caption>{html.escape(title)} <span class=meta>({path.name})</span></caption><tr>{head}</tr>{body}</table>{more}"
+    return (f"<div class=tw><table><caption>{html.escape(title)} <span class=meta>({path.name})</span></caption>"
+            f"<tr>{head}</tr>{''.join(body)}</table></div>{more}")
 
 
 def _figure(exp_dir: Path, fig: dict) -> str:
@@ -77,6 +146,46 @@ def _figure(exp_dir: Path, fig: dict) -> str:
         f'<figure><img alt="{html.escape(fig["caption"])}" src="data:image/png;base64,{data}">'
         f'<figcaption>{html.escape(fig["caption"])}{svg}</figcaption></figure>'
     )
+
+
+def _kv(d: Any) -> str:
+    return ", ".join(f"{k}={v}" for k, v in d.items()) if isinstance(d, dict) and d else "–"
+
+
+def _settings(cfg: dict[str, Any]) -> str:
+    """An experiment's settings: budget, seeds, and each distinct run (less its seed) with the
+    hyper-parameters it sets (the others are the defaults listed at the end of the report).
+    """
+    runs = cfg.get("runs", [])
+    if not runs:
+        return ""
+    rows = []
+    for r in runs:
+        label = r.get("label") or r.get("method", "")
+        method = r.get("method", "") if r.get("label") else ""
+        cells = [label, method, r.get("scenario", ""), str(r.get("rounds", "")), r.get("model", ""),
+                 _kv(r.get("hyperparameters")), _kv({**r.get("scenario_params", {}), **r.get("setting", {}), **r.get("graph", {})})]
+        rows.append("<tr>" + "".join(f"<td class=t>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
+    seeds = cfg.get("seeds", [])
+    head = "".join(f"<th>{h}</th>" for h in ("run", "method", "data", "rounds", "model", "hyper-parameters set", "data / setting"))
+    return (f"<details><summary>Settings: {len(runs)} distinct runs × {len(seeds)} seeds ({cfg.get('n_runs', 0)} runs), budget "
+            f"{html.escape(str(cfg.get('profile', 'full')))}, {cfg.get('seconds', 0):.1f} s</summary>"
+            f"<div class=tw><table><tr>{head}</tr>{''.join(rows)}</table></div></details>")
+
+
+def _defaults(methods: set[str]) -> str:
+    """The default hyper-parameters of every method the experiments ran."""
+    from topofl.methods import available, get
+
+    rows = []
+    for name in [m for m in available() if m in methods]:
+        config = get(name).config
+        values = ", ".join(f"{f.name}={f.default}" for f in dataclasses.fields(config) if f.default is not dataclasses.MISSING)
+        rows.append(f"<tr><td>{html.escape(name)}</td><td class=t><code>{html.escape(values)}</code></td></tr>")
+    if not rows:
+        return ""
+    return ("<details><summary>Default hyper-parameters of every method used (runs above list what they change)</summary>"
+            f"<div class=tw><table><tr><th>method</th><th>defaults</th></tr>{''.join(rows)}</table></div></details>")
 
 
 def build_report(out: Path) -> Path:
@@ -92,30 +201,40 @@ def build_report(out: Path) -> Path:
     nav: list[str] = []
     versions: dict[str, str] = {}
     configs: list[str] = []
+    methods: set[str] = set()
     for d in dirs:
         man = json.loads((d / "manifest.json").read_text())
         cfg = json.loads((d / "config.json").read_text()) if (d / "config.json").exists() else {}
         versions = cfg.get("versions", versions)
+        methods.update(r.get("method", "") for r in cfg.get("runs", []))
+        seeds = cfg.get("seeds", [])
         configs.append(
-            f"<tr><td>{html.escape(man['name'])}</td><td>{len(cfg.get('seeds', []))}</td>"
-            f"<td>{cfg.get('n_runs', 0)}</td><td>{cfg.get('seconds', 0):.1f}</td></tr>"
+            f"<tr><td>{html.escape(man['name'])}</td><td>{len(seeds)}</td><td>{cfg.get('n_runs', 0):,}</td>"
+            f"<td>{html.escape(str(cfg.get('profile', 'full')))}</td><td>{cfg.get('seconds', 0):.1f}</td></tr>"
         )
         nav.append(f'<a href="#{man["name"]}">{html.escape(man["title"])}</a>')
         parts = [f'<h2 id="{man["name"]}">{html.escape(man["title"])}</h2><p>{html.escape(man["description"])}</p>']
         parts += [f'<div class=note>{html.escape(n)}</div>' for n in man["notes"]]
         parts += [_table(d / t["csv"], t["title"]) for t in man["tables"] if t["csv"] != "pairs.csv"]
         parts += [_figure(d, f) for f in man["figures"]]
+        parts.append(_settings(cfg))
         sections.append("\n".join(parts))
-    vers = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>" for k, v in versions.items())
-    page = f"""<!doctype html><html lang=en><head><meta charset=utf-8><title>topofl report</title><style>{CSS}</style></head><body>
+    commit = versions.get("git commit", "not recorded")
+    vers = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(str(v))}</td></tr>" for k, v in versions.items())
+    page = f"""<!doctype html><html lang=en><head><meta charset=utf-8><meta name=viewport content="width=device-width, initial-scale=1">
+<title>topofl report</title><style>{CSS}</style></head><body>
 <h1>topofl — experiment report</h1>
-<p class=meta>Generated {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} from {html.escape(str(out))}. \
-Every number and figure is drawn from the tidy result files beside this report.</p>
+<p class=meta>Generated {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} from {html.escape(str(out))}; topofl \
+{html.escape(versions.get('topofl', '?'))}, git commit <code>{html.escape(commit)}</code>. Every number and figure is drawn from the \
+tidy result files beside this report. Intervals are 95 % Student-t intervals over seeds; paired differences compare methods on \
+the same seed (same data and split).</p>
 <nav>{' '.join(nav)}</nav>
 {''.join(sections)}
 <h2 id=config>Configuration</h2>
-<table><caption>Experiments</caption><tr><th>experiment</th><th>seeds</th><th>runs</th><th>seconds</th></tr>{''.join(configs)}</table>
-<table><caption>Package versions</caption><tr><th>package</th><th>version</th></tr>{vers}</table>
+<div class=tw><table><caption>Experiments</caption><tr><th>experiment</th><th>seeds</th><th>runs</th><th>budget</th><th>seconds</th></tr>\
+{''.join(configs)}</table></div>
+{_defaults(methods)}
+<div class=tw><table><caption>Versions</caption><tr><th>package</th><th>version</th></tr>{vers}</table></div>
 </body></html>"""
     path = out / "report.html"
     path.write_text(page)

@@ -17,6 +17,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from topofl.atomic import write_text_atomic
 
 
@@ -56,6 +58,11 @@ class CsvAppender:
 
 
 def _fmt(v: Any) -> Any:
+    """A CSV cell: floats rounded to 10 decimals (NaN as an empty cell), numpy scalars as the plain
+    Python number they hold (NumPy 2's ``repr`` would write ``np.float64(0.5)``), anything else as is.
+    """
+    if isinstance(v, np.generic):
+        v = v.item()
     if isinstance(v, float):
         return "" if math.isnan(v) else repr(round(v, 10))
     return v
@@ -97,8 +104,6 @@ def append_jsonl(path: Path, record: Mapping[str, Any]) -> None:
 
 
 def _json_default(o: Any) -> Any:
-    import numpy as np
-
     if isinstance(o, np.generic):
         return o.item()
     if isinstance(o, np.ndarray):

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-ROUND_FIELDS = ("round", "client", "auc", "accuracy", "loss", "bytes_up", "bytes_down", "floats_up", "floats_down")
+ROUND_FIELDS = ("round", "client", "auc", "accuracy", "loss", "bytes_up", "bytes_down", "floats_up", "floats_down", "mse", "r2")
 
 
 def nanmean(values: Iterable[float]) -> float:
@@ -25,10 +25,23 @@ def nanstd(values: Iterable[float]) -> float:
     return float(v.std()) if v.size else float("nan")
 
 
+def regression_summary(rows: Iterable[dict[str, Any]]) -> dict[str, float]:
+    """``mse``, ``rmse`` and ``r2`` of a round: means over the clients' rows that carry them
+    (regression tasks); an empty dict for classification, whose summaries keep NaN.
+    """
+    rows = [r for r in rows if "mse" in r]
+    if not rows:
+        return {}
+    mse = [float(r["mse"]) for r in rows]
+    return {"mse": nanmean(mse), "rmse": nanmean(np.sqrt(np.maximum(mse, 0.0))), "r2": nanmean(float(r.get("r2", float("nan"))) for r in rows)}
+
+
 @dataclass
 class RoundSummary:
     """Metrics of one round. ``auc``/``accuracy`` are means over clients of each client's score
     with the model it would use; ``pooled_*`` are computed on all test predictions together.
+    Regression: ``mse``, ``rmse`` (each client's √MSE) and ``r2`` are means over clients (NaN
+    for classification), and ``auc``/``accuracy`` are NaN.
     """
 
     round: int
@@ -42,6 +55,9 @@ class RoundSummary:
     n_clients_auc: int
     bytes_up: int
     bytes_down: int
+    mse: float = float("nan")
+    rmse: float = float("nan")
+    r2: float = float("nan")
 
     def as_dict(self) -> dict[str, float]:
         return dict(self.__dict__)

@@ -21,7 +21,7 @@ import numpy as np
 from topofl._validation import TrainingWarning, check_int, check_range
 from topofl.data.federation import Federation, feature_scale_problem
 from topofl.federation.algorithm import Algorithm
-from topofl.federation.history import History, RoundSummary, nanmean, nanstd
+from topofl.federation.history import History, RoundSummary, nanmean, nanstd, regression_summary
 from topofl.federation.messages import BYTES_PER_FLOAT
 from topofl.federation.pool import ClientEvaluation, ClientPool, Failure, InProcessPool, client_rng  # noqa: F401 (re-export)
 from topofl.federation.validation import ClientInfo, evaluation_problem, screen_updates
@@ -268,6 +268,7 @@ def _summarise_round(
         n_clients_auc=int(np.sum(~np.isnan(aucs))) if aucs else 0,
         bytes_up=int(sum(up.values())) * BYTES_PER_FLOAT,
         bytes_down=int(sum(down.values())) * BYTES_PER_FLOAT,
+        **regression_summary(rows),
     )
 
 

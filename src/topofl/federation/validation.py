@@ -30,6 +30,8 @@ from topofl.limits import MAX_CLIENT_EXAMPLES
 
 #: the metrics every evaluation reply carries, and nothing else
 EVALUATION_METRICS = ("auc", "accuracy", "loss")
+#: what a regression client's evaluation carries besides (:func:`topofl.metrics.regression_scores`)
+REGRESSION_METRICS = ("mse", "r2")
 
 
 # ---- the declaration a client makes when it joins --------------------------------------------
@@ -361,24 +363,26 @@ def screen_updates(
 def evaluation_problem(evaluation: Any, info: ClientInfo, task: str, n_classes: int) -> str | None:
     """Why a client's evaluation must not be averaged in; ``None`` when it is sound.
 
-    Metrics are exactly ``auc``, ``accuracy`` and ``loss``. Classification: accuracy in [0, 1];
+    Metrics are exactly ``auc``, ``accuracy`` and ``loss`` (regression: and ``mse``, ``r2``). Classification: accuracy in [0, 1];
     AUC in [0, 1], or NaN for a test split that holds one class (it then has no AUC: it is kept
     in the client's record and left out of the mean, and ``n_clients_auc`` says how many counted);
     with pooled predictions, AUC is NaN exactly when their labels hold one class. Regression: AUC
-    and accuracy NaN. Loss finite and >= 0. Pooled predictions, when sent, are labels and scores
+    and accuracy NaN, MSE finite and >= 0, R² <= 1 (NaN for a constant test target). Loss finite
+    and >= 0. Pooled predictions, when sent, are labels and scores
     for the declared number of test samples (scores in [0, 1] for classification).
     """
     m = getattr(evaluation, "metrics", None)
     if not isinstance(m, Mapping):
         return f"metrics must be a mapping; got {type(m).__name__}"
-    missing = [k for k in EVALUATION_METRICS if k not in m]
+    expected = EVALUATION_METRICS + (REGRESSION_METRICS if task == "regression" else ())
+    missing = [k for k in expected if k not in m]
     if missing:
         return f"missing metric(s) {', '.join(missing)}"
-    extra = [k for k in m if k not in EVALUATION_METRICS]
+    extra = [k for k in m if k not in expected]
     if extra:
         return f"unexpected metric {extra[0]!r}"
     values = {}
-    for k in EVALUATION_METRICS:
+    for k in expected:
         x = as_number(m[k])
         if x is None:
             return f"{k} must be a number; got {_short(m[k])}"
@@ -389,6 +393,10 @@ def evaluation_problem(evaluation: Any, info: ClientInfo, task: str, n_classes: 
     if task == "regression":
         if not (math.isnan(auc) and math.isnan(acc)):
             return f"a regression client reports no auc or accuracy (NaN); got auc={auc!r}, accuracy={acc!r}"
+        if not (math.isfinite(values["mse"]) and values["mse"] >= 0):
+            return f"mse must be finite and >= 0; got {values['mse']!r}"
+        if not (math.isnan(values["r2"]) or values["r2"] <= 1.0):
+            return f"r2 must be <= 1 (or NaN for a constant test target); got {values['r2']!r}"
     else:
         if not 0.0 <= acc <= 1.0:
             return f"accuracy must be in [0, 1]; got {acc!r}"

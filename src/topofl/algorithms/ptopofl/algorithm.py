@@ -40,14 +40,23 @@ class PTopoFLConfig(AlgorithmConfig):
 
     n_clusters: int = hp(2, "number of topology clusters M (paper: 2 for scenarios A/B)")
     beta: float = hp(0.3, "inter-cluster blending β in [0, 1] (Eq. 7; 0 = pure cluster models, 1 = consensus)")
-    tau: float = hp(2.0, "anomaly z-score threshold τ for flagging (paper: 2.0; 1.8 in robustness runs)")
+    tau: float = hp(
+        2.0, "anomaly z-score threshold τ: clients with z > τ are reported as flagged (paper: 2.0; 1.8 in robustness runs); "
+        "it changes the models only with trust_gate='flagged'"
+    )
     use_trust: bool = hp(True, "multiply aggregation weights by trust t_k (§3.4)")
-    trust_gate: str = hp("all", "apply t_k = exp(-max(z-1,0)) to 'all' clients (§3.4 as written) or only 'flagged' ones")
+    trust_gate: str = hp(
+        "all", "apply t_k = exp(-max(z-1,0)) to 'all' clients (§3.4 as written: τ then only decides which clients are reported as "
+        "flagged, never the models) or only to 'flagged' ones, z > τ (τ <= 1 is then the same as 'all')"
+    )
     trust_space: str = hp("raw", "descriptors used for δ_k: 'raw' φ (Eq. 8) or 'normalised' φ̂ (authors' code)")
     cluster_distance: str = hp(
         "l2", "clustering distance: 'l2' on normalised φ (§3.3/reference code), 'wasserstein' or 'bottleneck' between diagrams (Fig. 1 text)"
     )
     wasserstein_p: float = hp(2.0, "order p of the Wasserstein clustering distance (>= 1)")
+    wasserstein_rel_error: float = hp(
+        0.0, "Wasserstein clustering distance: 0 = exact (assignment solver); > 0 = Hera's approximation, within (1 + this) x exact"
+    )
     augment: str = hp(
         "auto",
         "append the four per-sample TDA features to the local features (§3.2): auto (on for linear models, off for deep ones, "
@@ -80,6 +89,7 @@ class PTopoFLConfig(AlgorithmConfig):
         check_choice("trust_space", self.trust_space, ("raw", "normalised"))
         check_choice("cluster_distance", self.cluster_distance, CLUSTER_DISTANCES)
         check_range("wasserstein_p", self.wasserstein_p, 1.0)
+        check_range("wasserstein_rel_error", self.wasserstein_rel_error, 0.0)
         if isinstance(self.augment, bool):  # True/False as earlier releases spelled it
             object.__setattr__(self, "augment", "on" if self.augment else "off")
         check_choice("augment", self.augment, ("auto", "on", "off"))
@@ -287,7 +297,7 @@ class PTopoFL(Algorithm):
         if c.cluster_distance == "l2":
             D = pairwise_descriptor_distances(np.vstack([self.phi[i] for i in ids]))
         else:
-            D = pairwise_diagram_distances([self.dgms[i] for i in ids], c.cluster_distance, c.wasserstein_p)
+            D = pairwise_diagram_distances([self.dgms[i] for i in ids], c.cluster_distance, c.wasserstein_p, c.wasserstein_rel_error)
         labels = maths.cluster_clients(D, c.n_clusters)
         self.labels = dict(zip(ids, labels.tolist(), strict=True))
         self.cluster_raw = {j: self.init_params.copy() for j in set(self.labels.values())}

@@ -3,12 +3,29 @@
     θ_i ← θ_i − α (∇f_i(θ_i; ξ) + λ Σ_j P_ijᵀ (P_ij θ_i − P_ji θ_j))           (Eq. 27)
     P_ij ← P_ij − ηλ (P_ij θ_i⁺ − P_ji θ_j⁺) θ_i⁺ᵀ                               (Eq. 28)
 
-All peers in parallel, the stochastic gradient taken at the same iterate as the coupling term;
-two exchanges per iteration of d_ij numbers per directed edge (P_ij θ_i before the model step,
-P_ij θ_i⁺ before the map step). ``local_steps > 1`` reproduces the public code's habit of several
-local mini-batch steps per coupling step (which weakens the coupling by that factor); it is an
-option, not the default. The maths is in :mod:`~topofl.decentralised.sheaf.maths`, the maps'
-storage (dense, or compact and exact) in :mod:`~topofl.decentralised.sheaf.maps`.
+All peers in parallel, the stochastic gradient taken at the same iterate as the coupling term.
+Messages per directed edge and iteration, ``exchange``:
+
+* ``"paper"`` (default; Algorithm 1 as written): two exchanges of d_ij numbers, P_ij^k θ_i^k
+  before the model step (phase ``proj``) and P_ij^k θ_i^{k+1} before the map step (``proj_new``).
+* ``"compact"``: one exchange of d_ij + 1 numbers, P_ij^k θ_i^{k+1} and c_i = ‖θ_i^{k+1}‖² (as the
+  maps store θ), in ``proj_new``. The first exchange is redundant: Eq. 28 makes
+  P_ij^{k+1} = P_ij^k − u_ij θ_i^{k+1}ᵀ with u_ij = ηλ (P_ij^k θ_i^{k+1} − P_ji^k θ_j^{k+1}), so
+      P_ij^{k+1} θ_i^{k+1} = P_ij^k θ_i^{k+1} − u_ij c_i,
+  and neighbour j knows both terms of u_ij (one it received, the other it sent), so it rebuilds
+  next iteration's first message (:func:`~topofl.decentralised.sheaf.maths.carried_projection`)
+  — the very arithmetic node i itself uses to carry that projection over, so the iterates are
+  bit-for-bit those of ``"paper"``. Phase ``proj`` then carries a message only where the sender
+  cannot vouch for that value: the first iteration (P_ij^0 θ_i^0) and after its maps were
+  re-compressed (``on_budget="recompress"``). Behind a relay that echoes a dropped neighbour's
+  edge, the edge is zeroed from the dropped node's next ``proj_new`` on (one phase later than
+  with ``"paper"``, during which the last rebuilt projection is used).
+
+``local_steps > 1`` reproduces the public code's habit of several local mini-batch steps per
+coupling step (which weakens the coupling by that factor); it is an option, not the default. The
+maths is in :mod:`~topofl.decentralised.sheaf.maths`, the maps' storage (dense, or compact and
+exact) in :mod:`~topofl.decentralised.sheaf.maps`, the initial maps in
+:mod:`~topofl.decentralised.sheaf.initial`.
 """
 from __future__ import annotations
 
@@ -34,7 +51,8 @@ class SheafConfig(PeerConfig):
     lam: float = hp(0.001, "sheaf-Laplacian strength λ (paper Table 1: 0.001 for R-MNIST)")
     eta: float = hp(0.05, "restriction-map step size η (>= 0; 0 keeps the maps fixed); Theorem 1 needs η < 2/(λ·D²)")
     gamma: float = hp(0.03, "edge-space fraction γ in (0, 1]: d_ij = floor(γ·min(d_i, d_j))")
-    map_init: str = hp("gaussian", "initial maps: gaussian (paper) | uniform | orthogonal | identity_noise | scaled_identity | sparse_sign (compact-capable)")
+    map_init: str = hp("gaussian", "initial maps: gaussian (paper) | shared (both ends of an edge start from the same N(0, σ²) map) | uniform | "
+                       "orthogonal | identity_noise | scaled_identity | sparse_sign (compact-capable)")
     map_scale: float = hp(1.0, "σ of the initial maps (gaussian/orthogonal scale, uniform half-width, noise sd; √a for scaled_identity)")
     maps: str = hp("auto", "storage: dense | compact (exact low-rank form; needs map_init=sparse_sign) | auto (dense when it fits)")
     memory_budget: float = hp(2e9, "bytes the restriction maps may use (auto picks dense only below min(budget, dense_limit))")
@@ -43,6 +61,8 @@ class SheafConfig(PeerConfig):
     recompress_rank: int = hp(8, "rank kept by recompress (approximate once the history rank exceeds it)")
     local_steps: int = hp(1, "mini-batch steps per coupling step (1 = Algorithm 1; >1 = public code's variant)")
     map_precision: str = hp("float64", "storage of compact map factors: float64 (exact to rounding) | float32 (half the memory, float32-accurate)")
+    exchange: str = hp("paper", "messages per directed edge and iteration: paper (Algorithm 1: P_ij θ_i^k, then P_ij θ_i^(k+1); 2·d_ij floats) "
+                       "| compact (P_ij θ_i^(k+1) and ‖θ_i^(k+1)‖², d_ij + 1 floats; identical iterates)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -58,6 +78,7 @@ class SheafConfig(PeerConfig):
         check_int("recompress_rank", self.recompress_rank, 1)
         check_int("local_steps", self.local_steps, 1, 10_000)
         check_choice("map_precision", self.map_precision, ("float64", "float32"))
+        check_choice("exchange", self.exchange, ("paper", "compact"))
         if self.maps == "compact" and self.map_init != "sparse_sign":
             raise ValueError(f"maps='compact' needs map_init='sparse_sign' (a compactly stored initial map); got map_init={self.map_init!r}")
 
@@ -79,9 +100,12 @@ class SheafNode(PeerNode):
                 f"got {spec.mode!r} with maps={c.maps!r}"
             )
         child = np.random.default_rng(np.random.SeedSequence([spec.seed, spec.node]))
-        self.maps = NodeMaps(initial_maps(c.map_init, self.sizes, spec.dim, c.map_scale, child), self.sizes, mode == "compact", c.map_precision)
+        P0 = initial_maps(c.map_init, self.sizes, spec.dim, c.map_scale, child, spec)
+        self.maps = NodeMaps(P0, self.sizes, mode == "compact", c.map_precision)
         self._proj: np.ndarray | None = None  # P_ij θ_i^k, stacked
         self._proj_new: np.ndarray | None = None  # P_ij^k θ_i^{k+1}, stacked
+        self._rebuilt: dict[int, np.ndarray] = {}  # compact exchange: P_ji^{k+1} θ_j^{k+1} of each neighbour j
+        self._products = 0  # maps.products when this iteration began
 
     def _blocks(self, stacked: np.ndarray) -> dict[int, np.ndarray]:
         off = self.maps.offsets
@@ -93,21 +117,49 @@ class SheafNode(PeerNode):
         return value
 
     def outgoing(self, phase: str) -> dict[int, np.ndarray]:
-        """``proj``: the blocks of P_ij θ_i^k; ``proj_new``: the blocks of P_ij^k θ_i^{k+1}."""
+        """``proj``: the blocks of P_ij θ_i^k (compact exchange: only when not carried over, see the
+        module docstring); ``proj_new``: the blocks of P_ij^k θ_i^{k+1} (compact: and ‖θ_i^{k+1}‖²).
+        """
         self._check_phase(phase)
+        theta, compact = self.peer.theta, self.config.exchange == "compact"
         if phase == "proj":
-            self._proj = self.maps.project(self.peer.theta)
-            return self._blocks(self._proj)
-        self._proj_new = self.maps.project(self.peer.theta)
-        return self._blocks(self._proj_new)
+            self._products = self.maps.products
+            carried = self.maps.cached(theta) is not None  # then every neighbour has rebuilt exactly this value
+            self._proj = self.maps.project(theta)
+            return {} if compact and carried else self._blocks(self._proj)
+        self._proj_new = self.maps.project(theta)
+        blocks = self._blocks(self._proj_new)
+        if compact:
+            scale = self.maps.carry_scale(theta)
+            return {j: np.append(b, scale) for j, b in blocks.items()}
+        return blocks
 
     def incoming(self, phase: str, received: Mapping[int, np.ndarray], rng: np.random.Generator) -> None:
         """``proj``: the model step (Eq. 27); ``proj_new``: the map step (Eq. 28)."""
-        recv = np.concatenate(self._gather(phase, received, self.sizes))
-        if phase == "proj":
-            self.model_step(recv, rng)
+        if self.config.exchange == "paper":
+            recv = np.concatenate(self._gather(phase, received, self.sizes))
+            if phase == "proj":
+                self.model_step(recv, rng)
+            else:
+                self.map_step(recv)
+        elif phase == "proj":  # what a neighbour sent overrides the projection rebuilt from its last proj_new
+            full, self._rebuilt = {**self._rebuilt, **received}, {}
+            self.model_step(np.concatenate(self._gather(phase, full, self.sizes)), rng)
         else:
-            self.map_step(recv)
+            parts = self._gather(phase, received, [d + 1 for d in self.sizes])
+            self._rebuild(parts)
+            self.map_step(np.concatenate([x[:-1] for x in parts]))
+
+    def _rebuild(self, parts: list[np.ndarray]) -> None:
+        """Compact exchange: P_ji^{k+1} θ_j^{k+1} = q − u c (:func:`maths.carried_projection`), with q =
+        P_ji^k θ_j^{k+1} and c as received and u = ηλ (q − P_ij^k θ_i^{k+1}) as neighbour j's maps store it.
+        """
+        c, own = self.config, self._blocks(self._pending(self._proj_new, "proj_new"))
+        self._rebuilt = {}
+        for j, x in zip(self.spec.neighbours, parts, strict=True):
+            q = x[:-1]
+            u = self.maps.stored(maths.map_residual(q, own[j], c.eta, c.lam))
+            self._rebuilt[j] = maths.carried_projection(q, u, float(x[-1])) if c.eta > 0 else q.copy()
 
     def model_step(self, recv: np.ndarray, rng: np.random.Generator) -> None:
         """Eq. 27: θ_i ← θ_i − α (∇f_i(θ_i; ξ) + λ Σ_j P_ijᵀ (P_ij θ_i − P_ji θ_j)).
@@ -147,8 +199,12 @@ class SheafNode(PeerNode):
         return self.maps.nbytes
 
     def flops(self, batch: int) -> float:
-        m = self.maps
-        return maths.node_flops(super().flops(batch) * self.config.local_steps, self.peer.dim, m.sizes, m.compact, m.rank)
+        """FLOPs of the iteration just taken: the projections it computed (the first is carried over
+        the last map step from the second iteration on), Eq. 27's back-projection and Eq. 28's update.
+        """
+        m, c = self.maps, self.config
+        return maths.node_flops(super().flops(batch) * c.local_steps, self.peer.dim, m.sizes, m.compact, m.rank,
+                                projections=m.products - self._products, map_update=c.eta > 0, rebuilt=c.exchange == "compact")
 
 
 class SheafFMTL(PeerAlgorithm):
@@ -163,7 +219,8 @@ class SheafFMTL(PeerAlgorithm):
     phases = SheafNode.phases
 
     def node_specs(self, dims: Mapping[int, int], graph: nx.Graph, rng: np.random.Generator) -> dict[int, NodeSpec]:
-        """Base specs (map seeds drawn in sorted node order) plus the map storage in ``mode``.
+        """Base specs (map seeds drawn in sorted node order) plus the map storage in ``mode`` and, in
+        ``edge_seed``, a seed every node shares (derived from the node seeds) for ``map_init="shared"``.
 
         The edge spaces d_ij (paper §4.1) are checked here, and ``maps="auto"`` is resolved from
         the dense storage of all nodes' maps, Σ_i Σ_j d_ij·d_i floats.
@@ -186,7 +243,9 @@ class SheafFMTL(PeerAlgorithm):
         if not compact and dense_bytes > c.memory_budget:
             raise ValueError(f"dense restriction maps need {dense_bytes / 1e9:.2f} GB, above memory_budget={c.memory_budget:.3g} bytes")
         mode = "compact" if compact else "dense"
-        return {i: dataclasses.replace(s, mode=mode) for i, s in super().node_specs(dims, graph, rng).items()}
+        specs = super().node_specs(dims, graph, rng)
+        edge_seed = int(np.random.SeedSequence([s.seed for s in specs.values()]).generate_state(1)[0])  # nothing more drawn from rng
+        return {i: dataclasses.replace(s, mode=mode, edge_seed=edge_seed) for i, s in specs.items()}
 
     def setup(self, peers: list[Peer], graph: nx.Graph, rng: np.random.Generator) -> None:
         super().setup(peers, graph, rng)

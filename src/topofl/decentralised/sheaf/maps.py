@@ -15,17 +15,17 @@ O(nnz(P⁰) + t·(Σ_j d_ij + d_i)) memory per node instead of Σ_j d_ij·d_i.
 Per iteration each node projects θ^k (first exchange), back-projects the residuals (Eq. 27),
 projects θ^{k+1} (second exchange) and updates its maps (Eq. 28). The first projection is free:
 after P ← P − u vᵀ with v = θ^{k+1}, the projection P^{k+1} θ^{k+1} = P^k θ^{k+1} − u (vᵀv) follows
-exactly from the second exchange's P^k θ^{k+1}, so :meth:`NodeMaps.update` carries the last
-projection over and :meth:`NodeMaps.project` returns it while its argument is unchanged (dense
-and compact maps alike). The dense rank-one update runs in place, block by block, with no
-temporary of the maps' size.
+exactly from the second exchange's P^k θ^{k+1} (:func:`~topofl.decentralised.sheaf.maths.carried_projection`),
+so :meth:`NodeMaps.update` carries the last projection over and :meth:`NodeMaps.project` returns
+it while its argument is unchanged (dense and compact maps alike); :attr:`NodeMaps.products`
+counts the projections actually computed. The same identity lets a neighbour rebuild that
+projection from the second exchange (``exchange="compact"`` in
+:mod:`~topofl.decentralised.sheaf.algorithm`): :meth:`NodeMaps.stored` and
+:meth:`NodeMaps.carry_scale` are the two factors of the carried term as the maps store them.
+The dense rank-one update runs in place, block by block, with no temporary of the maps' size.
 
-Compact initial map: ``sparse_sign`` — in each block, column c holds one entry s_c·σ at row h(c),
-h and s drawn from the seed (a CountSketch; E[PᵀP] = σ² I). Dense-only initial maps: ``gaussian``
-(N(0, σ²); the paper initialises with N(0, 1)), ``uniform`` (U(−σ, σ)), ``orthogonal``
-(orthonormal rows times σ), ``identity_noise`` (first d_ij rows of I plus N(0, σ²) noise) and
-``scaled_identity`` (σ·I with d_ij = d_i; σ = √a_ij gives dFedU). A zero initial map is refused
-(paper Remark 3: its gradient would stay zero and no interaction would ever be learnt).
+The initial maps (dense, or the compact CountSketch ``sparse_sign``) are in
+:mod:`~topofl.decentralised.sheaf.initial`.
 """
 from __future__ import annotations
 
@@ -35,74 +35,10 @@ from typing import cast
 import numpy as np
 from scipy.linalg.blas import dgemm
 
-from topofl._validation import check_choice
+from topofl.decentralised.sheaf.initial import INITS, StackedSparseSign, initial_maps
+from topofl.decentralised.sheaf.maths import FLOAT, carried_projection
 
-INITS = ("gaussian", "uniform", "orthogonal", "identity_noise", "scaled_identity", "sparse_sign")
-FLOAT = 8  # bytes per stored float64
-
-
-class StackedSparseSign:
-    """Stacked CountSketch blocks: in block b, column c holds ``signs[b, c]·scale`` at row
-    ``offset_b + rows[b, c]``.
-    """
-
-    def __init__(self, sizes: Sequence[int], d_i: int, scale: float, rng: np.random.Generator) -> None:
-        self.sizes = list(sizes)
-        self.offsets = np.concatenate([[0], np.cumsum(self.sizes)[:-1]]).astype(np.int64)
-        # block-local row indices in the narrowest integer type (int16 for edge spaces < 32768)
-        itype = np.int16 if max(self.sizes) < 2**15 else np.int32
-        self.local_rows = np.vstack([rng.integers(0, s, size=d_i) for s in self.sizes]).astype(itype)
-        self.signs = (rng.integers(0, 2, size=(len(self.sizes), d_i)) * 2 - 1).astype(np.int8)
-        self.scale = float(scale)
-        self.shape = (int(sum(self.sizes)), d_i)
-
-    @property
-    def rows(self) -> np.ndarray:
-        """Global row index of each block's entry in each column (computed on demand)."""
-        return self.local_rows.astype(np.int64) + self.offsets[:, None]
-
-    def apply(self, x: np.ndarray) -> np.ndarray:
-        return np.bincount(self.rows.ravel(), weights=(self.signs * x).ravel(), minlength=self.shape[0]) * self.scale
-
-    def apply_t(self, y: np.ndarray) -> np.ndarray:
-        return cast(np.ndarray, self.scale * (self.signs * y[self.rows]).sum(axis=0))
-
-    def dense(self) -> np.ndarray:
-        P = np.zeros(self.shape)
-        cols = np.broadcast_to(np.arange(self.shape[1]), self.rows.shape)
-        P[self.rows.ravel(), cols.ravel()] = self.signs.ravel() * self.scale
-        return P
-
-    @property
-    def nbytes(self) -> int:
-        return self.local_rows.nbytes + self.signs.nbytes
-
-
-def initial_maps(kind: str, sizes: Sequence[int], d_i: int, scale: float, rng: np.random.Generator) -> np.ndarray | StackedSparseSign:
-    """Node i's stacked initial maps: a dense array, or a :class:`StackedSparseSign`."""
-    check_choice("map_init", kind, INITS)
-    if not scale > 0:
-        raise ValueError(f"map_scale must be > 0: a zero initial restriction map never learns (paper Remark 3); got {scale}")
-    if kind == "sparse_sign":
-        return StackedSparseSign(sizes, d_i, scale, rng)
-    blocks = []
-    for d_e in sizes:
-        if kind == "gaussian":
-            blocks.append(rng.normal(0.0, scale, (d_e, d_i)))
-        elif kind == "uniform":
-            blocks.append(rng.uniform(-scale, scale, (d_e, d_i)))
-        elif kind == "orthogonal":
-            if d_e > d_i:
-                raise ValueError(f"orthogonal maps need d_ij <= d_i; got {d_e} > {d_i}")
-            q, _ = np.linalg.qr(rng.standard_normal((d_i, d_e)))
-            blocks.append(scale * q.T)
-        elif kind == "identity_noise":
-            blocks.append(np.eye(d_e, d_i) + rng.normal(0.0, scale, (d_e, d_i)))
-        else:
-            if d_e != d_i:
-                raise ValueError(f"scaled_identity maps need d_ij = d_i (gamma = 1, equal model sizes); got {d_e} x {d_i}")
-            blocks.append(scale * np.eye(d_i))
-    return np.vstack(blocks)
+__all__ = ["FLOAT", "INITS", "ChunkedRows", "NodeMaps", "StackedSparseSign", "initial_maps"]
 
 
 class ChunkedRows:
@@ -187,6 +123,7 @@ class NodeMaps:
     """
 
     _memo: tuple[np.ndarray, np.ndarray] | None = None  # (x, P x) for the current maps
+    products = 0  # projections P x actually computed (not answered from the remembered one)
 
     def __init__(self, P0: np.ndarray | StackedSparseSign, sizes: Sequence[int], compact: bool, precision: str = "float64") -> None:
         self.sizes = list(sizes)
@@ -231,6 +168,7 @@ class NodeMaps:
             if y is not None:
                 return y
         y = np.einsum("ij,j->i", self.P, x) if not self.compact else self.P0.apply(x) - self._U.rmatvec(self._V.matvec(x))
+        self.products += 1
         self._memo = (np.array(x, dtype=np.float64, copy=True), y.copy())
         return cast(np.ndarray, y)
 
@@ -258,9 +196,25 @@ class NodeMaps:
         else:
             self._U.append(u)
             self._V.append(v)
-            if carry and self._U.dtype != np.float64:  # carry over what is stored (float32 factors)
-                u, v = u.astype(self._U.dtype).astype(np.float64), v.astype(self._V.dtype).astype(np.float64)
-        self._memo = (m[0], m[1] - u * float(v @ m[0])) if carry and m is not None else None
+        # carry over what is stored (float32 factors round u and v): P_new x = P x − u (vᵀx)
+        self._memo = (m[0], carried_projection(m[1], self.stored(u), self.carry_scale(v))) if carry and m is not None else None
+
+    def stored(self, u: np.ndarray) -> np.ndarray:
+        """A factor of a rank-one update as the maps store it: float32-rounded for float32 compact
+        factors, unchanged otherwise.
+        """
+        u = np.asarray(u, dtype=np.float64)
+        if self.compact and self._U.dtype != np.float64:
+            return u.astype(self._U.dtype).astype(np.float64)
+        return u
+
+    def carry_scale(self, v: np.ndarray) -> float:
+        """vᵀx for the remembered projection's x (v as stored): the scalar the carried projection
+        after :meth:`update` with this v uses (‖θ^{k+1}‖² when v = x = θ^{k+1} in float64).
+        """
+        if self._memo is None:
+            raise RuntimeError("carry_scale needs a remembered projection; project() first")
+        return float(self.stored(v) @ self._memo[0])
 
     def recompress(self, k: int) -> float:
         """Opt-in *approximate* re-compression of the low-rank part to rank k (compact only).

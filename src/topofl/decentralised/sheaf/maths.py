@@ -1,6 +1,7 @@
 """Pure maths of Sheaf-FMTL (Ben Issaid, Vepakomma, Bennis, TMLR 2025): edge spaces, the model
-step (Eq. 27), the map step's residual (Eq. 28) and the analytic cost accounting. The node state
-that calls these lives in :mod:`topofl.decentralised.sheaf.algorithm`.
+step (Eq. 27), the map step's residual (Eq. 28), the projection carried over a map step, and the
+analytic cost accounting (Table 3). The node state that calls these lives in
+:mod:`topofl.decentralised.sheaf.algorithm`.
 """
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from topofl.decentralised.sheaf.maps import FLOAT
+FLOAT = 8  # bytes per stored float64
 
 
 def edge_dim(gamma: float, d_i: int, d_j: int, i: int, j: int) -> int:
@@ -40,13 +41,59 @@ def map_residual(proj_new: np.ndarray, received: np.ndarray, eta: float, lam: fl
     return residual
 
 
-def node_flops(gradient_flops: float, d_i: int, sizes: Sequence[int], compact: bool, rank: int) -> float:
-    """Analytic FLOPs of one node in one iteration: gradients plus the map work.
+def carried_projection(proj: np.ndarray, residual: np.ndarray, scale: float) -> np.ndarray:
+    """P^{k+1} x = P^k x − u (vᵀx) after Eq. 28's rank-one step P^{k+1} = P^k − u vᵀ.
 
-    Dense maps: two projections, one back-projection and one rank-one update, 8·Σ_j d_ij·d_i.
-    Compact maps (P = P⁰ − UᵀV, rank r): 3·(2·d_i·|N(i)| + 2·r·(Σ d_ij + d_i)) + 2·Σ d_ij.
+    With u = ηλ r_ij (:func:`map_residual`) and v = x = θ_i^{k+1}, ``scale`` = ‖θ_i^{k+1}‖² and
+    this is P_ij^{k+1} θ_i^{k+1}: what the next iteration's first exchange would send. Node i
+    uses it to skip that projection; neighbour j, which knows P_ij^k θ_i^{k+1} (received),
+    P_ji^k θ_j^{k+1} (its own, hence r_ij) and, given one more number, ‖θ_i^{k+1}‖², rebuilds it
+    without the first exchange (``exchange="compact"``).
+    """
+    out: np.ndarray = proj - residual * scale
+    return out
+
+
+def node_flops(
+    gradient_flops: float, d_i: int, sizes: Sequence[int], compact: bool, rank: int, projections: int = 2, map_update: bool = True,
+    rebuilt: bool = False,
+) -> float:
+    """Analytic FLOPs of one node in one iteration: gradients plus what the map work computed.
+
+    Parameters
+    ----------
+    gradient_flops : float
+        The mini-batch gradients' FLOPs.
+    d_i : int
+        Node i's model size.
+    sizes : sequence of int
+        Its edge spaces d_ij, d_e = Σ_j d_ij.
+    compact : bool
+        Compact maps P = P⁰ − UᵀV (sparse P⁰, rank r) instead of dense ones.
+    rank : int
+        r, the compact maps' rank (0 for dense maps).
+    projections : int
+        Projections P_i θ computed this iteration: 2 when both exchanges' projections are computed
+        (the first iteration), 1 when the first is the one carried over the last map step
+        (:func:`carried_projection`; every later iteration).
+    map_update : bool
+        Whether the map step (Eq. 28) ran (it is skipped for η = 0).
+    rebuilt : bool
+        Whether the node rebuilt its neighbours' projections from the second exchange
+        (``exchange="compact"``).
+
+    Returns
+    -------
+    float
+        Dense maps: 2·d_e·d_i per projection, for the back-projection of Eq. 27 and for the
+        rank-one update, plus the vector work of the map step (residual 2·d_e; carried projection
+        2·d_i + 2·d_e) and 4·d_e to rebuild received projections. Compact maps: 2·d_i·|N(i)| +
+        2·r·(d_e + d_i) per product with P (projections and back-projection); the update only
+        appends a row to U and V. The paper's Table 3 gives O(d_i·d_ij) per edge.
     """
     d_e = sum(sizes)
-    if compact:
-        return gradient_flops + 3 * (2 * d_i * len(sizes) + 2 * rank * (d_e + d_i)) + 2 * d_e
-    return gradient_flops + 8 * d_e * d_i
+    product = 2 * d_i * len(sizes) + 2 * rank * (d_e + d_i) if compact else 2 * d_e * d_i
+    flops = gradient_flops + (projections + 1) * product + 4 * d_e * rebuilt
+    if map_update:
+        flops += (0 if compact else 2 * d_e * d_i) + 2 * d_e + 2 * d_i + 2 * d_e
+    return flops

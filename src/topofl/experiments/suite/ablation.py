@@ -7,10 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from topofl.experiments.analysis import final_table
-from topofl.experiments.figures import pyplot, save
+from topofl.experiments.analysis import against, final_table, t_interval
+from topofl.experiments.figures import dot_plot, paired_figure, pyplot, save
 from topofl.experiments.store import RunSpec
 from topofl.experiments.suite.base import Experiment, Manifest
 
@@ -42,15 +40,23 @@ def analyse(out: Path, done: list[dict[str, Any]]) -> Manifest:
     for r in rows:
         r["paper_auc"] = PAPER.get(r["method"], float("nan"))
     man.table(out, "summary", "Final AUC per variant (mean ± std over seeds), with the paper's value where it gives one", rows)
+    full_label = next(iter(VARIANTS))
+    paired = against(done, (), full_label, "auc")
+    man.table(out, "paired", f"Each variant minus {full_label}: final AUC, paired over seeds (mean, 95 % t-interval, seeds won/lost)", paired)
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(8, 4))
-    y = np.arange(len(rows))
-    ax.barh(y, [r["auc_mean"] for r in rows], xerr=[r["auc_std"] for r in rows], color=["#1b9e77"] + ["#9ecae1"] * (len(rows) - 2) + ["#666666"], capsize=3)
-    ax.set_yticks(y, [r["method"] for r in rows])
-    ax.invert_yaxis()
-    lo = min(r["auc_mean"] - r["auc_std"] for r in rows)
-    ax.set(xlim=(max(0.0, lo - 0.05), 1.0), xlabel="final mean client AUC", title="Ablation on healthcare")
-    man.figure(save(fig, out, "ablation"), "Final AUC of each variant, ±1 std over seeds (paper Fig. 7).")
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    stats = [t_interval([d["final"]["auc"] for d in done if d["method"] == r["method"]]) for r in rows]
+    dot_plot(ax, [r["method"] for r in rows], [m for m, _, _ in stats], [lo for _, lo, _ in stats], [hi for _, _, hi in stats],
+             ["#1b9e77"] + ["#3182bd"] * (len(rows) - 2) + ["#666666"], "final mean client AUC")
+    ax.set_title("Ablation on healthcare (mean, 95 % t-interval over seeds)", fontsize=10)
+    man.figure(save(fig, out, "ablation"), "Final AUC of each variant, mean and 95 % t-interval over seeds (paper Fig. 7, as dots: "
+               "the axis is zoomed, so bars would mislead).")
+    if paired:
+        order = {r["method"]: i for i, r in enumerate(rows)}
+        paired.sort(key=lambda r: order.get(r["method"], 99))
+        man.figure(paired_figure([(f"AUC − {full_label} (seeds won/lost)", paired)], f"final AUC − {full_label} (paired, 95 % CI)", out,
+                                 "ablation_paired"),
+                   f"Each variant's final AUC minus {full_label}'s on the same seed: what removing each component costs.")
     full = rows[0]["auc_mean"]
     man.notes.append("Change against full pTopoFL: " + "; ".join(f"{r['method']}: {r['auc_mean'] - full:+.3f}" for r in rows[1:]) + ".")
     return man

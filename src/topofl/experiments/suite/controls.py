@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from topofl.experiments.analysis import final_table, paired_differences
+from topofl.experiments.figures import paired_figure
 from topofl.experiments.store import RunSpec
 from topofl.experiments.suite.base import Experiment, Manifest
 from topofl.methods import available
@@ -70,6 +71,13 @@ def analyse(out: Path, done: list[dict[str, Any]]) -> Manifest:
     man.table(out, "summary", "Final-round AUC and accuracy per geometry (mean ± std over seeds)", rows)
     paired = [r for metric in ("auc", "accuracy") for r in paired_differences(done, ("geometry",), "ptopofl", metric)]
     man.table(out, "paired", "pTopoFL minus each method per geometry, paired over seeds (mean, 95 % t-interval, seeds won/lost)", paired)
+    geometries = [g for g in GEOMETRIES if any(r["geometry"] == g and r["metric"] == "auc" for r in paired)]
+    if geometries:
+        man.figure(paired_figure([(f"{g}: pTopoFL − method, AUC", [r for r in paired if r["geometry"] == g and r["metric"] == "auc"])
+                                  for g in geometries], "pTopoFL − method (paired, 95 % CI)", out, "paired"),
+                   "pTopoFL's final AUC minus each method's on the same seed, per geometry (seeds pTopoFL won/lost in brackets): "
+                   "right of the dashed line pTopoFL is better. Its lead over the personalised baselines holds only where the "
+                   "geometry is tied to the rule group.")
     ari = cluster_agreement(out)
     if ari:
         summary = []

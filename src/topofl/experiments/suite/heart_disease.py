@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from topofl.experiments.analysis import final_table, group_curves, paired_differences
-from topofl.experiments.figures import band, colour, pyplot, save
+from topofl.experiments.analysis import final_table, group_curves, paired_curves, paired_differences
+from topofl.experiments.figures import band_between, colour, paired_figure, pyplot, save
 from topofl.experiments.store import RunSpec, load_curves
 from topofl.experiments.suite.base import Experiment, Manifest
 from topofl.methods import available
@@ -43,17 +43,29 @@ def analyse(out: Path, done: list[dict[str, Any]]) -> Manifest:
     man.table(out, "summary", "Final-round metrics (mean ± std over seeds)", rows)
     paired = paired_differences(done, (), "ptopofl", "auc") + paired_differences(done, (), "ptopofl", "accuracy")
     man.table(out, "paired", "pTopoFL minus each method and reference, paired over seeds (mean, 95 % t-interval, seeds won/lost)", paired)
-    curves = group_curves(load_curves(out), ("method",))
+    if paired:
+        man.figure(paired_figure([(f"pTopoFL − method: {metric} (seeds pTopoFL won/lost)", [r for r in paired if r["metric"] == metric])
+                                  for metric in ("auc", "accuracy")], "pTopoFL − method (paired, 95 % CI)", out, "paired"),
+                   "pTopoFL's final AUC and accuracy minus each method's and reference's on the same seed, mean and 95 % t-interval; "
+                   "right of the dashed line pTopoFL is better.")
+    curve_rows = load_curves(out)
+    curves = group_curves(curve_rows, ("method",))
+    diffs = paired_curves(curve_rows, (), "fedavg")
     if curves:
         plt = pyplot()
-        fig, ax = plt.subplots(figsize=(6.5, 4.2))
+        fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4.2))
         for i, m in enumerate([*available("server"), POOLED]):
-            c = curves.get((m,))
+            c, d = curves.get((m,)), diffs.get((m,))
             if c is not None:
-                band(ax, c["round"], c["mean"], c["se"], m, colour(m, i))
-        ax.set(title="AUC over rounds (mean ± s.e. over seeds)", xlabel="round", ylabel="mean hospital AUC")
+                ax.plot(c["round"], c["mean"], label=m, color=colour(m, i), lw=2 if m == "ptopofl" else 1.2)
+            if d is not None:
+                band_between(bx, d["round"], d["mean"], d["low"], d["high"], m, colour(m, i))
+        ax.set(title="AUC over rounds (mean over seeds)", xlabel="round", ylabel="mean hospital AUC")
         ax.legend(fontsize=7, ncol=2, loc="lower right")
-        man.figure(save(fig, out, "auc_curves"), "Mean hospital AUC over rounds, ±1 standard error over seeds.")
+        bx.axhline(0.0, color="#444", lw=0.9, ls="--")
+        bx.set(title="AUC minus FedAvg, same seed (band: pTopoFL 95 % CI)", xlabel="round", ylabel="AUC − FedAvg")
+        man.figure(save(fig, out, "auc_curves"), "Mean hospital AUC over rounds (left) and each method's AUC minus FedAvg's on the same "
+                   "seed, mean and 95 % t-interval over seeds (right).")
     auc = {r["method"]: r["auc_mean"] for r in rows}
     if auc:
         best = max(auc, key=lambda m: auc[m])

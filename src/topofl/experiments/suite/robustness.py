@@ -6,6 +6,12 @@ Attack levels: 0, 1, 2, 3 and 4 of the 8 hospitals (0, 12.5, 25, 37.5 and 50 %; 
 no other shares exist, and rounding a 10 %-step sweep would repeat levels). The adversaries (a
 seeded random, nested choice) have all their training labels flipped (``flip_rate = 1``, the classic label-flipping attack); test labels
 stay clean. pTopoFL uses τ = 1.8 (paper Table 3, robustness runs).
+
+With pTopoFL's default ``trust_gate="all"`` the trust t_k = exp(−max(z_k − 1, 0)) weighs every
+client whatever τ, so τ only decides which clients are reported as flagged; the models do not
+depend on it. pTopoFL is therefore also run with ``trust_gate="flagged"`` (labelled
+:data:`FLAGGED`), where only clients with z_k > τ are down-weighted and τ changes the models; its
+paired AUC difference against the default gate is tabulated.
 """
 from __future__ import annotations
 
@@ -16,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from topofl.experiments.analysis import detection_scores, final_table, group_curves, num
+from topofl.experiments.analysis import against, detection_scores, final_table, group_curves, num
 from topofl.experiments.figures import band, colour, pyplot, save
 from topofl.experiments.store import RunSpec, load_curves
 from topofl.experiments.suite.base import Experiment, Manifest
@@ -26,6 +32,9 @@ N_CLIENTS = 8
 RATES = tuple(m / N_CLIENTS for m in range(N_CLIENTS // 2 + 1))
 ROUNDS = 15
 FLIP_RATE = 1.0
+TAU = 1.8
+#: label of pTopoFL run with trust_gate="flagged" (only clients with z > τ are down-weighted)
+FLAGGED = "pTopoFL (flagged gate)"
 
 
 def adversaries(rate: float, seed: int, n_clients: int = N_CLIENTS) -> tuple[int, ...]:
@@ -37,27 +46,35 @@ def adversaries(rate: float, seed: int, n_clients: int = N_CLIENTS) -> tuple[int
 
 
 def plan(seeds: Sequence[int]) -> list[RunSpec]:
-    """Runs of ``robustness``: every server-based method on healthcare at every attack rate of ``RATES``, per seed."""
+    """Runs of ``robustness``: every server-based method on healthcare at every attack rate of ``RATES``, per seed,
+    and pTopoFL with ``trust_gate="flagged"`` (label :data:`FLAGGED`).
+    """
     specs = []
     for rate in RATES:
         for s in seeds:
             params = {"adversarial": adversaries(rate, s), "flip_rate": FLIP_RATE}
+            setting = {"attack_rate": rate}
             for m in available("server"):
-                hp = {"tau": 1.8} if m == "ptopofl" else {}
-                specs.append(RunSpec("robustness", "healthcare", m, s, ROUNDS, hyperparameters=hp, scenario_params=params, setting={"attack_rate": rate}))
+                hp = {"tau": TAU} if m == "ptopofl" else {}
+                specs.append(RunSpec("robustness", "healthcare", m, s, ROUNDS, hyperparameters=hp, scenario_params=params, setting=setting))
+            specs.append(RunSpec("robustness", "healthcare", "ptopofl", s, ROUNDS, label=FLAGGED,
+                                 hyperparameters={"tau": TAU, "trust_gate": "flagged"}, scenario_params=params, setting=setting))
     return specs
 
 
 def analyse(out: Path, done: list[dict[str, Any]]) -> Manifest:
     """AUC by attack rate (table, figures) and pTopoFL's detection of the poisoned clients, for ``robustness``."""
     man = Manifest("robustness", "Robustness to label-flip attacks",
-                   "Healthcare, 0–4 of the 8 hospitals (0–50 %) with all training labels flipped (paper §4.4, Fig. 4); pTopoFL with τ = 1.8.")
+                   "Healthcare, 0–4 of the 8 hospitals (0–50 %) with all training labels flipped (paper §4.4, Fig. 4); pTopoFL with τ = 1.8, "
+                   f"trust_gate='all' (default: τ only sets the flags) and, as {FLAGGED!r}, trust_gate='flagged' (τ sets the weights).")
     rows = final_table(done, ("attack_rate", "method"))
     man.table(out, "summary", "Final AUC by attack rate and method (mean ± std over seeds)", rows)
+    gate = [r for r in against(done, ("attack_rate",), "ptopofl", "auc") if r["method"] == FLAGGED]
+    man.table(out, "gate", f"{FLAGGED} minus pTopoFL (trust_gate='all'): final AUC, paired over seeds, 95 % Student-t interval", gate)
     curves = group_curves(load_curves(out), ("attack_rate", "method"))
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    for i, m in enumerate(available("server")):
+    for i, m in enumerate([*available("server"), FLAGGED]):
         pts = sorted((float(r["attack_rate"]), r["auc_mean"], r["auc_std"] / np.sqrt(r["n_seeds"])) for r in rows if r["method"] == m)
         if pts:
             x, y, e = map(np.array, zip(*pts, strict=True))
@@ -67,7 +84,7 @@ def analyse(out: Path, done: list[dict[str, Any]]) -> Manifest:
     man.figure(save(fig, out, "auc_vs_rate"), "Final AUC against the share of label-flipping clients, ±1 standard error over seeds (paper Fig. 4A).")
     fig, axes = plt.subplots(1, 3, figsize=(13, 4), sharey=True)
     for ax, rate in zip(axes, (RATES[0], RATES[len(RATES) // 2 + 1], RATES[-1]), strict=True):
-        for i, m in enumerate(available("server")):
+        for i, m in enumerate([*available("server"), FLAGGED]):
             c = curves.get((repr(rate), m))  # CSV holds the rate as written by repr()
             if c is not None:
                 band(ax, c["round"], c["mean"], c["se"], m, colour(m, i))

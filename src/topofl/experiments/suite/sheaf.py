@@ -4,7 +4,12 @@
                    40 clients, the paper's protocol: 75/25 split, 80 % of the training data removed
                    from half the clients); Sheaf-FMTL at γ ∈ {0.01, 0.03, 0.1, 0.3} against dFedU,
                    D-PSGD and Local: accuracy vs rounds and vs transmitted bits (paper Figs 2, 6),
-                   costs in bits, FLOPs and restriction-map memory (Tables 3–4).
+                   costs in bits, FLOPs and storage (Tables 3–4); the same runs with the compact
+                   exchange (one message of d_ij + 1 numbers per edge and iteration instead of two of
+                   d_ij: identical iterates, the bits it really sends); and variants that test the
+                   negative result — shared initial maps (P_ij⁰ = P_ji⁰), the public code's map step
+                   η = 1e-5, and its step sizes α = 5e-4, η = 1e-5 (with Local at that α) — each
+                   paired against Local over seeds.
 ``sheaf-hetero``   clients observing different feature subsets, so model sizes differ: Sheaf-FMTL
                    vs Local (Fig. 3) and the Frobenius norms of the learned maps (Fig. 4).
 ``sheaf-topology`` λ × topology (Erdős–Rényi, Watts–Strogatz, Barabási–Albert, complete) (Table 5).
@@ -13,13 +18,14 @@ The paper reports 5 runs; these experiments default to seeds 0–4.
 """
 from __future__ import annotations
 
+import csv
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from topofl.experiments.analysis import group_curves, num
+from topofl.experiments.analysis import group_curves, num, paired_differences
 from topofl.experiments.figures import pyplot, save
 from topofl.experiments.store import RunSpec, load_curves
 from topofl.experiments.suite.base import Experiment, Manifest
@@ -36,14 +42,36 @@ GRAPH = {"kind": "erdos_renyi", "p": 0.15}
 SHEAF_HP = {"lr": 0.5, "lam": 0.001, "eta": 0.05, "batch_size": 32}
 DFEDU_HP = {"lr": 0.5, "lam": 0.05, "batch_size": 32}
 BASE_HP = {"lr": 0.5, "batch_size": 32}
+#: γ values also run with the compact exchange (identical iterates, fewer bits)
+COMPACT_GAMMAS = (0.01, 0.03, 0.1)
+#: γ values also run with shared initial maps (both ends of an edge start from the same N(0, 1) map)
+SHARED_GAMMAS = (0.03, 0.3)
+#: the authors' public code's step sizes (α, η), here with one mini-batch step per iteration
+PUBLIC_LR, PUBLIC_ETA = 5e-4, 1e-5
+PUBLIC_LOCAL = "Local, α=5e-4"
 
 
 def _sheaf_label(gamma: float) -> str:
     return f"Sheaf-FMTL γ={gamma:g}"
 
 
+def digits_variants() -> list[tuple[str, str, dict[str, Any], float]]:
+    """(label, method, hyper-parameters, γ) of ``sheaf-digits``' runs beyond the paper's comparison:
+    compact exchange, shared initial maps, the public code's η and step sizes, Local at that α.
+    """
+    nan = float("nan")
+    out = [(f"{_sheaf_label(g)}, compact exchange", "sheaf", {**SHEAF_HP, "gamma": g, "exchange": "compact"}, g) for g in COMPACT_GAMMAS]
+    out += [(f"{_sheaf_label(g)}, shared maps", "sheaf", {**SHEAF_HP, "gamma": g, "map_init": "shared"}, g) for g in SHARED_GAMMAS]
+    out += [(f"{_sheaf_label(0.03)}, η=1e-5", "sheaf", {**SHEAF_HP, "gamma": 0.03, "eta": PUBLIC_ETA}, 0.03),
+            (f"{_sheaf_label(0.03)}, α=5e-4, η=1e-5", "sheaf", {**SHEAF_HP, "gamma": 0.03, "lr": PUBLIC_LR, "eta": PUBLIC_ETA}, 0.03),
+            (PUBLIC_LOCAL, "local-peers", {**BASE_HP, "lr": PUBLIC_LR}, nan)]
+    return out
+
+
 def plan_digits(seeds: Sequence[int]) -> list[RunSpec]:
-    """Runs of ``sheaf-digits``: Sheaf-FMTL at every γ of ``GAMMAS``, dFedU, D-PSGD and Local, per seed."""
+    """Runs of ``sheaf-digits``: Sheaf-FMTL at every γ of ``GAMMAS``, dFedU, D-PSGD and Local, and
+    the :func:`digits_variants`, per seed.
+    """
     specs = []
     for s in seeds:
         for g in GAMMAS:
@@ -52,10 +80,39 @@ def plan_digits(seeds: Sequence[int]) -> list[RunSpec]:
         for m, label, hp in (("dfedu", "dFedU", DFEDU_HP), ("dpsgd", "D-PSGD", BASE_HP), ("local-peers", "Local", BASE_HP)):
             specs.append(RunSpec("sheaf-digits", "digits", m, s, ROUNDS, label=label, hyperparameters=hp, setting={"gamma": float("nan")},
                                  graph=GRAPH))
+        for label, m, hp, g in digits_variants():
+            specs.append(RunSpec("sheaf-digits", "digits", m, s, ROUNDS, label=label, hyperparameters=hp, setting={"gamma": g}, graph=GRAPH))
     return specs
 
 
-def _final_rows(done: list[dict[str, Any]], by: Sequence[str], metric: str = "accuracy") -> list[dict[str, Any]]:
+def model_bytes(out: Path) -> dict[tuple[str, int], int]:
+    """(method label, seed) → bytes of all clients' models (d_i float64 numbers each), from the
+    model sizes in ``rounds.csv``: the model part of the paper's Table 3 storage, d_i + Σ_j d_ij·d_i.
+    """
+    dims: dict[tuple[str, int], dict[int, int]] = {}
+    path = Path(out) / "rounds.csv"
+    if path.exists():
+        with open(path, newline="") as fh:
+            for r in csv.DictReader(fh):
+                dims.setdefault((r["method"], int(r["seed"])), {})[int(r["client"])] = int(r["dim"])
+    return {k: 8 * sum(v.values()) for k, v in dims.items()}
+
+
+def paired_vs(done: list[dict[str, Any]], reference: str, metric: str = "accuracy", only: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """Each method (or those in ``only``) minus ``reference``, paired over seeds: mean, 95 % t-interval, seeds won and lost."""
+    keep = [d for d in done if only is None or d["method"] in (*only, reference)]
+    rows = []
+    for r in paired_differences(keep, (), reference, metric):  # reference − other: flip to read "method − reference"
+        rows.append({"method": r["method"], "versus": reference, "n_seeds": r["n_seeds"], "diff_mean": -r["diff_mean"],
+                     "ci_low": -r["ci_high"], "ci_high": -r["ci_low"], "wins": r["other_wins"], "losses": r["reference_wins"]})
+    return rows
+
+
+def _final_rows(done: list[dict[str, Any]], by: Sequence[str], metric: str = "accuracy",
+                models: dict[tuple[str, int], int] | None = None) -> list[dict[str, Any]]:
+    """Mean and spread of the final metric and the costs per group; with ``models`` (:func:`model_bytes`)
+    also ``storage_MB``: the models plus the restriction maps (the paper's Table 3 storage).
+    """
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for d in done:
         groups.setdefault(tuple(str(d[b]) for b in by), []).append(d)
@@ -71,6 +128,9 @@ def _final_rows(done: list[dict[str, Any]], by: Sequence[str], metric: str = "ac
             "map_storage_MB": float(np.mean([d["final"]["map_storage_bytes"] for d in ds]) / 1e6),
             "seconds_per_run": float(np.mean([d["seconds"] for d in ds])),
         })
+        if models:
+            row["storage_MB"] = float(np.mean([num(d["final"]["map_storage_bytes"]) + models.get((d["method"], int(d["seed"])), np.nan)
+                                               for d in ds]) / 1e6)
         rows.append(row)
     return rows
 
@@ -80,18 +140,21 @@ def _curve_figure(out: Path, curves, labels: Sequence[str], stem: str, caption: 
     plt = pyplot()
     fig, axes = plt.subplots(1, 2 if x_bits else 1, figsize=(12 if x_bits else 6.5, 4.2), squeeze=False)
     axes = axes[0]
+    colours = [f"C{i}" for i in range(10)] if len(labels) <= 10 else [plt.get_cmap("tab20")(i) for i in range(20)]
     for i, lab in enumerate(labels):
         c = curves.get((lab,))
         if c is None:
             continue
-        style = "-" if lab.startswith("Sheaf") else "--"
-        axes[0].plot(c["round"], c["mean"], style, label=lab, color=f"C{i}")
-        axes[0].fill_between(c["round"], c["mean"] - c["se"], c["mean"] + c["se"], color=f"C{i}", alpha=0.15, lw=0)
+        # variants of a Sheaf-FMTL run (compact exchange: same accuracy, fewer bits) keep a line style of their own
+        style = "--" if not lab.startswith("Sheaf") else "-." if "compact exchange" in lab else ":" if "shared maps" in lab else "-"
+        colour = colours[i % len(colours)]
+        axes[0].plot(c["round"], c["mean"], style, label=lab, color=colour)
+        axes[0].fill_between(c["round"], c["mean"] - c["se"], c["mean"] + c["se"], color=colour, alpha=0.15, lw=0)
         if x_bits and "bits" in c:
             if np.all(c["bits"] == 0):  # sends nothing: a reference line, as the paper's Local baseline
-                axes[1].axhline(c["mean"][-1], ls=":", color=f"C{i}", label=f"{lab} (no communication)")
+                axes[1].axhline(c["mean"][-1], ls=":", color=colour, label=f"{lab} (no communication)")
             else:
-                axes[1].plot(c["bits"] / 8e6, c["mean"], style, label=lab, color=f"C{i}")
+                axes[1].plot(c["bits"] / 8e6, c["mean"], style, label=lab, color=colour)
     what = "accuracy" if metric == "accuracy" else "MSE" if metric == "loss" else metric
     axes[0].set(xlabel="round", ylabel=f"mean client test {what}", title=f"{what.capitalize() if what != 'MSE' else what} vs rounds (± s.e. over seeds)")
     if x_bits:
@@ -117,22 +180,29 @@ def analyse_digits(out: Path, done: list[dict[str, Any]]) -> Manifest:
     man = Manifest("sheaf-digits", "Sheaf-FMTL on rotated digits",
                    "40 clients in 4 rotation groups (0/90/180/270°) of scikit-learn's 8×8 digits, the paper's protocol (75/25 split, "
                    "80 % of training data removed from half the clients), multinomial logistic regression (d = 650), Erdős–Rényi p = 0.15, "
-                   f"{ROUNDS} rounds (one mini-batch step and two exchanges per round) (paper Figs 2, 6; Tables 3–4).")
-    rows = _final_rows(done, ("method", "gamma"))
-    man.table(out, "summary", "Final mean test accuracy (mean ± std over seeds), transmitted data, FLOPs and restriction-map storage per run", rows)
+                   f"{ROUNDS} rounds (one mini-batch step and two exchanges per round; one in the compact-exchange rows) (paper Figs 2, 6; Tables 3–4).")
+    rows = _final_rows(done, ("method", "gamma"), models=model_bytes(out))
+    man.table(out, "summary", "Final mean test accuracy (mean ± std over seeds), transmitted data, FLOPs, restriction-map storage "
+              "(map_storage_MB) and storage of models plus maps (storage_MB, paper Table 3) per run", rows)
     labels = [r["method"] for r in rows]
-    _curve_figure(out, _curves_with_bits(out), labels, "accuracy", "Accuracy against rounds and against transmitted data (paper Figs 2 and 6).", man)
+    plotted = [lab for lab in labels if lab in ("dFedU", "D-PSGD", "Local") or lab.startswith("Sheaf") and ("α=" not in lab and "η=" not in lab)]
+    _curve_figure(out, _curves_with_bits(out), plotted, "accuracy", "Accuracy against rounds and against transmitted data (paper Figs 2 and 6).", man)
     by = {r["method"]: r for r in rows}
-    local = by["Local"]["accuracy_mean"]
-    notes = []
-    for lab in labels:
-        if lab != "Local":
-            notes.append(f"{lab}: {by[lab]['accuracy_mean'] - local:+.3f} vs Local")
-    man.notes.append("Final accuracy against Local: " + "; ".join(notes) + ".")
+    if "Local" in by:
+        pairs = paired_vs(done, "Local", only=[lab for lab in labels if lab != PUBLIC_LOCAL])
+        pairs += paired_vs(done, PUBLIC_LOCAL, only=[lab for lab in labels if lab.endswith("α=5e-4, η=1e-5")]) if PUBLIC_LOCAL in by else []
+        man.table(out, "paired_vs_local", "Each method minus Local (the public-code step sizes also minus Local at that α): final accuracy "
+                  "paired over seeds (mean, 95 % t-interval, seeds won and lost)", pairs)
+        man.notes.append("Final accuracy against Local (paired, 95 % CI): " + "; ".join(
+            f"{p['method']}: {p['diff_mean']:+.3f} ({p['ci_low']:+.3f}, {p['ci_high']:+.3f})" for p in pairs if p["versus"] == "Local") + ".")
     if "dFedU" in by:
-        ratios = [f"γ={r['gamma']}: {by['dFedU']['transmitted_MB'] / r['transmitted_MB']:.0f}× fewer bits than dFedU"
-                  for r in rows if r["method"].startswith("Sheaf") and float(r["gamma"]) <= 0.1]
-        man.notes.append("Communication: " + "; ".join(ratios) + ".")
+        ratios = []
+        for g in COMPACT_GAMMAS:
+            paper, compact = by.get(_sheaf_label(g)), by.get(f"{_sheaf_label(g)}, compact exchange")
+            if paper and compact:
+                ratios.append(f"γ={g:g}: {by['dFedU']['transmitted_MB'] / paper['transmitted_MB']:.0f}× (paper exchange, 2·d_ij per edge and "
+                              f"iteration), {by['dFedU']['transmitted_MB'] / compact['transmitted_MB']:.0f}× (compact exchange, d_ij + 1)")
+        man.notes.append("Fewer bits than dFedU: " + "; ".join(ratios) + ".")
     return man
 
 
@@ -199,7 +269,8 @@ def analyse_topology(out: Path, done: list[dict[str, Any]]) -> Manifest:
 # ---- initialisation ----------------------------------------------------------------------------
 INITS = {"gaussian N(0,1) (paper)": {"map_init": "gaussian", "map_scale": 1.0}, "uniform U(−1,1)": {"map_init": "uniform", "map_scale": 1.0},
          "orthogonal": {"map_init": "orthogonal", "map_scale": 1.0}, "identity + noise": {"map_init": "identity_noise", "map_scale": 0.1},
-         "sparse sign (compact)": {"map_init": "sparse_sign", "map_scale": 1.0}}
+         "sparse sign (compact)": {"map_init": "sparse_sign", "map_scale": 1.0},
+         "shared N(0,1) (P_ij⁰ = P_ji⁰)": {"map_init": "shared", "map_scale": 1.0}}
 
 
 def plan_init(seeds: Sequence[int]) -> list[RunSpec]:

@@ -6,7 +6,9 @@ half the clients), Erdős–Rényi p = 0.15:
 
 ``same``     every client trains the same CNN; Sheaf-FMTL at γ ∈ {0.01, 0.03, 0.1, 0.3} against
              dFedU, D-PSGD and Local: accuracy vs rounds and vs transmitted bits (Fig. 2) and the
-             cost columns of Table 4 (accuracy, bits, FLOPs, map memory);
+             cost columns of Table 4 (accuracy, bits, FLOPs, map memory); the budget's smallest γ
+             also with the compact exchange (identical iterates, d_ij + 1 numbers per edge and
+             iteration instead of 2·d_ij);
 ``hetero``   clients train the small, medium and large CNNs of the paper's Table 2 in turn
              (almost equal proportions, as §4.3 says): Sheaf-FMTL against Local (Fig. 3).
 
@@ -29,7 +31,7 @@ from typing import Any
 from topofl.experiments.analysis import paired_differences
 from topofl.experiments.store import RunSpec
 from topofl.experiments.suite.base import PROFILES, Experiment, Manifest
-from topofl.experiments.suite.sheaf import _curve_figure, _curves_with_bits, _final_rows
+from topofl.experiments.suite.sheaf import _curve_figure, _curves_with_bits, _final_rows, model_bytes
 
 GAMMAS = (0.01, 0.03, 0.1, 0.3)
 GRAPH = {"kind": "erdos_renyi", "p": 0.15}
@@ -68,6 +70,10 @@ def plan(seeds: Sequence[int], profile: str = "full", data_root: str | None = No
             hp = _sheaf_hp(g, b["model"], profile)
             specs.append(RunSpec("sheaf-mnist", "mnist", "sheaf", s, b["rounds"], label=f"Sheaf-FMTL γ={g:g}", hyperparameters=hp,
                                  scenario_params=data, setting={"part": "same", "gamma": g}, graph=GRAPH, model=b["model"]))
+        g = b["gammas"][0]
+        specs.append(RunSpec("sheaf-mnist", "mnist", "sheaf", s, b["rounds"], label=f"Sheaf-FMTL γ={g:g}, compact exchange",
+                             hyperparameters={**_sheaf_hp(g, b["model"], profile), "exchange": "compact"}, scenario_params=data,
+                             setting={"part": "same", "gamma": g}, graph=GRAPH, model=b["model"]))
         for m, label, hp in (("dfedu", "dFedU", DFEDU_HP), ("dpsgd", "D-PSGD", BASE_HP), ("local-peers", "Local", BASE_HP)):
             specs.append(RunSpec("sheaf-mnist", "mnist", m, s, b["rounds"], label=label, hyperparameters=hp, scenario_params=data,
                                  setting={"part": "same", "gamma": float("nan")}, graph=GRAPH, model=b["model"]))
@@ -85,8 +91,9 @@ def analyse(out: Path, done: list[dict[str, Any]]) -> Manifest:
     man = Manifest("sheaf-mnist", "Sheaf-FMTL with CNNs on rotated MNIST",
                    "Rotated MNIST-10k (real digits), 40 clients in 4 rotation groups, the paper's protocol, Erdős–Rényi p = 0.15; "
                    "same-size CNNs (paper §4.2, Fig. 2, Table 4) and the small/medium/large mix (§4.3, Fig. 3).")
-    rows = _final_rows(done, ("part", "method", "gamma"))
-    man.table(out, "summary", "Final mean test accuracy (mean ± std over seeds), transmitted data, FLOPs and map storage per run (Table 4)", rows)
+    rows = _final_rows(done, ("part", "method", "gamma"), models=model_bytes(out))
+    man.table(out, "summary", "Final mean test accuracy (mean ± std over seeds), transmitted data, FLOPs, map storage and storage of "
+              "models plus maps (storage_MB, paper Table 3) per run (Table 4)", rows)
     labels = [r["method"] for r in rows]
     _curve_figure(out, _curves_with_bits(out), labels, "accuracy", "Accuracy against rounds and against transmitted data (paper Figs 2–3).", man)
     pairs = [r for part, local in (("same", "Local"), ("hetero", "Local (hetero)"))

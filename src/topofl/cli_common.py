@@ -1,0 +1,278 @@
+"""Shared pieces of the ``topofl`` command line (:mod:`topofl.cli`): the consoles, one-line
+errors, option declarations, the lazily built hyper-parameter help, and what the listing and
+summary commands print. Light on purpose: the methods and scenarios are imported inside the
+functions that need them, never at module level.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from typer.core import TyperCommand
+
+os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def hyperparameter_epilog() -> str:
+    """Every method's hyper-parameters with their defaults, for the end of ``run``/``compare --help`` (markup escaped)."""
+    from topofl.methods import REGISTRY
+
+    lines = ["Hyper-parameters (-p KEY=VALUE, or -p METHOD.KEY=VALUE for one method); `topofl methods` explains each:"]
+    for name, m in REGISTRY.items():
+        lines.append(f"{name} ({m.family}): " + ", ".join(f"{k}={v[0]}" for k, v in m.config.field_help().items()))
+    return escape("\n\n".join(lines))
+
+
+class WithHyperparameters(TyperCommand):
+    """A command whose ``--help`` ends with every method's hyper-parameters, looked up only when
+    that help is shown (the registry imports every method).
+    """
+
+    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        if not self.epilog:
+            self.epilog = hyperparameter_epilog()
+        super().format_help(ctx, formatter)
+
+
+def friendly_errors(fn: Callable) -> Callable:
+    """Turn bad input into a one-line message and exit code 2, never a traceback. The message is
+    printed verbatim (rich markup escaped: ``topofl[flower]`` keeps its brackets).
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (ValueError, FloatingPointError, OSError, ImportError, MemoryError) as exc:
+            msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            err_console.print(f"[bold red]Error:[/] {escape(msg)}", markup=True, highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+        except KeyboardInterrupt:
+            err_console.print("[yellow]Interrupted[/]: results of finished rounds are already on disk.")
+            raise typer.Exit(130) from None
+
+    return wrapper
+
+
+def setup_logging(verbose: bool) -> None:
+    """Log warnings (debug messages with ``--verbose``) as one line each."""
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+
+ScenarioOpt = typer.Option(None, "--scenario", help="Scenario (default: healthcare); `topofl scenarios` lists them all.")
+RoundsOpt = typer.Option(None, "--rounds", "-r", help="Communication rounds (default 15).")
+OutOpt = typer.Option(
+    None, "--out", "-o",
+    help="Directory for rounds.csv, curves.csv, summary.csv, server_log.jsonl, config.json (compare's default: results/compare-SCENARIO); "
+    "it must be new or empty unless --overwrite.",
+)
+OverwriteOpt = typer.Option(
+    False, "--overwrite",
+    help="Write into a non-empty --out directory, replacing the results of an earlier run there (other files are left alone).",
+)
+ParamOpt = typer.Option(None, "--param", "-p", help="Hyper-parameter KEY=VALUE (repeatable); METHOD.KEY=VALUE targets one method.")
+ScenParamOpt = typer.Option(
+    None, "--scenario-param", "-s", help="Scenario parameter KEY=VALUE (repeatable), e.g. flip_rate=0.5; `topofl scenarios` lists them."
+)
+ConfigOpt = typer.Option(
+    None, "--config", "-c",
+    help=escape("TOML file with any of: scenario, method(s), seed(s), rounds, client_fraction, model, [scenario_params], [hyperparameters]; "
+                "flags override it, and its settings of methods not selected are ignored."),
+)
+FractionOpt = typer.Option(None, "--client-fraction", help="Fraction of clients selected per round, in (0, 1] (default 1).")
+VerboseOpt = typer.Option(False, "--verbose", "-v", help="Log debug messages (and the config file's settings that were ignored).")
+GraphOpt = typer.Option(
+    None, "--graph",
+    help="Communication graph of peer-to-peer methods (sheaf, dfedu, dpsgd, local-peers): "
+    "erdos_renyi (default), watts_strogatz, barabasi_albert, complete, ring, star.",
+)
+GraphParamOpt = typer.Option(None, "--graph-param", "-g", help="Graph parameter KEY=VALUE (repeatable), e.g. p=0.3 for erdos_renyi.")
+ModelOpt = typer.Option(
+    None, "--model",
+    help="Model every client trains: linear (default), cnn-small, cnn-medium, cnn-large, convnet2, resnet18, mlp, "
+    "or package.module:factory (a torch.nn.Module); `topofl models` lists them.",
+)
+DataOpt = typer.Option(
+    None, "--data",
+    help="Your own data: a CSV file with a site column (one client per site), or a directory with one CSV or NPZ (X, y) per site.",
+)
+SiteColumnOpt = typer.Option(None, "--site-column", help="--data: the column naming each row's site (default: site).")
+LabelColumnOpt = typer.Option(None, "--label-column", help="--data: the label column (default: y).")
+SaveModelsOpt = typer.Option(
+    None, "--save-models",
+    help="Directory for the trained models: DIR/METHOD-seedK.npz with every client's final model and the server's (topofl.load_models).",
+)
+FlowerParamOpt = typer.Option(None, "--param", "-p", help="Hyper-parameter KEY=VALUE (repeatable).")
+FlowerOutOpt = typer.Option(
+    None, "--out", "-o", help="Directory; the run writes rounds.csv, curves.csv, failures.jsonl and result.json into a fresh DIR/run-<id>/."
+)
+DataRootOpt = typer.Option(None, "--data-root", help="Real CIFAR-10 pickles or LEAF FEMNIST JSON (experiment deep): the paper's protocol.")
+ExperimentsOutOpt = typer.Option(Path("results/experiments"), "--out", "-o", help="Directory; each experiment writes into DIR/NAME/.")
+ReportDirArg = typer.Argument(Path("results/experiments"), help="Experiments directory (as given to --out).")
+
+
+def paired_cell(r: dict[str, Any], metric: str = "auc") -> str:
+    """``+0.018 ±0.008 10/0``: the method's ``metric`` minus FedAvg's, paired over seeds (± half the
+    95 % t-interval; seeds won/lost — for MSE a win is a lower value).
+    """
+    d = r.get(f"{metric}_vs_fedavg_mean", float("nan"))
+    if d != d:
+        return "–"
+    half = (r[f"{metric}_vs_fedavg_ci_high"] - r[f"{metric}_vs_fedavg_ci_low"]) / 2
+    ci = f" ±{half:.3f}" if half == half else ""
+    return f"{d:+.3f}{ci} {r[f'{metric}_vs_fedavg_wins']}/{r[f'{metric}_vs_fedavg_losses']}"
+
+
+def summary_table(rows: list[dict[str, Any]], title: str) -> Table:
+    """The table ``topofl compare`` prints: one row per method of ``summary.csv``, the best in bold
+    (highest AUC; for a regression task, whose rows carry MSE, RMSE and R², the lowest MSE).
+    """
+    regression = bool(rows) and "mse_mean" in rows[0]
+    table = Table(title=title, title_justify="left")
+    cols = (("method", "MSE (mean ± std)", "RMSE", "R² (mean ± std)", "ΔMSE vs FedAvg", "conv. round", "s/run") if regression else
+            ("method", "AUC (mean ± std)", "accuracy (mean ± std)", "ΔAUC vs FedAvg", "pooled AUC", "conv. round", "s/run"))
+    for col in cols:
+        table.add_column(col, justify="right" if col != "method" else "left")
+    key = "mse_mean" if regression else "auc_mean"
+    finite = [r for r in rows if r[key] == r[key]]
+    best = ((min if regression else max)(finite, key=lambda r: r[key])["method"]) if finite else None
+    for r in rows:
+        name = f"[bold]{r['method']}[/]" if r["method"] == best and len(rows) > 1 else r["method"]
+        if regression:
+            cells = (f"{r['mse_mean']:.4g} ± {r['mse_std']:.2g}", f"{r['rmse_mean']:.4g}", f"{r['r2_mean']:.3f} ± {r['r2_std']:.3f}",
+                     paired_cell(r, "mse"))
+        else:
+            cells = (f"{r['auc_mean']:.3f} ± {r['auc_std']:.3f}", f"{r['accuracy_mean']:.3f} ± {r['accuracy_std']:.3f}", paired_cell(r),
+                     f"{r['pooled_auc_mean']:.3f}")
+        table.add_row(name, *cells, f"{r['convergence_round_mean']:.1f}", f"{r['seconds_per_run']:.2f}")
+    return table
+
+
+def text_width() -> int:
+    """Width to wrap listings to: the terminal's, between 40 and 100 columns."""
+    return max(40, min(console.width, 100))
+
+
+def print_wrapped(text: str, width: int, indent: str, subsequent: str | None = None) -> None:
+    """Print ``text`` as one paragraph wrapped at ``width`` columns, verbatim (no markup)."""
+    import textwrap
+
+    wrapped = textwrap.fill(" ".join(text.split()), width, initial_indent=indent, subsequent_indent=subsequent or indent,
+                            break_on_hyphens=False)
+    console.print(wrapped, markup=False, highlight=False, soft_wrap=True)
+
+
+def as_typed(value: Any) -> str:
+    """A default as one would type it after ``-s``/``-p KEY=``: ``1,5`` for a tuple, ``true`` for True."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, tuple):
+        return ",".join(map(str, value))
+    if value == "":
+        return '""'
+    return str(value)
+
+
+def print_methods() -> None:
+    """Every method: its family, what it is, and each hyper-parameter with its default and meaning."""
+    from topofl.methods import REGISTRY
+
+    width = text_width()
+    print_wrapped("Methods (server: a server aggregates; peer: neighbours on a --graph, no server), each hyper-parameter "
+                   "with its default; set one with -p KEY=VALUE, or -p METHOD.KEY=VALUE for one method.", width, "")
+    for name, m in REGISTRY.items():
+        console.print()
+        console.print(f"[bold]{escape(name)}[/] ({m.family})", highlight=False)
+        print_wrapped(m.summary, width, "  ")
+        for key, (default, help_text) in m.config.field_help().items():
+            print_wrapped(f"{key}={as_typed(default)}: {help_text}", width, "    ", "      ")
+
+
+def print_models() -> None:
+    """The registered models, in a table."""
+    from topofl.models.registry import MODELS
+
+    table = Table(title=escape("models (PyTorch ones need the torch extra: pip install 'topofl[torch]')"), title_justify="left")
+    table.add_column("model")
+    table.add_column("what it is")
+    for name, text in MODELS.items():
+        table.add_row(name, escape(text))
+    console.print(table)
+
+
+def print_scenarios() -> None:
+    """Every built-in scenario: what it is, and its parameters with their defaults."""
+    import dataclasses
+
+    from topofl.data.scenarios import DESCRIPTIONS, SCENARIOS
+
+    width = text_width()
+    print_wrapped("Scenarios (--scenario NAME), each with its parameters and their defaults; override one with -s KEY=VALUE.",
+                   width, "")
+    for name, (_, cfg) in SCENARIOS.items():
+        console.print()
+        console.print(f"[bold]{escape(name)}[/]", highlight=False)
+        print_wrapped(DESCRIPTIONS[name], width, "  ")
+        print_wrapped(", ".join(f"{f.name}={as_typed(f.default)}" for f in dataclasses.fields(cfg)), width, "  -s ", "     ")
+
+
+def as_dict(row: Any) -> dict[str, Any]:
+    """A Flower history row as a dict (rows are dicts or objects with ``as_dict``)."""
+    return row if isinstance(row, dict) else row.as_dict()
+
+
+class RoundTable:
+    """What ``topofl run`` prints: one row per round as it finishes, then the final scores."""
+
+    def __init__(self, title: str) -> None:
+        self.table = Table(title=title, title_justify="left")
+        for col in ("round", "AUC", "accuracy", "pooled AUC", "KB up", "KB down"):
+            self.table.add_column(col, justify="right")
+        self.history: Any = None
+
+    def add(self, history: Any, s: Any) -> None:
+        """``on_round`` callback: one row of a round's summary."""
+        self.table.add_row(str(s.round), f"{s.auc:.3f}", f"{s.accuracy:.3f}", f"{s.pooled_auc:.3f}", f"{s.bytes_up / 1024:.1f}",
+                           f"{s.bytes_down / 1024:.1f}")
+
+    def done(self, method: str, seed: int, history: Any) -> None:
+        """``on_run_done`` callback: keep the run's history."""
+        self.history = history
+
+    def print(self) -> Any:
+        """Print the table, pTopoFL's clusters if any and the final scores; return the history."""
+        console.print(self.table)
+        log = self.history.server_logs[-1]
+        if "clusters" in log:
+            console.print(f"clusters: {log['clusters']}  flagged: {log['flagged']}  re-clustered: {log['reclustered']}")
+        f = self.history.final
+        console.print(f"[bold]final[/] AUC {f['auc']:.3f} ± {f['auc_std']:.3f} (mean ± std over clients), accuracy {f['accuracy']:.3f}, "
+                      f"pooled AUC {f['pooled_auc']:.3f}")
+        return self.history
+
+
+def print_flower(history: Any, title: str, seconds: float) -> None:
+    """The per-round table of a Flower run, its failed or dropped replies and wall time."""
+    table = Table(title=title, title_justify="left")
+    keys = [k for k in ("accuracy", "auc", "loss", "bits") if k in as_dict(history.rounds[0])]
+    for col in ("round", *keys):
+        table.add_column(col, justify="right")
+    for r in history.rounds:
+        d = as_dict(r)
+        table.add_row(str(d["round"]), *(f"{d[k]:.4g}" for k in keys))
+    console.print(table)
+    failures = getattr(history, "failures", [])
+    console.print(f"{len(failures)} failed or dropped repl{'y' if len(failures) == 1 else 'ies'}; {seconds:.1f} s wall"
+                  + (f"; results in {history.out_dir}/" if history.out_dir else ""))
