@@ -90,7 +90,7 @@ def test_binary_labels_must_be_zero_one():
         ("ptopofl", {"cluster_distance": "cosine"}, "cluster_distance must be one of l2, wasserstein, bottleneck; got 'cosine'"),
         ("fedavg", {"lr": 0.0}, "lr must be in (0.0, 100.0]; got 0.0"),
         ("fedavg", {"local_epochs": 0}, "local_epochs must be in [1, 10000]; got 0"),
-        ("fedavg", {"n_clusters": 2}, "unknown hyper-parameter(s) n_clusters for AlgorithmConfig"),
+        ("fedavg", {"n_clusters": 2}, "unknown hyper-parameter(s) n_clusters for GlobalModelConfig"),
         ("fedavg", {"batch_size": 2.5}, "batch_size must be an integer; got 2.5"),
     ],
 )

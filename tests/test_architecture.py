@@ -14,12 +14,13 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 #: bottom to top; a module may import its own layer or any layer below, never one above
 LAYERS = [
     ("core", ["topofl._validation", "topofl._version", "topofl.limits", "topofl.config", "topofl.parsing", "topofl.atomic"]),
-    ("maths", ["topofl.tda", "topofl.models", "topofl.metrics", "topofl.privacy"]),
+    ("maths", ["topofl.tda", "topofl.models", "topofl.metrics", "topofl.privacy", "topofl.robustness", "topofl.robustness.aggregators"]),
     ("data", ["topofl.data"]),
     ("runtimes", ["topofl.federation", "topofl.decentralised", "topofl.decentralised.protocol", "topofl.decentralised.spec",
                   "topofl.decentralised.graphs", "topofl.decentralised.transport", "topofl.decentralised.runner"]),
     ("methods", ["topofl.algorithms", "topofl.decentralised.model_exchange", "topofl.decentralised.sheaf",
-                 "topofl.decentralised.dfedu", "topofl.decentralised.dpsgd", "topofl.decentralised.local"]),
+                 "topofl.decentralised.dfedu", "topofl.decentralised.dpsgd", "topofl.decentralised.local",
+                 "topofl.robustness.attacks"]),
     ("registry", ["topofl.methods"]),
     ("applications", ["topofl.api", "topofl.experiments", "topofl.flower"]),
     ("interfaces", ["topofl", "topofl.cli", "topofl.cli_parsing"]),

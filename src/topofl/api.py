@@ -1,13 +1,16 @@
 """The Python API: :func:`simulate`."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from topofl.data.federation import Federation
 from topofl.federation.algorithm import Algorithm
 from topofl.federation.history import History
 from topofl.federation.runner import OnRound, run_federation
 from topofl.methods import build_peer, build_server
+
+if TYPE_CHECKING:
+    from topofl.robustness.attacks import AttackConfig
 
 
 def simulate(
@@ -21,6 +24,7 @@ def simulate(
     on_round: OnRound | None = None,
     model: Any = None,
     device: str = "cpu",
+    attack: AttackConfig | str | None = None,
     **hyperparameters: Any,
 ) -> History:
     """Run a method on a federation in process.
@@ -40,6 +44,10 @@ def simulate(
         (:func:`topofl.models.registry.build_model`).
     device
         ``"cpu"``, ``"cuda"`` or ``"auto"`` (CUDA when present) for a PyTorch model.
+    attack
+        Hostile clients (:mod:`topofl.robustness.attacks`): an ``AttackConfig`` or its spec,
+        e.g. ``"sign_flip:fraction=0.25,start_round=2"``; the adversaries are
+        ``attack.adversaries(federation.client_ids)``. ``None``: every client is honest.
     **hyperparameters
         The method's hyper-parameters (e.g. ``lr=0.05, n_clusters=2``); unknown names or
         out-of-range values raise ``ValueError``.
@@ -61,6 +69,11 @@ def simulate(
         algorithm = method
     else:
         algorithm = build_server(method, hyperparameters)
+    if attack is not None:
+        from topofl.robustness.attacks import attacked, parse_attack
+
+        config = parse_attack(attack)
+        algorithm = attacked(algorithm, config, config.adversaries(federation.client_ids))
     return run_federation(federation, algorithm, rounds, seed, client_fraction=client_fraction, on_round=on_round, progress=progress,
                           model=model, device=device)
 

@@ -152,8 +152,10 @@ def run(
 def experiment(
     name: str = typer.Argument(
         ...,
-        help="pTopoFL: comparison, robustness, continual, privacy, ablation, diagrams, deep (CNNs, Table 2), all (all of them + report). "
-        "Sheaf-FMTL: sheaf-digits, sheaf-hetero, sheaf-topology, sheaf-init, sheaf-mnist (CNNs), sheaf-all.",
+        help="pTopoFL: comparison, robustness, continual, privacy, ablation, diagrams, deep (CNNs, Table 2), all (the paper's, "
+        "controls and heart-disease, + report). Controls and real data: controls, heart-disease. Security and privacy: attacks, "
+        "privacy-attacks, privacy-dp. Sheaf-FMTL: sheaf-digits, sheaf-school (real data), sheaf-centralised, sheaf-hetero, sheaf-topology, "
+        "sheaf-init, sheaf-mnist (CNNs), sheaf-all.",
     ),
     seeds: Optional[str] = typer.Option(
         None, "--seeds", help="Seeds: 0-9, 0,3,7, or 0-4,10 (default: 0-9 for pTopoFL experiments, 0-4 — the paper's five runs — for Sheaf-FMTL ones)."
@@ -162,8 +164,10 @@ def experiment(
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted experiment: skip finished runs, redo partial ones."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Delete earlier results of this experiment first."),
     jobs: int = typer.Option(min(2, os.cpu_count() or 1), "--jobs", "-j", help="Runs executed in parallel (processes)."),
-    quick: bool = typer.Option(False, "--quick", help="The budget that fits about 15 minutes on 2 cores (experiments deep, sheaf-mnist)."),
-    smoke: bool = typer.Option(False, "--smoke", help="A smoke-test budget (a few rounds on a few hundred digits)."),
+    quick: bool = typer.Option(False, "--quick", help="The budget that fits about 15 minutes on 2 cores (experiments deep, sheaf-mnist, attacks)."),
+    smoke: bool = typer.Option(
+        False, "--smoke", help="A smoke-test budget (deep, sheaf-mnist: a few rounds on a few hundred digits; attacks: one share, three attacks, 3 rounds)."
+    ),
     data_root: Optional[Path] = ui.DataRootOpt,
     verbose: bool = ui.VerboseOpt,
 ) -> None:

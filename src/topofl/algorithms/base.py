@@ -1,17 +1,196 @@
 """Helpers shared by the server-based methods of :mod:`topofl.algorithms`: the aggregation maths
-(:func:`weighted_average`, :func:`cap_shares`) and the personal-model generator. The contract
-they implement (:class:`Algorithm`, :class:`AlgorithmConfig`, :class:`ClientContext`) lives in
-:mod:`topofl.federation.algorithm` and is re-exported here for the methods' convenience.
+(:func:`weighted_average`, :func:`cap_shares`), robust aggregation in the round loop
+(:class:`RobustAggregationConfig`, :func:`robust_round`, :func:`excluded_ids`), client-level
+differential privacy of the aggregate (the ``dp_*`` fields of :class:`RobustAggregationConfig`,
+:func:`dp_server_rng`; DP-FedAvg, McMahan et al. 2018) and the personal-model generator. The contract they implement (:class:`Algorithm`,
+:class:`AlgorithmConfig`, :class:`ClientContext`) lives in :mod:`topofl.federation.algorithm` and
+is re-exported here for the methods' convenience.
 """
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 import numpy as np
 
-from topofl._validation import check_range
+from topofl._validation import check_choice, check_int, check_range
 from topofl.config import hp
 from topofl.federation.algorithm import Algorithm, AlgorithmConfig, ClientContext
+from topofl.privacy.accounting import ACCOUNTANTS
+from topofl.privacy.dp import DPConfig
+from topofl.robustness.aggregators import AGGREGATORS, AggregateResult, required_updates, robust_aggregate
 
-__all__ = ["Algorithm", "AlgorithmConfig", "ClientContext", "cap_shares", "hp", "personal_rng", "weighted_average"]
+__all__ = [
+    "AGGREGATORS", "Algorithm", "AlgorithmConfig", "ClientContext", "RobustAggregationConfig", "cap_shares", "dp_server_rng",
+    "excluded_ids", "hp", "personal_rng", "robust_round", "weighted_average",
+]
+
+log = logging.getLogger(__name__)
+
+#: the help text of a method's choice of aggregation rule (``aggregator``, ``intra_aggregator``)
+AGGREGATOR_HELP = (
+    "mean (the weighted average) | median, trimmed_mean (coordinate-wise; Yin et al. 2018) | krum, multi_krum (Blanchard et al. 2017) | "
+    "bulyan (El Mhamdi et al. 2018) | norm_clip (Sun et al. 2019); see topofl.robustness.aggregators"
+)
+
+
+@dataclass(frozen=True)
+class RobustAggregationConfig(AlgorithmConfig):
+    """The parameters of the robust aggregation rules (:mod:`topofl.robustness.aggregators`),
+    shared by the methods that offer them; each method adds the field that names its rule
+    (FedAvg's ``aggregator``, pTopoFL's ``intra_aggregator``).
+
+    The ``dp_*`` fields switch on client-level differential privacy of the aggregate, DP-FedAvg
+    (McMahan, Ramage, Talwar and Zhang 2018, "Learning differentially private recurrent language
+    models", ICLR, Algorithm 1; :func:`topofl.privacy.dp.dp_fedavg_aggregate`): with
+    ``dp_noise_multiplier`` z > 0 every client's change from the model it was sent is clipped to
+    L2 norm ``dp_clip`` C, the clipped changes are summed with uniform weights, N(0, (zC)² I) is
+    added and the sum is divided by the expected number of participants; the rounds are accounted
+    by ``dp_accountant`` (:func:`topofl.privacy.dp.privacy_report`) and (ε, ``dp_delta``) is
+    written to every round's server log. DP needs the mean as the aggregation rule (a robust rule
+    is not a clipped sum, and its sensitivity is not C); :meth:`check_dp_rule` says so.
+    """
+
+    byzantine_f: int = hp(
+        1, "krum, multi_krum, bulyan: number f of Byzantine clients tolerated; they need >= 2f+3, 2f+3, 4f+3 updates, and a round "
+        "with fewer is aggregated by the coordinate-wise median (logged)"
+    )
+    trim_fraction: float = hp(
+        0.25, "trimmed_mean: fraction β in [0, 0.5) of the values cut from each end of every coordinate (⌊β·n⌋ of n; 0.25 cuts one "
+        "from each end from n = 4 on)"
+    )
+    clip_norm: float = hp(1.0, "norm_clip: largest norm M (> 0) of a client's change θ_k − θ from the model it was sent")
+    multi_krum_m: int = hp(0, "multi_krum: number m of the lowest-score updates averaged (0: n − f of the round's n updates)")
+    dp_noise_multiplier: float = hp(
+        0.0, "client-level DP (DP-FedAvg, McMahan et al. 2018): noise multiplier z >= 0 of the Gaussian noise N(0, (z·dp_clip)²) on "
+        "the sum of clipped client changes (0: DP off); needs the mean as the aggregation rule"
+    )
+    dp_clip: float = hp(1.0, "client-level DP: L2 clip norm C (> 0) of each client's change θ_k − θ_sent")
+    dp_delta: float = hp(1e-5, "client-level DP: δ of the reported (ε, δ), in (0, 1); conventionally < 1 / number of clients")
+    dp_accountant: str = hp("rdp", "client-level DP: accountant of dp-accounting that reports ε: rdp | pld")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_int("byzantine_f", self.byzantine_f, 0, 10_000)
+        check_range("trim_fraction", self.trim_fraction, 0.0, 0.5, high_open=True)
+        check_range("clip_norm", self.clip_norm, 0.0, low_open=True)
+        check_int("multi_krum_m", self.multi_krum_m, 0, 10_000)
+        check_range("dp_noise_multiplier", self.dp_noise_multiplier, 0.0)
+        check_range("dp_clip", self.dp_clip, 0.0, low_open=True)
+        check_range("dp_delta", self.dp_delta, 0.0, 1.0, low_open=True, high_open=True)
+        check_choice("dp_accountant", self.dp_accountant, ACCOUNTANTS)
+
+    @property
+    def dp_updates(self) -> bool:
+        """Whether the model updates are aggregated by DP-FedAvg (``dp_noise_multiplier`` > 0)."""
+        return self.dp_noise_multiplier > 0
+
+    def dp_descriptor_fields(self) -> tuple[float, float]:
+        """``(descriptor_radius, descriptor_epsilon)`` of :class:`~topofl.privacy.dp.DPConfig`: (0, 1), the descriptor channel
+        off (pTopoFL overrides it).
+        """
+        return 0.0, 1.0
+
+    @property
+    def dp(self) -> DPConfig | None:
+        """The run's :class:`~topofl.privacy.dp.DPConfig` when the updates are privatised, else ``None``.
+
+        Full participation is accounted (``sampling_rate`` = 1): the server's client sampling
+        (``client_fraction`` of the round loop) is not Poisson sampling and claims no
+        amplification, so the ε reported is an upper bound for any participation.
+        """
+        if not self.dp_updates:
+            return None
+        radius, epsilon = self.dp_descriptor_fields()
+        return DPConfig(clip=self.dp_clip, noise_multiplier=self.dp_noise_multiplier, delta=self.dp_delta, sampling_rate=1.0,
+                        accountant=self.dp_accountant, descriptor_radius=radius, descriptor_epsilon=epsilon)
+
+    def check_dp_rule(self, field: str, rule: str) -> None:
+        """``ValueError`` naming ``field`` and ``dp_noise_multiplier`` when DP is on and ``rule`` is not the mean."""
+        if self.dp_updates and rule != "mean":
+            raise ValueError(
+                f"{field}={rule!r} cannot be combined with dp_noise_multiplier={self.dp_noise_multiplier!r}: client-level DP "
+                f"(DP-FedAvg) adds noise to the clipped sum of the updates and needs {field}='mean'"
+            )
+
+
+def robust_round(
+    rule: str,
+    vectors: Sequence[np.ndarray],
+    weights: np.ndarray,
+    reference: np.ndarray | None,
+    config: RobustAggregationConfig,
+    warned: set[str] | None = None,
+) -> tuple[AggregateResult, str | None]:
+    """:func:`~topofl.robustness.aggregators.robust_aggregate` in the round loop: a round with
+    too few updates for ``rule`` with the configured f never stops the server.
+
+    When the round has fewer updates than the rule needs (:func:`~topofl.robustness.aggregators.required_updates`)
+    the coordinate-wise median is used instead, and a Multi-Krum ``multi_krum_m`` above the
+    round's n is lowered to n; either is returned as a note for the round's server log, and
+    logged as a warning the first time (a note not in ``warned``; later ones are logged at debug
+    level).
+
+    Parameters
+    ----------
+    rule : str
+        One of :data:`~topofl.robustness.aggregators.AGGREGATORS`.
+    vectors : sequence of numpy.ndarray
+        The clients' models, one per update.
+    weights : numpy.ndarray
+        Their aggregation weights (already capped by ``max_client_weight``).
+    reference : numpy.ndarray or None
+        The model(s) the clients were sent (needed by ``norm_clip``).
+    config : RobustAggregationConfig
+        The method's configuration (f, trim fraction, clip norm, m).
+    warned : set of str, optional
+        The notes already logged as warnings by the caller; a new note is added to it.
+
+    Returns
+    -------
+    tuple of (AggregateResult, str or None)
+        The aggregate with the indices of the updates that entered it, and the fallback note.
+    """
+    n = len(vectors)
+    note = None
+    need = required_updates(rule, config.byzantine_f)
+    m = config.multi_krum_m
+    if n < need:
+        note = f"{rule} with byzantine_f={config.byzantine_f} needs at least {need} updates; got {n}: coordinate-wise median used"
+        rule = "median"
+    elif rule == "multi_krum" and m > n:
+        note = f"multi_krum_m={m} exceeds the round's {n} updates: m={n} used"
+        m = n
+    if note is not None:
+        if warned is None or note not in warned:
+            log.warning("robust aggregation: %s", note)
+            if warned is not None:
+                warned.add(note)
+        else:
+            log.debug("robust aggregation: %s", note)
+    result = robust_aggregate(rule, np.vstack(vectors), weights, reference=reference, f=config.byzantine_f,
+                              trim_fraction=config.trim_fraction, clip_norm=config.clip_norm, m=m)
+    return result, note
+
+
+def excluded_ids(client_ids: Sequence[int], result: AggregateResult) -> list[int]:
+    """The ids of the clients (``client_ids[i]`` for row i of the aggregated updates) whose update
+    did not enter ``result`` — for the round's server log, ``"excluded"``.
+    """
+    kept = set(result.selected)
+    return [int(cid) for i, cid in enumerate(client_ids) if i not in kept]
+
+
+def dp_server_rng(rng: np.random.Generator) -> np.random.Generator:
+    """The server's private source of DP noise: a child of the seed sequence of the run's server
+    generator ``rng`` (``SeedSequence.spawn``), so that it never shares a stream with a client's
+    seed and never advances ``rng`` (client selection and model initialisation are unchanged).
+    """
+    seq = rng.bit_generator.seed_seq
+    if not isinstance(seq, np.random.SeedSequence):
+        raise ValueError(f"the server generator must be seeded by a numpy SeedSequence to spawn the DP noise generator; got {seq!r}")
+    return np.random.default_rng(seq.spawn(1)[0])
 
 
 def personal_rng(ctx: ClientContext) -> np.random.Generator:

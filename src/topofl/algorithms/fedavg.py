@@ -1,21 +1,74 @@
-"""FedAvg (McMahan et al., 2017) and the global-model server it shares with several baselines."""
+"""FedAvg (McMahan et al., 2017) and the global-model server it shares with several baselines.
+
+The server's rule is FedAvg's weighted average by default; ``aggregator`` replaces it by a robust
+rule of :mod:`topofl.robustness.aggregators` (median, trimmed mean, Krum, Multi-Krum, Bulyan, norm
+clipping). The choice lives on :class:`GlobalModelConfig`, not on every method's
+:class:`~topofl.algorithms.base.AlgorithmConfig`: it is a rule for *one* global model averaged from
+client models, which pTopoFL (per cluster: ``intra_aggregator``), IFCA, SCAFFOLD (it averages
+changes and control variates) and Local do not have. FedAvg and FedProx offer it; the other
+methods on this server (Ditto, Per-FedAvg, pFedMe) average with the mean until their configs
+derive from :class:`GlobalModelConfig`.
+
+With ``dp_noise_multiplier`` > 0 (:class:`~topofl.algorithms.base.RobustAggregationConfig`) the
+server is DP-FedAvg's (McMahan, Ramage, Talwar and Zhang 2018, Algorithm 1): the clients' changes
+from the global model are clipped, summed with uniform weights, noised and divided by the number
+of clients, and every round's log carries the accountant's (ε, δ).
+"""
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from topofl.algorithms.base import Algorithm, AlgorithmConfig, ClientContext, weighted_average
+from topofl._validation import check_choice
+from topofl.algorithms.base import (
+    AGGREGATOR_HELP,
+    AGGREGATORS,
+    Algorithm,
+    ClientContext,
+    RobustAggregationConfig,
+    cap_shares,
+    dp_server_rng,
+    excluded_ids,
+    hp,
+    robust_round,
+    weighted_average,
+)
 from topofl.federation.messages import ClientUpdate, ServerMessage
 from topofl.models.base import Model
+from topofl.privacy.dp import DPConfig, dp_fedavg_aggregate, privacy_report
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GlobalModelConfig(RobustAggregationConfig):
+    """Hyper-parameters of a method whose server holds one global model: local training, the
+    server's checks, and its aggregation rule with the rules' parameters.
+    """
+
+    aggregator: str = hp("mean", "server's aggregation rule: " + AGGREGATOR_HELP)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_choice("aggregator", self.aggregator, AGGREGATORS)
+        self.check_dp_rule("aggregator", self.aggregator)
 
 
 class GlobalModelAlgorithm(Algorithm):
-    """Server holding one global model, averaged with sample-size weights (FedAvg's server)."""
+    """Server holding one global model, averaged with sample-size weights (FedAvg's server), or
+    aggregated by the robust rule its config names (:class:`GlobalModelConfig` ``aggregator``).
+    """
 
     def setup(self, model: Model, client_ids: list[int], rng: np.random.Generator) -> None:
         super().setup(model, client_ids, rng)
         self.global_params = model.init(rng)  # zeros for linear models (rng untouched); a torch model draws its init
+        self.warned: set[str] = set()  # robust aggregation's fallback notes already logged as warnings
+        dp = self.config.dp if isinstance(self.config, GlobalModelConfig) else None
+        # the server's own noise generator (never a client's seed); spawned only for DP runs
+        self._dp_rng = dp_server_rng(rng) if dp is not None else None
 
     def configure_fit(self, rnd: int, selected: list[int]) -> dict[int, ServerMessage]:
         return {cid: self.message_for(cid) for cid in selected}
@@ -28,19 +81,64 @@ class GlobalModelAlgorithm(Algorithm):
         return self.global_params
 
     def aggregate_fit(self, rnd: int, updates: list[ClientUpdate]) -> dict[str, Any]:
-        if updates:
-            self.global_params = weighted_average(
-                [u.params for u in updates], np.array([u.n_examples for u in updates], dtype=float),
-                self.config.max_client_weight,
-            )
-        return {}
+        """θ ← the weighted average of the clients' models (``aggregator="mean"``, in place for deep
+        models), or the robust rule of ``aggregator`` with weights capped by ``max_client_weight``
+        and the global model as norm clipping's reference. The round's log names the clients a
+        rule ``excluded`` and any ``aggregation_fallback``.
+
+        With ``dp_noise_multiplier`` > 0: DP-FedAvg (:meth:`_dp_aggregate`).
+        """
+        c = self.config
+        dp = c.dp if isinstance(c, GlobalModelConfig) else None
+        if dp is not None:
+            return self._dp_aggregate(rnd, updates, dp)
+        if not updates:
+            return {}
+        weights = np.array([u.n_examples for u in updates], dtype=float)
+        if not isinstance(c, GlobalModelConfig) or c.aggregator == "mean":
+            self.global_params = weighted_average([u.params for u in updates], weights, c.max_client_weight)
+            return {}
+        result, note = robust_round(c.aggregator, [u.params for u in updates], cap_shares(weights, c.max_client_weight),
+                                    self.global_params, c, self.warned)
+        self.global_params = result.vector
+        entry: dict[str, Any] = {}
+        excluded = excluded_ids([u.client_id for u in updates], result)
+        if excluded:
+            entry["excluded"] = excluded
+        if note is not None:
+            entry["aggregation_fallback"] = note
+        return entry
+
+    def _dp_aggregate(self, rnd: int, updates: list[ClientUpdate], dp: DPConfig) -> dict[str, Any]:
+        """θ ← θ_sent + (Σ_k clip(θ_k − θ_sent, C) + N(0, (zC)² I)) / N (McMahan et al. 2018,
+        Algorithm 1, fixed-denominator estimator with q = 1): uniform weights — sample-size weights
+        would make a client's influence, hence the sensitivity, depend on its private n_k — and N
+        the number of clients of the run, which does not depend on who replied. A round with no
+        valid reply still releases θ_sent + noise / N.
+
+        The log carries :func:`~topofl.privacy.dp.privacy_report` after ``rnd`` rounds (every
+        round up to this one counts as a release, including any the round loop skipped for too
+        few replies: the skip itself depends on who replied) and the ids of the clients whose
+        change was clipped (``dp_clipped``).
+        """
+        assert self._dp_rng is not None, "setup() first"
+        sent = self.global_params
+        deltas = (np.vstack([np.asarray(u.params, dtype=np.float64) - sent for u in updates]) if updates
+                  else np.zeros((0, sent.size)))
+        agg = dp_fedavg_aggregate(deltas, dp.clip, dp.noise_multiplier, self._dp_rng, dp.expected_clients(len(self.client_ids)))
+        self.global_params = sent + agg.update
+        entry: dict[str, Any] = dict(privacy_report(dp, rnd))
+        entry["dp_clipped"] = [int(updates[i].client_id) for i in agg.clipped]
+        log.debug("round %d: DP-FedAvg over %d update(s), %d clipped, epsilon=%.4g", rnd, len(updates), len(agg.clipped), entry["dp_epsilon"])
+        return entry
 
 
 class FedAvg(GlobalModelAlgorithm):
     """θ ← Σ_k n_k θ_k / Σ_k n_k over the round's participants (McMahan et al. 2017, Alg. 1)."""
 
     name = "fedavg"
-    Config = AlgorithmConfig
+    Config = GlobalModelConfig
+    config: GlobalModelConfig
 
     def client_fit(self, ctx: ClientContext, message: ServerMessage) -> ClientUpdate:
         theta = self.local_sgd(ctx, message.params, ctx.data.X_train)

@@ -4,15 +4,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from topofl._validation import check_range
-from topofl.algorithms.base import AlgorithmConfig, ClientContext, hp
-from topofl.algorithms.fedavg import GlobalModelAlgorithm
+from topofl.algorithms.base import ClientContext, hp
+from topofl.algorithms.fedavg import GlobalModelAlgorithm, GlobalModelConfig
 from topofl.federation.local import AffineGrad
 from topofl.federation.messages import ClientUpdate, ServerMessage
 
 
 @dataclass(frozen=True)
-class FedProxConfig(AlgorithmConfig):
-    """Hyper-parameters of FedProx: the proximal strength μ."""
+class FedProxConfig(GlobalModelConfig):
+    """Hyper-parameters of FedProx: the proximal strength μ (and FedAvg's server, aggregation rule included)."""
 
     mu: float = hp(0.1, "proximal strength μ (>= 0; pTopoFL paper: 0.1; μ = 0 is FedAvg)")
 

@@ -23,6 +23,13 @@ def execute_federated(spec: RunSpec, paths: dict[str, Path]) -> dict[str, Any]:
     key = spec.key
     fed = make_scenario(spec.scenario, seed=spec.seed, **spec.scenario_params)
     algo = build_server(spec.method, spec.hyperparameters)
+    attackers: frozenset[int] = frozenset()
+    if spec.attack:
+        from topofl.robustness.attacks import attacked, parse_attack
+
+        attack = parse_attack(spec.attack)
+        attackers = attack.adversaries(fed.client_ids)
+        algo = attacked(algo, attack, attackers)
     key_fields = tuple(key)
     with CsvAppender(paths["rounds"], key_fields + ROUND_FIELDS) as rounds_out, CsvAppender(paths["curves"], key_fields + CURVE_FIELDS) as curves_out:
 
@@ -38,6 +45,6 @@ def execute_federated(spec: RunSpec, paths: dict[str, Path]) -> dict[str, Any]:
         "client_metrics": {str(k): v for k, v in history.client_metrics.items()},
         "convergence_round": history.convergence_round("auc"),
         "total_bytes": int(sum(r.bytes_up + r.bytes_down for r in history.rounds)),
-        "adversarial": [c.client_id for c in fed if c.meta.get("adversarial")],
+        "adversarial": sorted({c.client_id for c in fed if c.meta.get("adversarial")} | set(attackers)),
     }
     return write_done(paths, done)

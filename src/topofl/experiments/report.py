@@ -22,7 +22,7 @@ from typing import Any
 from topofl.experiments.results import read_csv
 
 ORDER = (
-    "comparison", "controls", "heart-disease", "robustness", "continual", "privacy", "ablation", "diagrams",
+    "comparison", "controls", "heart-disease", "robustness", "attacks", "continual", "privacy", "privacy-attacks", "privacy-dp", "ablation", "diagrams",
     "sheaf-digits", "sheaf-school", "sheaf-centralised", "sheaf-hetero", "sheaf-topology", "sheaf-init",
 )
 

@@ -40,6 +40,7 @@ class RunSpec:
     setting: Mapping[str, Any] = field(default_factory=dict)
     graph: Mapping[str, Any] = field(default_factory=dict)  # peer methods: make_graph arguments
     model: str = "linear"  # a topofl.models name; peer methods: a comma list is dealt to the clients in turn
+    attack: str = ""  # server methods: an attack of topofl.robustness.attacks, "kind:key=value,..." ("" = none)
 
     @property
     def key(self) -> dict[str, Any]:
@@ -53,6 +54,8 @@ class RunSpec:
         fields = asdict(self)
         if fields["model"] == "linear":  # runs planned before models existed keep their ids
             del fields["model"]
+        if not fields["attack"]:  # runs planned before attacks existed keep their ids
+            del fields["attack"]
         text = json.dumps(fields, sort_keys=True, default=_json_default)
         setting = "_".join(f"{k}{v}" for k, v in self.setting.items())
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{self.scenario}_{self.label or self.method}_{setting}_s{self.seed}")

@@ -7,7 +7,9 @@ there is no second implementation of any algorithm.
 
 A node's data come from its node config: ``data-path`` (an ``.npz`` with ``X_train``,
 ``y_train``, ``X_test``, ``y_test``: a real site's own data) or else partition ``partition-id`` of
-the built-in scenario named in the run (simulation and trials).
+the built-in scenario named in the run (simulation and trials). With the run-config key ``attack``
+(robustness trials) the nodes whose client id is among the attack's adversaries run the method
+wrapped by :func:`topofl.robustness.attacks.attacked`; the server never acts on the key.
 """
 from __future__ import annotations
 
@@ -38,7 +40,7 @@ log = logging.getLogger(__name__)
 
 def job_key(job: Mapping[str, Any]) -> str:
     """A short fingerprint of the job (method, hyper-parameters, data, seed): state of another job is ignored."""
-    keys = ("method", "hyperparameters", "scenario", "scenario_params", "seed", "classes", "model")
+    keys = ("method", "hyperparameters", "scenario", "scenario_params", "seed", "classes", "model", "attack")
     return hashlib.blake2b(json.dumps({k: job.get(k) for k in keys}, sort_keys=True).encode(), digest_size=8).hexdigest()
 
 
@@ -104,6 +106,39 @@ def _model(method: str, hyperparameters: str, spec: str, task: str, n_features: 
     return _algorithm(method, hyperparameters).build_model(spec, task, n_features, n_classes, device=device)
 
 
+def client_ids(node_config: Mapping[str, Any], job: Mapping[str, Any]) -> list[int]:
+    """Every client id of the run, as this node can know it without asking anyone: the
+    scenario's clients, or — for nodes with their own ``data-path`` — partitions
+    ``0..num-partitions−1`` of the node config.
+    """
+    if node_config.get("data-path"):
+        n = node_config.get("num-partitions")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"an attack on nodes with their own data-path needs num-partitions (>= 1) in the node config; got {n!r}")
+        return list(range(n))
+    return _scenario(str(job["scenario"]), int(job["seed"]), str(job.get("scenario_params", "{}"))).client_ids
+
+
+@lru_cache(maxsize=8)
+def _attacked(method: str, hyperparameters: str, spec: str, ids: tuple[int, ...]) -> Any:
+    from topofl.robustness.attacks import attacked, parse_attack
+
+    attack = parse_attack(spec)
+    return attacked(_algorithm(method, hyperparameters), attack, attack.adversaries(ids))
+
+
+def job_algorithm(node_config: Mapping[str, Any], job: Mapping[str, Any]) -> Any:
+    """The job's algorithm on this node, wrapped by the run's attack (:mod:`topofl.robustness.attacks`)
+    when there is one: every node picks the same adversaries from the client ids and the
+    attack's seed, as :func:`topofl.simulate` does with ``attack=``, and an honest node's calls go
+    to the method unchanged.
+    """
+    method, hyperparameters, spec = str(job["method"]), str(job["hyperparameters"]), str(job.get("attack") or "")
+    if not spec:
+        return _algorithm(method, hyperparameters)
+    return _attacked(method, hyperparameters, spec, tuple(client_ids(node_config, job)))
+
+
 def describe(node_config: Mapping[str, Any], content: RecordDict) -> RecordDict:
     """Reply to the server's discovery query: partition id, data sizes, task."""
     job = dict(content["config"])
@@ -123,7 +158,7 @@ def _context(node_config, state: RecordDict, content: RecordDict):
     data, _, _ = node_data(node_config, config, rnd)
     if data.n_features != int(config["n_features"]):
         raise ValueError(f"this node has {data.n_features} features but the run's model expects {config['n_features']}")
-    algorithm = _algorithm(str(config["method"]), str(config["hyperparameters"]))
+    algorithm = job_algorithm(node_config, config)
     model = _model(str(config["method"]), str(config["hyperparameters"]), str(config.get("model", "linear")), str(config["task"]),
                    data.n_features, int(config["n_classes"]), str(config.get("device", "cpu")))
     key = job_key(config)

@@ -38,6 +38,8 @@ KEYS: dict[str, tuple[str, Any, str]] = {
     "model": ("model", "linear", "the model every node trains: linear, cnn-small, cnn-medium, cnn-large, convnet2, resnet18, mlp, or "
               "'package.module:factory' (installed on every node)"),
     "device": ("device", "cpu", "where a PyTorch model computes on each node: cpu, cuda or auto"),
+    "attack": ("attack", "", "robustness trials: hostile clients, 'kind:key=value,...' (topofl.robustness.attacks, e.g. "
+               "'sign_flip:fraction=0.25,start_round=2'); each node whose client id is chosen attacks ('' = none)"),
 }
 
 
@@ -80,6 +82,7 @@ class FlowerSettings:
     classes: str = ""
     model: str = "linear"
     device: str = "cpu"
+    attack: str = ""
 
     def __post_init__(self) -> None:
         from topofl.data.scenarios import SCENARIOS
@@ -99,6 +102,17 @@ class FlowerSettings:
         if not isinstance(self.model, str) or not self.model:
             raise ValueError(f"model must be a registered model name or 'package.module:factory'; got {self.model!r}")
         check_choice("device", self.device, ["cpu", "cuda", "auto"])
+        if not isinstance(self.attack, str):
+            raise ValueError(f"attack must be 'kind:key=value,...'; got {self.attack!r}")
+        if self.attack:
+            from topofl.robustness.attacks import parse_attack
+
+            try:
+                parse_attack(self.attack)
+            except ValueError as exc:
+                raise ValueError(f"attack={self.attack!r}: {exc}") from None
+            if self.decentralised:
+                raise ValueError(f"attack={self.attack!r} needs a server-based method; {self.method!r} is decentralised")
         if self.classes:
             if self.task == "regression":
                 raise ValueError("classes cannot be combined with task='regression'")
@@ -152,6 +166,7 @@ class FlowerSettings:
             "classes": ",".join(repr(v) for v in self.class_values),
             "model": self.model,
             "device": self.device,
+            "attack": self.attack,
         }
 
     def as_dict(self) -> dict[str, Any]:

@@ -5,9 +5,26 @@ features with four TDA statistics (§3.2), trains locally from its cluster's per
 sends the model, n_k and — only when it changed — φ_k.
 
 Server: clusters clients once by descriptor distance (§3.3 Step 1), scores anomalies and trust
-(§3.4, Eq. 8), aggregates each cluster with n_k · exp(−‖φ̂_k − φ̂_C‖) · t_k weights (Eq. 6),
+(§3.4, Eq. 8), aggregates each cluster with n_k · exp(−‖φ̂_k − φ̂_C‖) · t_k weights (Eq. 6) — or, with
+``intra_aggregator``, by a robust rule of :mod:`topofl.robustness.aggregators` within each cluster —
 blends cluster models with the consensus (Eq. 7), tracks descriptor drift (§3.5, Eq. 9) and
 re-assigns drifted clients to their nearest cluster, optionally boosting their step size.
+
+Differential privacy (paper §3.6 made formal), both channels off by default:
+
+* updates — with ``dp_noise_multiplier`` > 0 each cluster is aggregated by DP-FedAvg (McMahan,
+  Ramage, Talwar and Zhang 2018, Algorithm 1; :func:`topofl.privacy.dp.dp_fedavg_aggregate`):
+  the members' changes from the models they were sent, clipped to ``dp_clip``, summed with
+  uniform weights (Eq. 6's weights depend on this round's private n_k and φ_k and are not used),
+  noised and divided by the cluster's size. Every client is in exactly one cluster, so a round is
+  one Gaussian release of sensitivity C about each client, as in DP-FedAvg; Eq. 7's blending is
+  post-processing. Every cluster is released every round, with or without participants.
+* descriptors — with ``descriptor_dp_radius`` B > 0 each client releases φ_k by the Gaussian
+  mechanism (:func:`topofl.privacy.dp.descriptor_mechanism`: projection onto {x >= 0, ‖x‖ <= B},
+  sensitivity √2·B, (``descriptor_dp_epsilon``, ``dp_delta``) per release) with its own private
+  noise, keeps the noisy φ (a resend is free: post-processing) and never sends diagrams.
+
+The server log of every DP round carries the accountant's ε (:func:`topofl.privacy.dp.privacy_report`).
 """
 from __future__ import annotations
 
@@ -19,23 +36,38 @@ from typing import Any, cast
 import numpy as np
 
 from topofl._validation import check_choice, check_int, check_range
-from topofl.algorithms.base import Algorithm, AlgorithmConfig, ClientContext, cap_shares, hp
+from topofl.algorithms.base import (
+    AGGREGATOR_HELP,
+    AGGREGATORS,
+    Algorithm,
+    ClientContext,
+    RobustAggregationConfig,
+    cap_shares,
+    dp_server_rng,
+    excluded_ids,
+    hp,
+    robust_round,
+)
 from topofl.algorithms.ptopofl import maths
 from topofl.federation.messages import ClientUpdate, ServerMessage
 from topofl.federation.validation import ArraySpec, ClientInfo, ReplySchema
 from topofl.models.base import Model
 from topofl.models.registry import is_deep, representation
+from topofl.privacy import accounting
+from topofl.privacy.dp import descriptor_mechanism, dp_fedavg_aggregate, gaussian_sigma, privacy_report
 from topofl.privacy.risk import PRIVACY_METRICS, client_privacy
 from topofl.tda.descriptor import LAYOUT, SCALINGS, descriptor, descriptor_from_diagrams, descriptor_problems, subsample
 from topofl.tda.distances import normalise_rows, pairwise_descriptor_distances, pairwise_diagram_distances
 from topofl.tda.features import N_FEATURES, TopoContext
 
 CLUSTER_DISTANCES = ("l2", "wasserstein", "bottleneck")
+#: tag of the client-private generator of descriptor noise (distinct from the subsample's 0x70F0)
+_DESCRIPTOR_NOISE_TAG = 0xD9D0
 _H0_ENTROPY, _H1_ENTROPY = LAYOUT.index("h0_entropy"), LAYOUT.index("h1_entropy")
 
 
 @dataclass(frozen=True)
-class PTopoFLConfig(AlgorithmConfig):
+class PTopoFLConfig(RobustAggregationConfig):
     """Hyper-parameters of pTopoFL; defaults are the paper's (Table 3) where it gives one."""
 
     n_clusters: int = hp(2, "number of topology clusters M (paper: 2 for scenarios A/B)")
@@ -79,6 +111,15 @@ class PTopoFLConfig(AlgorithmConfig):
     recluster_on_drift: bool = hp(True, "re-assign drifted clients to their nearest cluster (§3.5)")
     drift_lr_boost: float = hp(1.0, "step-size multiplier for drifted clients (§3.5; 1 = off)")
     alpha_c: float = hp(0.1, "compression factor α_c of the descriptor-risk proxy (Eq. 11)")
+    intra_aggregator: str = hp(
+        "mean", "rule aggregating each cluster's models: mean = Eq. 6's weighted average; the robust rules ignore Eq. 6's "
+        "weights except multi_krum and norm_clip, which use them: " + AGGREGATOR_HELP
+    )
+    descriptor_dp_radius: float = hp(
+        0.0, "descriptor DP: radius B >= 0 of the ball φ is projected onto before the Gaussian mechanism, a public constant "
+        "(0: descriptors sent as computed); needs cluster_distance='l2' (diagrams would leak)"
+    )
+    descriptor_dp_epsilon: float = hp(1.0, "descriptor DP: ε > 0 of each fresh descriptor release (δ = dp_delta; analytic Gaussian)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -102,6 +143,24 @@ class PTopoFLConfig(AlgorithmConfig):
         check_range("drift_threshold", self.drift_threshold, 0.0, low_open=True)
         check_range("drift_lr_boost", self.drift_lr_boost, 0.0, 100.0, low_open=True)
         check_range("alpha_c", self.alpha_c, 0.0, 1.0)
+        check_choice("intra_aggregator", self.intra_aggregator, AGGREGATORS)
+        self.check_dp_rule("intra_aggregator", self.intra_aggregator)
+        check_range("descriptor_dp_radius", self.descriptor_dp_radius, 0.0)
+        check_range("descriptor_dp_epsilon", self.descriptor_dp_epsilon, 0.0, low_open=True)
+        if self.dp_descriptors and self.cluster_distance != "l2":
+            raise ValueError(
+                f"cluster_distance={self.cluster_distance!r} cannot be combined with descriptor_dp_radius={self.descriptor_dp_radius!r}: "
+                "a diagram distance needs the persistence diagrams, which would be sent without noise; use cluster_distance='l2'"
+            )
+
+    @property
+    def dp_descriptors(self) -> bool:
+        """Whether descriptors are released by the Gaussian mechanism (``descriptor_dp_radius`` > 0)."""
+        return self.descriptor_dp_radius > 0
+
+    def dp_descriptor_fields(self) -> tuple[float, float]:
+        """``(descriptor_radius, descriptor_epsilon)`` of :class:`~topofl.privacy.dp.DPConfig`."""
+        return self.descriptor_dp_radius, self.descriptor_dp_epsilon
 
 
 def data_fingerprint(X: np.ndarray) -> str:
@@ -149,6 +208,12 @@ class PTopoFL(Algorithm):
         data change and every ``descriptor_every`` rounds (0: only at the client's first round),
         so the clusters are formed on the representation of the common initial model — random
         features of each client's data — and drift tracks the data, not the training.
+
+        With ``descriptor_dp_radius`` > 0 the stored (and sent) φ is the Gaussian mechanism's
+        release (:func:`~topofl.privacy.dp.descriptor_mechanism`), drawn from a generator of the
+        client's own seed and a private tag — not the subsample's, which a server knowing the
+        seeds could replay — fresh for every recomputation; ``ctx.state["dp_releases"]`` counts
+        them. The diagrams stay on the client (its §3.2 features use them locally).
         """
         st, c = ctx.state, self.config
         deep = is_deep(ctx.model)
@@ -170,6 +235,10 @@ class PTopoFL(Algorithm):
             phi, dgms = descriptor(Z, Z.shape[0], c.n_thresholds, rng, c.descriptor_scale, return_diagrams=True)
         else:
             phi, dgms = descriptor(X, n_sub, c.n_thresholds, rng, c.descriptor_scale, return_diagrams=True)
+        if c.dp_descriptors:
+            noise = np.random.default_rng(np.random.SeedSequence([ctx.seed, ctx.client_id, k, _DESCRIPTOR_NOISE_TAG]))
+            phi = descriptor_mechanism(phi, c.descriptor_dp_radius, c.descriptor_dp_epsilon, c.dp_delta, noise).phi
+            st["dp_releases"] = st.get("dp_releases", 0) + 1
         st.update(fingerprint=fp, phi=phi, dgms=dgms, desc_round=ctx.round, n_descriptors=k + 1, desc_dirty=True)
         if self.augments(deep):
             st["topo"] = TopoContext.from_data(X, dgms, min(X.shape[0], n_sub))
@@ -188,7 +257,7 @@ class PTopoFL(Algorithm):
         theta = self.local_sgd(ctx, message.params, X, lr_scale=float(message.config.get("lr_scale", 1.0)))
         send = bool(st.pop("desc_dirty", False) or message.config.get("need_descriptor", False))
         extras = {}
-        if send and self.config.cluster_distance != "l2":
+        if send and self.config.cluster_distance != "l2":  # never with descriptor DP (the config refuses it)
             extras = {f"dgm{j}": d for j, d in enumerate(st["dgms"])}
         n, d = ctx.data.X_train.shape
         metrics = client_privacy(n, d, theta.size, st["phi"].size, self.config.alpha_c)
@@ -202,17 +271,19 @@ class PTopoFL(Algorithm):
     def reply_schema(self, client_id: int, message: ServerMessage, info: ClientInfo) -> ReplySchema:
         """The model (near the cluster model sent), the descriptor — required when the server
         asked for it, checked against the invariants of a PH descriptor of ``min(n_k, n_sub)``
-        points — the diagrams when clustering by a diagram distance, and the privacy metrics.
+        points (with descriptor DP only its shape and finiteness: a noisy φ has none of those
+        invariants) — the diagrams when clustering by a diagram distance, and the privacy metrics.
         """
         c = self.config
+        check = None if c.dp_descriptors else partial(descriptor_problems, n_thresholds=c.n_thresholds,
+                                                      n_points=min(info.n_train, self.subsample_size(is_deep(self.model))))
         dgm = ArraySpec((None, 2), required=False, low=0.0)
         return ReplySchema(
             ArraySpec((self.update_size(),)),
             centers=message.params[None, :],
             extras={} if c.cluster_distance == "l2" else {"dgm0": dgm, "dgm1": dgm},
             descriptor=ArraySpec((self.descriptor_size(),), required=bool(message.config.get("need_descriptor", False))),
-            descriptor_check=partial(descriptor_problems, n_thresholds=c.n_thresholds,
-                                     n_points=min(info.n_train, self.subsample_size(is_deep(self.model)))),
+            descriptor_check=check,
             metrics={k: (0.0, float("inf")) for k in PRIVACY_METRICS},
         )
 
@@ -245,6 +316,11 @@ class PTopoFL(Algorithm):
         self.history: dict[int, list[np.ndarray]] = {}
         self.trust: dict[int, float] = {}
         self.boosted: set[int] = set()
+        self.sent: dict[int, np.ndarray] = {}  # the model each client was last sent (norm clipping's reference)
+        self.warned: set[str] = set()  # robust aggregation's fallback notes already logged as warnings
+        # DP: the server's own noise generator (spawned only for DP runs) and the distinct descriptors received per client
+        self._dp_rng = dp_server_rng(rng) if self.config.dp_updates else None
+        self.descriptor_releases: dict[int, int] = {}
 
     def _params_for(self, cid: int) -> np.ndarray:
         if cid in self.labels:
@@ -257,13 +333,15 @@ class PTopoFL(Algorithm):
 
     def configure_fit(self, rnd: int, selected: list[int]) -> dict[int, ServerMessage]:
         boost = self.config.drift_lr_boost
-        return {
+        messages = {
             cid: ServerMessage(
                 self._params_for(cid),
                 config={"lr_scale": boost if cid in self.boosted else 1.0, "need_descriptor": cid not in self.phi},
             )
             for cid in selected
         }
+        self.sent.update({cid: m.params for cid, m in messages.items()})
+        return messages
 
     def server_params(self) -> np.ndarray:
         """The consensus θ̄ = Σ_j |C_j|/K θ_Cj of the cluster models (Eq. 7), the model a new client gets."""
@@ -302,14 +380,18 @@ class PTopoFL(Algorithm):
         self.labels = dict(zip(ids, labels.tolist(), strict=True))
         self.cluster_raw = {j: self.init_params.copy() for j in set(self.labels.values())}
 
-    def _provisional(self, updates: list[ClientUpdate]) -> dict[str, Any]:
+    def _provisional(self, rnd: int, updates: list[ClientUpdate]) -> dict[str, Any]:
         """Before M clients have sent descriptors (partial participation, dropped replies) the
         round-0 clustering of §3.3 cannot run: the participants are aggregated as one group with
-        Eq. 6's weights into the model every client starts from, and clustering waits.
+        Eq. 6's weights (or ``intra_aggregator``) into the model every client starts from, and
+        clustering waits.
         """
+        robust: dict[str, Any] = {}
         self.trust, z, flagged = self._trust()
         members = [u for u in updates if u.client_id in self.phi]
-        if members:
+        if self.config.dp_updates:  # one group of all the run's clients, released every round
+            self.init_params = self._dp_aggregate(members, self.init_params, len(self.client_ids), robust)
+        elif members:
             phi_hat = normalise_rows(np.vstack([self.phi[u.client_id] for u in members]))
             w = maths.intra_cluster_weights(
                 np.array([u.n_examples for u in members], float), phi_hat, phi_hat.mean(axis=0),
@@ -317,9 +399,76 @@ class PTopoFL(Algorithm):
             )
             if self.config.max_client_weight < 1.0:
                 w = cap_shares(w, self.config.max_client_weight)
-            self.init_params = w @ np.vstack([u.params for u in members])
+            self.init_params = self._aggregate(members, w, robust, "all")
         return {"clusters": {}, "trust": self.trust, "z": z, "flagged": flagged, "drift": {}, "reclustered": [],
-                "waiting": f"{len(self.phi)} descriptor(s) < n_clusters={self.config.n_clusters}: clustering waits"}
+                "waiting": f"{len(self.phi)} descriptor(s) < n_clusters={self.config.n_clusters}: clustering waits",
+                **self._robust_log(robust), **self._dp_log(rnd, robust)}
+
+    def _aggregate(self, members: list[ClientUpdate], w: np.ndarray, robust: dict[str, Any], group: str) -> np.ndarray:
+        """One group's model from its members' models with weights ``w`` (Eq. 6): their weighted
+        average (``intra_aggregator="mean"``), or the robust rule it names; the clients a rule
+        leaves out and any fallback note are collected in ``robust`` for the round's log.
+        """
+        rule = self.config.intra_aggregator
+        if rule == "mean":
+            mean: np.ndarray = w @ np.vstack([u.params for u in members])
+            return mean
+        reference = None
+        if rule == "norm_clip":
+            reference = np.vstack([self.sent[u.client_id] for u in members])  # recorded by configure_fit
+        result, note = robust_round(rule, [u.params for u in members], w, reference, self.config, self.warned)
+        robust.setdefault("excluded", []).extend(excluded_ids([u.client_id for u in members], result))
+        if note is not None:
+            robust.setdefault("aggregation_fallback", {})[group] = note
+        return result.vector
+
+    def _dp_aggregate(self, members: list[ClientUpdate], base: np.ndarray, size: int, robust: dict[str, Any]) -> np.ndarray:
+        """One group's model under DP-FedAvg (McMahan et al. 2018, Algorithm 1, fixed denominator):
+        ``base`` + (Σ_k clip(θ_k − θ_sent,k, C) + N(0, (zC)² I)) / ``size``, with θ_sent,k the
+        model client k was sent (recorded by :meth:`configure_fit`), uniform weights and ``size``
+        the group's number of clients (from the cluster labels, not from who replied). The ids of
+        clipped clients are collected in ``robust["dp_clipped"]``.
+        """
+        c = self.config
+        assert self._dp_rng is not None, "setup() first"
+        deltas = (np.vstack([np.asarray(u.params, dtype=np.float64) - self.sent[u.client_id] for u in members]) if members
+                  else np.zeros((0, base.size)))
+        agg = dp_fedavg_aggregate(deltas, c.dp_clip, c.dp_noise_multiplier, self._dp_rng, float(size))
+        robust.setdefault("dp_clipped", []).extend(int(members[i].client_id) for i in agg.clipped)
+        out: np.ndarray = base + agg.update
+        return out
+
+    def _dp_log(self, rnd: int, robust: dict[str, Any]) -> dict[str, Any]:
+        """The round's privacy entries: :func:`~topofl.privacy.dp.privacy_report` after ``rnd``
+        rounds (every round up to this one counts as an update release, including any the round
+        loop skipped: the skip depends on who replied) and ``dp_descriptor_releases`` fresh
+        descriptors — the most any one client has sent: the server counts, per client, the
+        descriptors it received that differ from the one it holds (a cached noisy φ sent again
+        is identical and costs nothing; a fresh release differs with probability 1). With
+        descriptor DP alone (no update noise) only ``dp_epsilon_descriptor`` is reported: the
+        models are then released without noise and have no finite ε.
+        """
+        c = self.config
+        out: dict[str, Any] = {}
+        releases = max(self.descriptor_releases.values(), default=0)
+        dp = c.dp
+        if dp is not None:
+            out.update(privacy_report(dp, rnd, releases if c.dp_descriptors else 0))
+            out["dp_clipped"] = sorted(robust.get("dp_clipped", []))
+        elif c.dp_descriptors and releases > 0:
+            s = gaussian_sigma(1.0, c.descriptor_dp_epsilon, c.dp_delta)
+            out.update(dp_epsilon_descriptor=accounting.gaussian_epsilon(s, c.dp_delta, releases, c.dp_accountant), dp_delta=c.dp_delta)
+        if c.dp_descriptors:
+            out["dp_descriptor_releases"] = releases
+        return out
+
+    @staticmethod
+    def _robust_log(robust: dict[str, Any]) -> dict[str, Any]:
+        """The round-log entries of :meth:`_aggregate`: ``excluded`` (sorted, when any) and the notes."""
+        out: dict[str, Any] = {"excluded": sorted(robust["excluded"])} if robust.get("excluded") else {}
+        if "aggregation_fallback" in robust:
+            out["aggregation_fallback"] = robust["aggregation_fallback"]
+        return out
 
     def _assign_nearest(self, cid: int) -> int:
         others = {k: v for k, v in self.labels.items() if k != cid}
@@ -361,13 +510,16 @@ class PTopoFL(Algorithm):
     def aggregate_fit(self, rnd: int, updates: list[ClientUpdate]) -> dict[str, Any]:
         for u in updates:
             if u.descriptor is not None:
-                self.phi[u.client_id] = np.asarray(u.descriptor, dtype=np.float64)
+                new = np.asarray(u.descriptor, dtype=np.float64)
+                if self.config.dp_descriptors and not (u.client_id in self.phi and np.array_equal(self.phi[u.client_id], new)):
+                    self.descriptor_releases[u.client_id] = self.descriptor_releases.get(u.client_id, 0) + 1
+                self.phi[u.client_id] = new
                 if u.extras:
                     self.dgms[u.client_id] = [np.asarray(u.extras[k]) for k in sorted(u.extras)]
         for cid, phi in self.phi.items():  # signature tracking: φ_k^(r) ← φ_k (Algorithm 1)
             self.history.setdefault(cid, []).append(phi)
         if not self.labels and len(self.phi) < self.config.n_clusters:
-            return self._provisional(updates)
+            return self._provisional(rnd, updates)
         if not self.labels:
             self._cluster_all()
         for cid in self.phi:
@@ -376,8 +528,13 @@ class PTopoFL(Algorithm):
         drift, moved = self._track_drift()
         self.trust, z, flagged = self._trust()
         centroids = maths.cluster_centroids(self.phi, self.labels)
+        robust: dict[str, Any] = {}
+        sizes = self._sizes()
         for j in sorted(set(self.labels.values())):
             members = [u for u in updates if self.labels.get(u.client_id) == j]
+            if self.config.dp_updates:  # every cluster, participants or not: one release per client per round
+                self.cluster_raw[j] = self._dp_aggregate(members, self.cluster_models.get(j, self.init_params), sizes[j], robust)
+                continue
             if not members:
                 continue
             w = maths.intra_cluster_weights(
@@ -388,7 +545,7 @@ class PTopoFL(Algorithm):
             )
             if self.config.max_client_weight < 1.0:
                 w = cap_shares(w, self.config.max_client_weight)
-            self.cluster_raw[j] = w @ np.vstack([u.params for u in members])
+            self.cluster_raw[j] = self._aggregate(members, w, robust, str(j))
         self.cluster_models = maths.blend(self.cluster_raw, self._sizes(), self.config.beta)
         return {
             "clusters": {int(k): int(v) for k, v in self.labels.items()},
@@ -400,4 +557,6 @@ class PTopoFL(Algorithm):
             "signature": {
                 int(k): [float(v[_H0_ENTROPY]), float(v[_H1_ENTROPY])] for k, v in self.phi.items()
             },  # (h0_entropy, h1_entropy) of each client's latest descriptor (§3.5, Fig. 5)
+            **self._robust_log(robust),
+            **self._dp_log(rnd, robust),
         }

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from topofl.experiments.suite import (
     ablation,
+    attacks,
     comparison,
     continual,
     controls,
@@ -10,6 +11,8 @@ from topofl.experiments.suite import (
     diagrams,
     heart_disease,
     privacy,
+    privacy_attacks,
+    privacy_dp,
     robustness,
     sheaf,
     sheaf_mnist,
@@ -19,9 +22,9 @@ from topofl.experiments.suite.base import Experiment, Manifest
 
 EXPERIMENTS: dict[str, Experiment] = {
     e.name: e
-    for e in (comparison.EXPERIMENT, robustness.EXPERIMENT, continual.EXPERIMENT, privacy.EXPERIMENT, ablation.EXPERIMENT,
-              diagrams.EXPERIMENT, heart_disease.EXPERIMENT, controls.EXPERIMENT, deep.EXPERIMENT, *sheaf.EXPERIMENTS,
-              sheaf_mnist.EXPERIMENT, sheaf_school.EXPERIMENT)
+    for e in (comparison.EXPERIMENT, robustness.EXPERIMENT, continual.EXPERIMENT, privacy.EXPERIMENT, ablation.EXPERIMENT, attacks.EXPERIMENT,
+              privacy_attacks.EXPERIMENT, diagrams.EXPERIMENT, heart_disease.EXPERIMENT, controls.EXPERIMENT, deep.EXPERIMENT, *sheaf.EXPERIMENTS,
+              sheaf_mnist.EXPERIMENT, sheaf_school.EXPERIMENT, privacy_dp.EXPERIMENT)
 }
 
 __all__ = ["EXPERIMENTS", "Experiment", "Manifest"]

@@ -1,0 +1,455 @@
+"""Robust aggregation rules: pure functions over the updates of a round.
+
+Every rule takes ``updates``, an array of shape ``(n, d)`` — one row per client, either its model
+or its model's change since the model the server sent (every rule but :func:`norm_clip` commutes
+with a common translation, so the two give the same aggregate) — and returns one vector of
+length ``d``. The rules and the papers they come from:
+
+================  ==========================================================  ==========
+name              rule                                                        weighted?
+================  ==========================================================  ==========
+``mean``          Σ_k s_k u_k, s = w / Σ w (FedAvg, McMahan et al. 2017)       yes
+``median``        coordinate-wise median (Yin et al. 2018, Def. 1)             no
+``trimmed_mean``  coordinate-wise β-trimmed mean (Yin et al. 2018, Def. 2)     no
+``krum``          the update of least Krum score (Blanchard et al. 2017, §4)   no
+``multi_krum``    the mean of the m updates of least score (idem, §5)          yes (*)
+``bulyan``        recursive Krum, then a coordinate-wise trimmed mean around   no
+                  the median (El Mhamdi et al. 2018, §4)
+``norm_clip``     each u_k − reference clipped to norm ≤ M, then the mean      yes
+                  (Sun et al. 2019, §4 "norm thresholding")
+================  ==========================================================  ==========
+
+(*) Blanchard et al. average the m selected updates with equal weights; here they are averaged
+with their weights renormalised over the selection (FedAvg on the selected clients, as Flower's
+``MultiKrum`` does); with equal weights that is the paper's rule. The median, trimmed mean, Krum
+and Bulyan are defined without weights and ignore them: a client's declared size cannot buy it
+influence over them.
+
+:func:`robust_aggregate` dispatches by name and reports which updates entered the result
+(:class:`AggregateResult`). The rules that pick whole updates (Krum, Multi-Krum, Bulyan's first
+stage) leave the others out; the coordinate-wise rules and norm clipping leave no client out
+as a whole, so every index is ``selected``.
+
+Differences from Flower's implementations (``flwr.serverapp.strategy``, 1.41), which the tests
+use as an independent oracle where the definitions coincide:
+
+* ``trimmed_mean`` cuts ⌊β·n⌋ values from each end as Flower does, but with 1e-9 of slack, so
+  that β = 0.29 with n = 100 cuts 29 values where Flower's ``int(0.29 * 100)`` cuts 28.
+* Krum's distances are ‖u_i − u_j‖² computed from the differences; Flower's ``MultiKrum`` uses
+  ‖u_i‖² + ‖u_j‖² − 2 u_i·u_j, which loses the small distances between large models to
+  cancellation. Krum refuses n < 2f + 3 (Blanchard et al.'s condition n > 2f + 2); Flower's
+  strategy clamps the neighbour count n − f − 2 to at least 1 and runs on any n.
+* Bulyan selects its θ = n − 2f updates by applying Krum recursively to the updates not yet
+  selected (El Mhamdi et al., Alg. 1; as Flower's older ``aggregate_bulyan`` does). Flower 1.41's
+  ``Bulyan`` strategy selects them in one pass, the θ updates of least Krum score over all n,
+  which is a different set in general. Inside the recursion the neighbour count |R| − f − 2 of
+  the remaining set R is clamped to at least 1 (as Flower does): it reaches f − 1 at the last
+  step, which is 0 for f = 1. With one neighbour the two updates of the closest pair tie; ties
+  go to the lower index here and in ``aggregate_bulyan``, while the strategy's Gram-form
+  distances break them by rounding.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from topofl._validation import as_real, check_choice, check_finite, check_int, check_range
+
+__all__ = [
+    "AGGREGATORS",
+    "AggregateResult",
+    "bulyan",
+    "coordinate_median",
+    "krum",
+    "krum_scores",
+    "multi_krum",
+    "norm_clip",
+    "required_updates",
+    "robust_aggregate",
+    "trimmed_mean",
+    "weighted_mean",
+]
+
+#: the rules :func:`robust_aggregate` knows, by name; ``"mean"`` is FedAvg's weighted average
+AGGREGATORS = ("mean", "median", "trimmed_mean", "krum", "multi_krum", "bulyan", "norm_clip")
+
+
+@dataclass(frozen=True)
+class AggregateResult:
+    """The aggregate of a round and the indices (rows of ``updates``) whose update entered it.
+
+    Attributes
+    ----------
+    vector : numpy.ndarray of shape (d,)
+        The aggregate.
+    selected : tuple of int
+        Ascending indices of the updates that entered ``vector``; the others were excluded.
+    """
+
+    vector: np.ndarray
+    selected: tuple[int, ...]
+
+
+# ---- input checks -------------------------------------------------------------------------
+def _updates(updates: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
+    """``updates`` as a finite float64 array of shape (n, d), n >= 1, d >= 1."""
+    U = as_real(np.vstack(updates) if isinstance(updates, (list, tuple)) else updates, "updates")
+    if U.ndim != 2 or U.shape[0] < 1 or U.shape[1] < 1:
+        raise ValueError(f"updates must be an array of shape (n_clients, n_params) with n_clients, n_params >= 1; got shape {U.shape}")
+    check_finite(U, "updates")
+    return U
+
+
+def _shares(weights: np.ndarray | Sequence[float], n: int) -> np.ndarray:
+    """``weights`` normalised to sum to 1, after checking they are n finite non-negative numbers."""
+    w = as_real(weights, "weights")
+    if w.shape != (n,):
+        raise ValueError(f"weights must have shape ({n},), one per update; got shape {w.shape}")
+    check_finite(w, "weights")
+    total = float(w.sum())
+    if (w < 0).any() or not total > 0 or not math.isfinite(total):
+        raise ValueError(f"weights must be non-negative with a positive finite sum; got {w.tolist()}")
+    shares: np.ndarray = w / total
+    return shares
+
+
+def _check_f(f: int, n: int, need: int, rule: str, condition: str) -> None:
+    check_int("f", f, 0)
+    if n < need:
+        raise ValueError(f"{rule} with f={f} needs n >= {condition} = {need} updates; got n={n}")
+
+
+def required_updates(name: str, f: int) -> int:
+    """The fewest updates rule ``name`` accepts when it must tolerate ``f`` Byzantine clients.
+
+    Krum and Multi-Krum need n >= 2f + 3 (Blanchard et al. 2017, Prop. 1: n > 2f + 2), Bulyan
+    n >= 4f + 3 (El Mhamdi et al. 2018, §4); the other rules need one update.
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`AGGREGATORS`.
+    f : int
+        Number of Byzantine clients tolerated (>= 0).
+
+    Returns
+    -------
+    int
+        The smallest acceptable number of updates.
+    """
+    check_choice("aggregator", name, AGGREGATORS)
+    check_int("f", f, 0)
+    return {"krum": 2 * f + 3, "multi_krum": 2 * f + 3, "bulyan": 4 * f + 3}.get(name, 1)
+
+
+# ---- the rules ----------------------------------------------------------------------------
+def weighted_mean(updates: np.ndarray | Sequence[np.ndarray], weights: np.ndarray | Sequence[float]) -> np.ndarray:
+    """FedAvg's aggregate Σ_k s_k u_k with s = w / Σ w (McMahan et al. 2017, Alg. 1).
+
+    Parameters
+    ----------
+    updates : array_like of shape (n, d)
+        One row per client.
+    weights : array_like of shape (n,)
+        Non-negative weights with a positive sum (need not be normalised).
+
+    Returns
+    -------
+    numpy.ndarray of shape (d,)
+        The weighted mean; bit for bit ``topofl.algorithms.base.weighted_average`` with no cap.
+    """
+    U = _updates(updates)
+    out: np.ndarray = _shares(weights, U.shape[0]) @ U
+    return out
+
+
+def coordinate_median(updates: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
+    """The coordinate-wise median (Yin et al. 2018, Definition 1); unweighted by definition.
+
+    For an even number of updates each coordinate is the mean of its two middle values.
+
+    Parameters
+    ----------
+    updates : array_like of shape (n, d)
+        One row per client.
+
+    Returns
+    -------
+    numpy.ndarray of shape (d,)
+        The median of each coordinate over the n updates.
+    """
+    out: np.ndarray = np.median(_updates(updates), axis=0)
+    return out
+
+
+def trimmed_mean(updates: np.ndarray | Sequence[np.ndarray], beta: float) -> np.ndarray:
+    """The coordinate-wise β-trimmed mean (Yin et al. 2018, Definition 2); unweighted by definition.
+
+    In each coordinate the k = ⌊β·n⌋ largest and k smallest values are removed and the other
+    n − 2k averaged (Yin et al. write 1/((1 − 2β) n) Σ, assuming β·n is an integer). ⌊·⌋ is taken
+    with 1e-9 of slack, so that a β·n that rounding puts just under an integer counts as it.
+
+    Parameters
+    ----------
+    updates : array_like of shape (n, d)
+        One row per client.
+    beta : float
+        Fraction cut from each end, in [0, 0.5).
+
+    Returns
+    -------
+    numpy.ndarray of shape (d,)
+        The trimmed mean of each coordinate.
+    """
+    U = _updates(updates)
+    check_range("beta", beta, 0.0, 0.5, high_open=True)
+    n = U.shape[0]
+    k = min(int(math.floor(beta * n + 1e-9)), (n - 1) // 2)
+    out: np.ndarray = np.sort(U, axis=0)[k : n - k].mean(axis=0)
+    return out
+
+
+def _squared_distances(U: np.ndarray) -> np.ndarray:
+    """‖u_i − u_j‖² for every pair, from the differences (no cancellation for nearby large vectors)."""
+    D = np.empty((U.shape[0], U.shape[0]))
+    for i in range(U.shape[0]):
+        diff = U - U[i]
+        D[i] = np.einsum("ij,ij->i", diff, diff)
+    return D
+
+
+def _scores(D: np.ndarray, neighbours: int) -> np.ndarray:
+    """Krum's score of each row: the sum of its ``neighbours`` smallest distances to the others."""
+    n = D.shape[0]
+    others = D[~np.eye(n, dtype=bool)].reshape(n, n - 1)
+    k = min(neighbours, n - 1)
+    if k <= 0:
+        return np.zeros(n)
+    out: np.ndarray = np.partition(others, k - 1, axis=1)[:, :k].sum(axis=1)
+    return out
+
+
+def _krum_scores(U: np.ndarray, f: int, rule: str) -> np.ndarray:
+    n = U.shape[0]
+    _check_f(f, n, 2 * f + 3, rule, "2f + 3")
+    return _scores(_squared_distances(U), n - f - 2)
+
+
+def krum_scores(updates: np.ndarray | Sequence[np.ndarray], f: int) -> np.ndarray:
+    """Krum's score s(i) = Σ_{i→j} ‖u_i − u_j‖² of every update (Blanchard et al. 2017, §4).
+
+    i → j means that u_j is one of the n − f − 2 updates closest to u_i (u_i itself excluded).
+
+    Parameters
+    ----------
+    updates : array_like of shape (n, d)
+        One row per client; n >= 2f + 3.
+    f : int
+        Number of Byzantine clients tolerated (>= 0).
+
+    Returns
+    -------
+    numpy.ndarray of shape (n,)
+        The scores; the lower, the more central the update.
+    """
+    return _krum_scores(_updates(updates), f, "krum")
+
+
+def krum(updates: np.ndarray | Sequence[np.ndarray], f: int) -> AggregateResult:
+    """Krum (Blanchard et al. 2017, §4): the update of least score (:func:`krum_scores`).
+
+    Unweighted by definition. Ties go to the lowest index.
+
+    Parameters
+    ----------
+    updates : array_like of shape (n, d)
+        One row per client; n >= 2f + 3 (their Prop. 1: n > 2f + 2).
+    f : int
+        Number of Byzantine clients tolerated (>= 0).
+
+    Returns
+    -------
+    AggregateResult
+        The chosen update and its index.
+    """
+    U = _updates(updates)
+    i = int(np.argmin(krum_scores(U, f)))
+    return AggregateResult(U[i].copy(), (i,))
+
+
+def multi_krum(
+    updates: np.ndarray | Sequence[np.ndarray], weights: np.ndarray | Sequence[float], f: int, m: int
+) -> AggregateResult:
+    """Multi-Krum (Blanchard et al. 2017, §5): the mean of the m updates of least Krum score.
+
+    The paper averages the m selected updates with equal weights; here each keeps its weight,
+    renormalised over the selection (equal weights give the paper's rule; Flower's ``MultiKrum``
+    weights by example counts the same way). m = 1 is Krum, m = n the weighted mean.
+
+    Parameters
+    ----------
+    updates : array_like of shape (n, d)
+        One row per client; n >= 2f + 3.
+    weights : array_like of shape (n,)
+        Non-negative weights (e.g. example counts).
+    f : int
+        Number of Byzantine clients tolerated (>= 0).
+    m : int
+        Number of updates averaged, in [1, n]. Ties in score go to the lower index.
+
+    Returns
+    -------
+    AggregateResult
+        The mean of the selected updates and their indices.
+    """
+    U = _updates(updates)
+    n = U.shape[0]
+    check_int("m", m, 1, n)
+    s = _shares(weights, n)
+    chosen = np.sort(np.argsort(_krum_scores(U, f, "multi_krum"), kind="stable")[:m])
+    sel = s[chosen]
+    if not sel.sum() > 0:
+        raise ValueError(f"the updates Multi-Krum selected ({chosen.tolist()}) all have weight 0")
+    out: np.ndarray = (sel / sel.sum()) @ U[chosen]
+    return AggregateResult(out, tuple(int(i) for i in chosen))
+
+
+def bulyan(updates: np.ndarray | Sequence[np.ndarray], f: int) -> AggregateResult:
+    """Bulyan over Krum (El Mhamdi et al. 2018, §4); unweighted by definition.
+
+    1. Selection: Krum is applied to the updates not yet selected, and its choice moved to the
+       selection, until θ = n − 2f are selected. At each step Krum's neighbour count is that of
+       the remaining set R, |R| − f − 2, clamped to at least 1.
+    2. Aggregation: in each coordinate, the mean of the β = θ − 2f selected values closest to
+       the selection's median in that coordinate.
+
+    Parameters
+    ----------
+    updates : array_like of shape (n, d)
+        One row per client; n >= 4f + 3.
+    f : int
+        Number of Byzantine clients tolerated (>= 0).
+
+    Returns
+    -------
+    AggregateResult
+        The aggregate and the θ indices selected in step 1.
+    """
+    U = _updates(updates)
+    n = U.shape[0]
+    _check_f(f, n, 4 * f + 3, "bulyan", "4f + 3")
+    theta, beta = n - 2 * f, n - 4 * f
+    D = _squared_distances(U)
+    remaining, chosen = list(range(n)), []
+    for _ in range(theta):
+        sub = D[np.ix_(remaining, remaining)]
+        pick = remaining[int(np.argmin(_scores(sub, max(1, len(remaining) - f - 2))))]
+        chosen.append(pick)
+        remaining.remove(pick)
+    S = U[sorted(chosen)]
+    med = np.median(S, axis=0)
+    closest = np.argsort(np.abs(S - med), axis=0, kind="stable")[:beta]
+    out: np.ndarray = np.take_along_axis(S, closest, axis=0).mean(axis=0)
+    return AggregateResult(out, tuple(sorted(chosen)))
+
+
+def norm_clip(
+    updates: np.ndarray | Sequence[np.ndarray], weights: np.ndarray | Sequence[float], clip_norm: float, reference: np.ndarray
+) -> np.ndarray:
+    """Norm thresholding (Sun et al. 2019, §4): Σ_k s_k (r_k + Δ_k / max(1, ‖Δ_k‖ / M)), Δ_k = u_k − r_k.
+
+    Each client's change Δ_k from the model it was sent, r_k, is scaled down to norm at most
+    M = ``clip_norm``, and the clipped models are averaged with shares s = w / Σ w. With one
+    reference r for every client this is r + Σ_k s_k clip(Δ_k), Sun et al.'s update.
+
+    Parameters
+    ----------
+    updates : array_like of shape (n, d)
+        The clients' models.
+    weights : array_like of shape (n,)
+        Non-negative weights (e.g. example counts).
+    clip_norm : float
+        The bound M (> 0).
+    reference : array_like of shape (d,) or (n, d)
+        The model the server sent (to every client, or one row per client).
+
+    Returns
+    -------
+    numpy.ndarray of shape (d,)
+        The weighted mean of the clipped models.
+    """
+    U = _updates(updates)
+    s = _shares(weights, U.shape[0])
+    check_range("clip_norm", clip_norm, 0.0, low_open=True)
+    R = as_real(reference, "reference")
+    if R.shape not in (U.shape[1:], U.shape):
+        raise ValueError(f"reference must have shape ({U.shape[1]},) or {U.shape}; got shape {R.shape}")
+    check_finite(R, "reference")
+    delta = U - R
+    norms = np.sqrt(np.einsum("ij,ij->i", delta, delta))
+    scale = np.minimum(1.0, clip_norm / np.where(norms > 0, norms, 1.0))
+    out: np.ndarray = s @ (R + delta * scale[:, None])
+    return out
+
+
+def robust_aggregate(
+    name: str,
+    vectors: np.ndarray | Sequence[np.ndarray],
+    weights: np.ndarray | Sequence[float],
+    *,
+    reference: np.ndarray | None = None,
+    f: int = 1,
+    trim_fraction: float = 0.25,
+    clip_norm: float = 1.0,
+    m: int = 0,
+) -> AggregateResult:
+    """Aggregate a round's updates with rule ``name`` (see the module docstring).
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`AGGREGATORS`.
+    vectors : array_like of shape (n, d)
+        One row per client (its model; :func:`norm_clip` needs models and ``reference``).
+    weights : array_like of shape (n,)
+        Non-negative weights with a positive sum; used by ``mean``, ``multi_krum``, ``norm_clip``.
+    reference : array_like of shape (d,) or (n, d), optional
+        The model(s) the server sent; required by ``norm_clip``.
+    f : int
+        Byzantine clients tolerated by ``krum``, ``multi_krum`` and ``bulyan``.
+    trim_fraction : float
+        β of ``trimmed_mean``.
+    clip_norm : float
+        M of ``norm_clip``.
+    m : int
+        Updates averaged by ``multi_krum``; 0 means n − f (Blanchard et al.'s choice in §5).
+
+    Returns
+    -------
+    AggregateResult
+        The aggregate and the indices of the updates that entered it.
+    """
+    check_choice("aggregator", name, AGGREGATORS)
+    U = _updates(vectors)
+    n = U.shape[0]
+    everyone = tuple(range(n))
+    if name == "mean":
+        return AggregateResult(weighted_mean(U, weights), everyone)
+    _shares(weights, n)  # the weights are checked even by the rules that ignore them
+    if name == "median":
+        return AggregateResult(coordinate_median(U), everyone)
+    if name == "trimmed_mean":
+        return AggregateResult(trimmed_mean(U, trim_fraction), everyone)
+    if name == "krum":
+        return krum(U, f)
+    if name == "multi_krum":
+        check_int("m", m, 0)
+        return multi_krum(U, weights, f, m if m > 0 else n - f)
+    if name == "bulyan":
+        return bulyan(U, f)
+    if reference is None:
+        raise ValueError("norm_clip needs reference, the model the server sent")
+    return AggregateResult(norm_clip(U, weights, clip_norm, reference), everyone)

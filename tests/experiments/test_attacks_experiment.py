@@ -1,0 +1,58 @@
+"""The attacks experiment: its plan, the attack applied to the right clients, and its analysis."""
+import csv
+import json
+
+import pytest
+
+from topofl.experiments.driver import plan_for, run_experiment
+from topofl.experiments.store import RunSpec
+from topofl.experiments.suite import attacks
+
+
+def test_plans_by_budget_and_run_ids_without_an_attack_are_unchanged():
+    full, quick = plan_for("attacks", [0, 1], "full"), plan_for("attacks", [0], "quick")
+    per_seed = sum(len(attacks.DEFENCES) * (1 + len(attacks.KINDS) * len(shares)) for _, shares in attacks.SCENARIOS.values())
+    assert len(full) == 2 * per_seed
+    assert len(quick) == sum(len(attacks.DEFENCES) * (1 + len(attacks.KINDS) * 2) for _ in attacks.SCENARIOS)
+    assert {s.attack for s in full if s.setting["attack"] == attacks.CLEAN} == {""}
+    # an empty attack leaves a run's id as it was before attacks existed (resumable old results)
+    spec = RunSpec("x", "healthcare", "fedavg", 0, 3)
+    assert spec.run_id == RunSpec("x", "healthcare", "fedavg", 0, 3, attack="").run_id
+    assert spec.run_id != RunSpec("x", "healthcare", "fedavg", 0, 3, attack="sign_flip").run_id
+    with pytest.raises(ValueError, match="no --data-root"):
+        attacks.plan([0], "full", "/data")
+
+
+def test_smoke_run_attacks_the_chosen_clients_and_scores_detection(tmp_path):
+    from topofl.robustness.attacks import choose_adversaries
+
+    out = run_experiment("attacks", [0], tmp_path, profile="smoke")
+    done = [json.loads(p.read_text()) for p in (out / "runs").glob("*.done.json")]
+    for d in done:
+        want = sorted(choose_adversaries(range(8), 0.25, 0)) if d["attack"] != attacks.CLEAN else []
+        assert d["adversarial"] == want, d["method"]
+    drop = list(csv.DictReader(open(out / "drop.csv")))
+    # attacked minus clean, per method: recomputed from the runs' final AUCs
+    final = {(d["method"], d["attack"]): d["final"]["auc"] for d in done}
+    r = next(x for x in drop if x["method"] == "FedAvg" and x["attack"] == "sign_flip")
+    assert float(r["diff_mean"]) == pytest.approx(final[("FedAvg", "sign_flip")] - final[("FedAvg", attacks.CLEAN)], abs=1e-9)
+    det = {(r["method"], r["attack"]): r for r in csv.DictReader(open(out / "detection.csv"))}
+    assert set(m for m, _ in det) <= set(attacks.DETECTORS) and ("FedAvg + Krum", "sign_flip") in det
+    for r in det.values():
+        for k in ("precision", "recall", "f1"):
+            assert r[k] == "" or 0.0 <= float(r[k]) <= 1.0
+
+
+def test_detection_scores_by_hand(tmp_path):
+    logs = [
+        {"scenario": "healthcare", "method": "FedAvg + Krum", "attack": "sign_flip", "share": 0.25, "seed": 0, "round": 1, "excluded": [5]},
+        {"scenario": "healthcare", "method": "FedAvg + Krum", "attack": "sign_flip", "share": 0.25, "seed": 0, "round": 2, "excluded": [1, 5, 6]},
+        {"scenario": "healthcare", "method": "pTopoFL", "attack": "sign_flip", "share": 0.25, "seed": 0, "round": 2, "flagged": []},
+    ]
+    (tmp_path / "server_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in logs))
+    done = [{"scenario": "healthcare", "method": m, "attack": "sign_flip", "share": 0.25, "seed": 0, "adversarial": [1, 5]}
+            for m in ("FedAvg + Krum", "pTopoFL")]
+    rows = {r["method"]: r for r in attacks.detection(tmp_path, done)}
+    krum = rows["FedAvg + Krum"]   # final round: {1, 5, 6} against {1, 5}: precision 2/3, recall 1, F1 0.8
+    assert krum["precision"] == pytest.approx(2 / 3) and krum["recall"] == 1.0 and krum["f1"] == pytest.approx(0.8)
+    assert rows["pTopoFL"]["recall"] == 0.0 and rows["pTopoFL"]["f1"] == 0.0   # nothing flagged
