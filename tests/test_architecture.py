@@ -20,7 +20,7 @@ LAYERS = [
                   "topofl.decentralised.graphs", "topofl.decentralised.transport", "topofl.decentralised.runner"]),
     ("methods", ["topofl.algorithms", "topofl.decentralised.model_exchange", "topofl.decentralised.sheaf",
                  "topofl.decentralised.dfedu", "topofl.decentralised.dpsgd", "topofl.decentralised.local",
-                 "topofl.robustness.attacks"]),
+                 "topofl.robustness.attacks", "topofl.robustness.peer_attacks"]),
     ("registry", ["topofl.methods"]),
     ("applications", ["topofl.api", "topofl.experiments", "topofl.flower"]),
     ("interfaces", ["topofl", "topofl.cli", "topofl.cli_parsing"]),

@@ -220,3 +220,28 @@ def test_descriptor_releases_are_counted_per_fresh_descriptor(fed):
     for key, value in expected.items():
         assert last[key] == pytest.approx(value, rel=1e-12)
     assert {"dp_epsilon", "dp_epsilon_descriptor", "dp_epsilon_total"} <= set(last)
+
+
+@pytest.mark.parametrize("z, accepted", [(0.0, True), (1.0, False)])
+def test_under_dp_the_norm_bound_judges_each_reply_alone(z, accepted):
+    """Without DP a reply's bound widens with the other replies' median (large honest updates pass
+    together); with DP it must not depend on the others, so the same reply is refused."""
+    from topofl.federation.validation import ClientInfo, screen_updates
+
+    d = 50
+    alg = fedavg_server(4, d, dp_noise_multiplier=z)
+    messages = alg.configure_fit(1, [0, 1, 2, 3])
+    infos = {k: ClientInfo(k, 30, 10) for k in range(4)}
+
+    def reply(k, norm):
+        v = np.zeros(d)
+        v[k] = norm
+        return ClientUpdate(k, v, 30)
+
+    # the model sent is 0, so the bound alone is 10 · max(0, floor 1) = 10; the others' median is 5 → 50
+    updates = [reply(0, 20.0), reply(1, 5.0), reply(2, 5.0), reply(3, 5.0)]
+    assert alg.screens_independently() is (z > 0)
+    valid, rejected = screen_updates(alg, updates, messages, infos)
+    assert (0 in {u.client_id for u in valid}) is accepted
+    if not accepted:
+        assert rejected[0][0] == 0 and "update norm 20" in rejected[0][1] and "median of the other updates 0" in rejected[0][1]

@@ -4,6 +4,7 @@ on Flower (in-memory grid)."""
 from __future__ import annotations
 
 import pickle
+import types
 import warnings
 from typing import Any
 
@@ -233,15 +234,39 @@ def test_descriptor_forgery_sends_the_poisoned_model_with_the_honest_descriptor(
     assert losses(forged) != losses(poisoned)  # ... but the descriptor, and so the clustering and trust, were not
 
 
+def test_crude_forgery_sends_a_random_descriptor_of_the_same_norm_and_ptopofl_refuses_it():
+    fed = topofl.make_scenario("healthcare", seed=0, **CLEAN)
+    attack = parse_attack("crude_forgery:fraction=0.25")
+    adversaries = attack.adversaries(fed.client_ids)
+    h = quiet_simulate(fed, "ptopofl", rounds=2, seed=0, attack=attack)
+    refused = {(f.round, f.client) for f in h.failures if f.stage == "fit"}
+    assert refused == {(r, c) for r in (1, 2) for c in adversaries}, [f.reason for f in h.failures]
+    assert all("descriptor" in f.reason for f in h.failures)
+    # the fake itself: non-negative, the poisoned descriptor's norm, the same every round, not that descriptor
+    wrapped = attacked(build_server("ptopofl"), attack, adversaries)
+    phi = np.arange(48, dtype=float)
+    update = ClientUpdate(next(iter(adversaries)), np.zeros(3), 10, descriptor=phi)
+    ctx = types.SimpleNamespace(client_id=update.client_id)
+    fake, again = wrapped._crude(ctx, update).descriptor, wrapped._crude(ctx, update).descriptor
+    assert fake.shape == phi.shape and (fake >= 0).all() and not np.allclose(fake, phi)
+    assert np.linalg.norm(fake) == pytest.approx(np.linalg.norm(phi), rel=1e-12)
+    np.testing.assert_array_equal(fake, again)
+    # FedAvg sends no descriptor: there a crude forger is a feature poisoner
+    assert losses(quiet_simulate(fed, "fedavg", rounds=2, seed=0, attack="crude_forgery:fraction=0.25")) == \
+        losses(quiet_simulate(fed, "fedavg", rounds=2, seed=0, attack="feature_poison:fraction=0.25"))
+
+
 @pytest.mark.parametrize("method", sorted(available("server")))
 def test_every_attack_with_default_parameters_passes_the_servers_screening(method):
     """Each kind's reply is a plausible one for every method: with the default norm bound, none is refused."""
     fed = topofl.make_scenario("healthcare", seed=0, **CLEAN)
     clean = losses(quiet_simulate(fed, method, rounds=2, seed=0))
     for kind in KINDS:
+        if kind == "crude_forgery" and method == "ptopofl":
+            continue   # by design: its made-up descriptor is refused (test below)
         h = quiet_simulate(fed, method, rounds=2, seed=0, attack=f"{kind}:fraction=0.5")
         assert not h.failures, (kind, [f.reason for f in h.failures])
-        if method != "local" or kind in ("label_flip", "feature_poison", "descriptor_forgery"):
+        if method != "local" or kind in ("label_flip", "feature_poison", "descriptor_forgery", "crude_forgery"):
             assert losses(h) != clean, kind   # the attack reached the run (Local sends nothing to alter)
 
 

@@ -46,5 +46,7 @@ def execute_federated(spec: RunSpec, paths: dict[str, Path]) -> dict[str, Any]:
         "convergence_round": history.convergence_round("auc"),
         "total_bytes": int(sum(r.bytes_up + r.bytes_down for r in history.rounds)),
         "adversarial": sorted({c.client_id for c in fed if c.meta.get("adversarial")} | set(attackers)),
+        "refused_last_round": sorted({int(f.client) for f in history.failures
+                                      if f.stage == "fit" and f.client is not None and history.rounds and f.round == history.rounds[-1].round}),
     }
     return write_done(paths, done)

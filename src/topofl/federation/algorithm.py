@@ -134,6 +134,16 @@ class Algorithm(ABC):
         centers = message.params[None, :] if message.params.shape == (n,) else None
         return ReplySchema(ArraySpec((n,)), centers=centers)
 
+    def screens_independently(self) -> bool:
+        """Whether the server's norm bound must judge each reply on its own, without widening it
+        by the other replies' median (:func:`~topofl.federation.validation.screen_updates`).
+
+        True when the config privatises the updates (``config.dp`` set, DP-FedAvg): under
+        differential privacy, whether one client's update enters the aggregate must not depend on
+        another client's data, or the accounted ε would not cover the run.
+        """
+        return getattr(self.config, "dp", None) is not None
+
     def reply_problem(self, update: ClientUpdate, message: ServerMessage, info: ClientInfo) -> str | None:
         """Checks of a reply beyond its schema (relations between its arrays); ``None`` = sound.
 

@@ -306,7 +306,9 @@ def screen_updates(
         d_k > max_update_ratio · max(s_k, update_norm_floor, lower median of d_j over j ≠ k).
 
     The last term lets honest clients on large-scale features through when the others' updates
-    are as large; it excludes the reply itself, so one reply can never widen its own bound.
+    are as large; it excludes the reply itself, so one reply can never widen its own bound. It is
+    left out when the algorithm ``screens_independently`` (differential privacy: one client's
+    inclusion must not depend on the others' replies).
     """
     cfg = algorithm.config
     seen: set[int] = set()
@@ -345,9 +347,10 @@ def screen_updates(
         rejected.append((cid, reason))
     ratio, floor = float(cfg.max_update_ratio), float(cfg.update_norm_floor)
     deviations = [d for _, d, _ in passed]
+    alone = bool(getattr(algorithm, "screens_independently", lambda: False)())
     valid = []
     for k, (u, dev, ref) in enumerate(passed):
-        widen = lower_median(deviations[:k] + deviations[k + 1:])
+        widen = 0.0 if alone else lower_median(deviations[:k] + deviations[k + 1:])
         limit = ratio * max(ref, floor, widen)
         if dev > limit:
             rejected.append((u.client_id, (

@@ -46,6 +46,12 @@ model it chose, for SCAFFOLD the server model x), θ_k the model its honest loca
     honest generator and state. pTopoFL's §3.4 detection assumes the descriptor is honest;
     this attack removes that assumption (the descriptor is self-reported). For a method that
     sends no descriptor it is ``feature_poison``.
+``crude_forgery``
+    trains on poisoned features (as ``feature_poison``) and sends, instead of its descriptor, a
+    random non-negative vector of the same norm (|N(0, 1)| entries rescaled; drawn from the
+    attack's seed and the client): a forger who knows the descriptor's size and scale but not what
+    a real point cloud's descriptor looks like. It is the crude counterpart of
+    ``descriptor_forgery`` — the one pTopoFL's §3.4 detection is expected to catch.
 ``collusion``
     every adversary sends θ_sent + δ_r with one shared δ_r ~ N(0, ``noise_std``² I) drawn from
     ``(seed, round)`` alone, so the colluders agree without communicating (coordinated
@@ -63,6 +69,8 @@ declared, the descriptor, pTopoFL's privacy metrics, SCAFFOLD's Δc recomputed f
 ``boost``, ``noise_std`` or ``scale``; see the README). An adversary's own state (its personal
 model, SCAFFOLD's c_i) is what its local work left: the simulation still runs the local step of
 a free rider. The Local baseline sends nothing, so only the data attacks change it.
+
+The same attacks for the decentralised (peer) methods: :mod:`topofl.robustness.peer_attacks`.
 """
 from __future__ import annotations
 
@@ -94,7 +102,7 @@ __all__ = ["KINDS", "AttackConfig", "AttackedAlgorithm", "attacked", "choose_adv
 log = logging.getLogger(__name__)
 
 #: attacks on the training data (the client trains on an altered copy of its data)
-DATA_KINDS = ("label_flip", "feature_poison", "descriptor_forgery")
+DATA_KINDS = ("label_flip", "feature_poison", "descriptor_forgery", "crude_forgery")
 #: attacks on the reply (the client trains honestly and alters what it sends)
 UPDATE_KINDS = ("sign_flip", "scaled_replacement", "gaussian_noise", "collusion", "free_rider")
 KINDS = DATA_KINDS + UPDATE_KINDS
@@ -104,6 +112,7 @@ USES: dict[str, tuple[str, ...]] = {
     "label_flip": ("flip_rate",),
     "feature_poison": ("feature_scale", "shift"),
     "descriptor_forgery": ("feature_scale", "shift"),
+    "crude_forgery": ("feature_scale", "shift"),
     "sign_flip": ("scale",),
     "scaled_replacement": ("boost",),
     "gaussian_noise": ("noise_std",),
@@ -117,7 +126,7 @@ DESCRIPTOR_EXTRAS = ("dgm0", "dgm1")
 MAX_MAGNITUDE = 1e6
 
 # stream tags of the attack's own generators (never the client's training generator)
-_ADVERSARIES, _FLIPS, _NOISE, _COLLUSION = 0xAD7, 0xF11B, 0x6A55, 0xC011
+_ADVERSARIES, _FLIPS, _NOISE, _COLLUSION, _CRUDE = 0xAD7, 0xF11B, 0x6A55, 0xC011, 0xC7DE
 
 
 @dataclass(frozen=True)
@@ -156,7 +165,7 @@ class AttackConfig(Config):
             if name not in _COMMON and name not in USES[self.kind] and getattr(self, name) != defaults[name]:
                 raise ValueError(f"{name}={getattr(self, name)!r} is not used by kind={self.kind!r} (it reads: "
                                  f"{', '.join(_COMMON + USES[self.kind])})")
-        if self.kind in ("feature_poison", "descriptor_forgery") and self.feature_scale == 1.0 and self.shift == 0.0:
+        if self.kind in ("feature_poison", "descriptor_forgery", "crude_forgery") and self.feature_scale == 1.0 and self.shift == 0.0:
             raise ValueError(f"kind={self.kind!r} with feature_scale=1.0 and shift=0.0 changes nothing; set either")
 
     @property
@@ -383,6 +392,8 @@ class AttackedAlgorithm(Algorithm):
         kind = self.attack.kind
         if kind in DATA_KINDS:
             update = self.inner.client_fit(self._view(ctx), message)
+            if kind == "crude_forgery":
+                return self._crude(ctx, update)
             return self._forge(ctx, message, update) if kind == "descriptor_forgery" else update
         update = self.inner.client_fit(ctx, message)
         method = innermost(self.inner)
@@ -399,6 +410,18 @@ class AttackedAlgorithm(Algorithm):
         else:  # free_rider
             theta = np.array(sent, dtype=np.float64, copy=True)
         return with_trained(method, ctx, update, message, theta)
+
+    def _crude(self, ctx: ClientContext, poisoned: ClientUpdate) -> ClientUpdate:
+        """``poisoned`` with a random non-negative descriptor of the same norm (seeded by the
+        attack and the client, so it is the same every round: a forger with one made-up answer).
+        """
+        phi = poisoned.descriptor
+        if phi is None:
+            return poisoned
+        rng = np.random.default_rng(np.random.SeedSequence([self.attack.seed, ctx.client_id, _CRUDE]))
+        fake = np.abs(rng.standard_normal(phi.shape))
+        fake *= float(np.linalg.norm(phi)) / max(float(np.linalg.norm(fake)), 1e-300)
+        return dataclasses.replace(poisoned, descriptor=fake)
 
     def _forge(self, ctx: ClientContext, message: ServerMessage, poisoned: ClientUpdate) -> ClientUpdate:
         """``poisoned`` with the descriptor (and its diagrams) the client would send were it

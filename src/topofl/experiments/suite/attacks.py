@@ -7,7 +7,7 @@ al. 2019), pTopoFL (its trust weights and anomaly flags, paper §3.4; also with
 ``trust_gate="flagged"`` and with the median inside its clusters) and Ditto. Attacks
 (:data:`topofl.robustness.attacks.KINDS`, default parameters): label flip, feature-space poisoning,
 sign flip, scaled model replacement, Gaussian-noise updates, descriptor forgery, collusion and free
-riding, by a nested, seeded share of the clients from round 1 on. Scenarios: ``healthcare`` (its
+riding, plus a crude descriptor forgery, by a nested, seeded share of the clients from round 1 on. Scenarios: ``healthcare`` (its
 built-in label-flipping hospitals removed, so the attack is the only adversary), ``benchmark`` and
 the real ``heart-disease`` cohort.
 
@@ -15,7 +15,9 @@ Reported: final AUC per (scenario, attack, share, method); each method's AUC und
 its own clean AUC and each defence's AUC minus plain FedAvg's under the same attack, paired over
 seeds (95 % Student-t interval); and, for the methods that single clients out — pTopoFL's flags
 (z > τ) and the clients a rule excluded (Krum, Multi-Krum, Bulyan) — precision, recall and F1 of
-the final round's choice against the true adversaries. The defences' f is 1 (what Bulyan allows
+the final round's choice against the true adversaries, and the share of adversaries whose final
+reply the server's checks refused outright (``refused``: the norm bound, or a descriptor no point
+cloud can have). The defences' f is 1 (what Bulyan allows
 with 8 clients; the defender does not know the true number), so Krum-type rules are
 under-provisioned at higher shares: that is part of what is measured.
 """
@@ -49,7 +51,8 @@ DEFENCES: dict[str, tuple[str, dict[str, Any]]] = {
     "pTopoFL + median": ("ptopofl", {"intra_aggregator": "median"}),
     "Ditto": ("ditto", {}),
 }
-KINDS = ("label_flip", "feature_poison", "sign_flip", "scaled_replacement", "gaussian_noise", "descriptor_forgery", "collusion", "free_rider")
+KINDS = ("label_flip", "feature_poison", "sign_flip", "scaled_replacement", "gaussian_noise", "descriptor_forgery", "crude_forgery",
+         "collusion", "free_rider")
 #: scenario → (scenario parameters, attack shares of the full budget)
 SCENARIOS: dict[str, tuple[dict[str, Any], tuple[float, ...]]] = {
     "healthcare": ({"adversarial": ()}, (0.125, 0.25, 0.375, 0.5)),
@@ -90,6 +93,7 @@ def detection(out: Path, done: list[dict[str, Any]]) -> list[dict[str, Any]]:
     clients against each run's true adversaries, mean over seeds per (scenario, attack, share, method).
     """
     truth = {(d["scenario"], d["method"], d["attack"], str(d["share"]), int(d["seed"])): set(d.get("adversarial", [])) for d in done}
+    refused = {(d["scenario"], d["method"], d["attack"], str(d["share"]), int(d["seed"])): set(d.get("refused_last_round", [])) for d in done}
     last: dict[tuple, dict[str, Any]] = {}
     path = out / "server_log.jsonl"
     if not path.is_file():
@@ -105,14 +109,16 @@ def detection(out: Path, done: list[dict[str, Any]]) -> list[dict[str, Any]]:
     per: dict[tuple, list[dict[str, float]]] = defaultdict(list)
     for key, r in last.items():
         chosen = r.get("flagged", []) if str(key[1]).startswith("pTopoFL") else r.get("excluded", [])
-        s = detection_scores([int(c) for c in chosen], truth.get(key, set()))
+        adv = truth.get(key, set())
+        s = detection_scores([int(c) for c in chosen], adv)
+        s["refused"] = len(refused.get(key, set()) & adv) / len(adv) if adv else float("nan")
         p, q = s["precision"], s["recall"]
         s["f1"] = 0.0 if (p == 0 or q == 0) else (2 * p * q / (p + q) if np.isfinite(p) and np.isfinite(q) else float("nan"))
         per[key[:4]].append(s)
     rows = []
     for (sc, m, kind, share), ss in sorted(per.items()):
         row: dict[str, Any] = {"scenario": sc, "attack": kind, "share": float(share), "method": m, "n_seeds": len(ss)}
-        for k in ("precision", "recall", "f1", "n_flagged"):
+        for k in ("precision", "recall", "f1", "n_flagged", "refused"):
             v = np.array([x[k] for x in ss], float)
             row[k] = float(np.nanmean(v)) if np.isfinite(v).any() else float("nan")
         rows.append(row)
@@ -122,7 +128,7 @@ def detection(out: Path, done: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def analyse(out: Path, done: list[dict[str, Any]]) -> Manifest:
     """Final AUC tables, paired drops against clean and against FedAvg, detection scores, heat maps."""
     man = Manifest("attacks", "Attacks and defences",
-                   "Every defence under eight attacks by a share of the clients, on healthcare (built-in label flips removed), "
+                   "Every defence under nine attacks by a share of the clients, on healthcare (built-in label flips removed), "
                    "benchmark and the real heart-disease cohort, 15 rounds. Paired differences compare runs on the same seed "
                    "(same data and split; the adversaries are a nested, seeded choice).")
     for d in done:
@@ -158,14 +164,16 @@ def analyse(out: Path, done: list[dict[str, Any]]) -> Manifest:
                 for m in DEFENCES if any((r["scenario"], r["share"], r["method"]) == (sc, share, m) for r in drops)}
         if mean:
             best = max(mean, key=lambda m: mean[m])
-            man.notes.append(f"{sc}, {share:.0%} adversaries: mean AUC drop over the eight attacks {mean.get('FedAvg', float('nan')):+.3f} "
+            man.notes.append(f"{sc}, {share:.0%} adversaries: mean AUC drop over the nine attacks {mean.get('FedAvg', float('nan')):+.3f} "
                              f"for FedAvg, {mean.get('pTopoFL', float('nan')):+.3f} for pTopoFL; smallest: {best} ({mean[best]:+.3f}).")
     f1 = {(r["scenario"], r["share"], r["attack"]): r["f1"] for r in det if r["method"] == "pTopoFL"}
     for (sc, share, kind), v in sorted(f1.items()):
         if kind == "feature_poison" and (sc, share, "descriptor_forgery") in f1:
+            ref = {r["attack"]: r["refused"] for r in det if (r["scenario"], r["share"], r["method"]) == (sc, share, "pTopoFL")}
             man.notes.append(f"pTopoFL's flags, {sc} at {share:.0%}: F1 {v:.2f} against feature poisoning, "
                              f"{f1[(sc, share, 'descriptor_forgery')]:.2f} when the same poisoning sends a forged honest descriptor, "
-                             f"{f1.get((sc, share, 'label_flip'), float('nan')):.2f} against label flips.")
+                             f"{f1.get((sc, share, 'label_flip'), float('nan')):.2f} against label flips; a crude (random) forged "
+                             f"descriptor is refused by the server's checks for {ref.get('crude_forgery', float('nan')):.0%} of the adversaries.")
     return man
 
 
