@@ -12,7 +12,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import click
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -40,7 +39,7 @@ class WithHyperparameters(TyperCommand):
     that help is shown (the registry imports every method).
     """
 
-    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+    def format_help(self, ctx: Any, formatter: Any) -> None:  # click's Context and HelpFormatter (typer vendors click from 0.2x)
         if not self.epilog:
             self.epilog = hyperparameter_epilog()
         super().format_help(ctx, formatter)
