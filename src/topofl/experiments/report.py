@@ -36,7 +36,7 @@ td:first-child,th:first-child{text-align:left}td.t{text-align:left;white-space:n
 @media (max-width:900px){body{padding:0 .5em}table{font-size:.74em}th,td{padding:.2em .3em}}
 caption{caption-side:top;text-align:left;font-weight:600;padding:.3em 0}
 figure{margin:1em 0 2em}figure img{max-width:100%;height:auto;border:1px solid #eee}figcaption{font-size:.9em;color:#555}
-.note{background:#fff8e1;border-left:4px solid #f0b400;padding:.5em .8em;margin:.6em 0}.meta{color:#666;font-size:.9em}
+.ci{color:#555;font-size:.9em}.note{background:#fff8e1;border-left:4px solid #f0b400;padding:.5em .8em;margin:.6em 0}.meta{color:#666;font-size:.9em}
 details{margin:.4em 0 1.2em}summary{cursor:pointer;color:#155;font-size:.92em}
 nav a{margin-right:1em;white-space:nowrap}code{font-size:.92em}
 """
@@ -117,11 +117,11 @@ def _groups(cols: list[str]) -> list[tuple[str, list[str], str]]:
     return out
 
 
-def _table(path: Path, title: str, max_rows: int = 60) -> str:
+def _table(path: Path, title: str, max_rows: int = 60, show: list[str] | None = None) -> str:
     rows = read_csv(path)
     if not rows:
         return f"<p class=meta>{html.escape(title)}: no rows.</p>"
-    cols = list(rows[0])
+    cols = [c for c in rows[0] if show is None or c in show]
     kinds = {c: _kind(c, [r[c] for r in rows]) for c in cols}
     groups = _groups(cols)
     head = "".join(f"<th>{html.escape(name)}</th>" for name, _, _ in groups)
@@ -130,11 +130,13 @@ def _table(path: Path, title: str, max_rows: int = 60) -> str:
         cells = []
         for _, keys, joiner in groups:
             parts = [_fmt(r[k], kinds[k]) for k in keys]
-            text = f"{parts[0]} ({parts[1]}, {parts[2]})" if joiner == "ci" else joiner.join(parts)
+            text = f"{parts[0]}<br><span class=ci>({parts[1]}, {parts[2]})</span>" if joiner == "ci" else joiner.join(parts)
             cls = " class=t" if len(keys) == 1 and kinds[keys[0]] == "text" else ""
             cells.append(f"<td{cls}>{text}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     more = f"<p class=meta>{len(rows) - max_rows} more rows in {path.name}</p>" if len(rows) > max_rows else ""
+    if show is not None and len(cols) < len(rows[0]):
+        more += f"<p class=meta>{path.name} has {len(rows[0]) - len(cols)} more columns.</p>"
     return (f"<div class=tw><table><caption>{html.escape(title)} <span class=meta>({path.name})</span></caption>"
             f"<tr>{head}</tr>{''.join(body)}</table></div>{more}")
 
@@ -215,7 +217,7 @@ def build_report(out: Path) -> Path:
         nav.append(f'<a href="#{man["name"]}">{html.escape(man["title"])}</a>')
         parts = [f'<h2 id="{man["name"]}">{html.escape(man["title"])}</h2><p>{html.escape(man["description"])}</p>']
         parts += [f'<div class=note>{html.escape(n)}</div>' for n in man["notes"]]
-        parts += [_table(d / t["csv"], t["title"]) for t in man["tables"] if t["csv"] != "pairs.csv"]
+        parts += [_table(d / t["csv"], t["title"], show=t.get("show")) for t in man["tables"] if t["csv"] != "pairs.csv"]
         parts += [_figure(d, f) for f in man["figures"]]
         parts.append(_settings(cfg))
         sections.append("\n".join(parts))

@@ -21,10 +21,17 @@ class Manifest:
     figures: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
-    def table(self, out: Path, stem: str, title: str, rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None) -> None:
+    def table(self, out: Path, stem: str, title: str, rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None,
+              show: Sequence[str] | None = None) -> None:
+        """Write ``stem.csv`` (``columns``, default every key) and list it for the report, which
+        displays the ``show`` columns only (default all; the CSV keeps every column).
+        """
         columns = list(columns or (rows[0].keys() if rows else []))
         write_csv(out / f"{stem}.csv", rows, columns)
-        self.tables.append({"csv": f"{stem}.csv", "title": title, "columns": columns})
+        entry: dict[str, Any] = {"csv": f"{stem}.csv", "title": title, "columns": columns}
+        if show is not None:
+            entry["show"] = list(show)
+        self.tables.append(entry)
 
     def figure(self, files: Mapping[str, str], caption: str) -> None:
         self.figures.append({**files, "caption": caption})

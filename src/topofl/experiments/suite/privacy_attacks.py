@@ -293,7 +293,9 @@ def analyse(out: Path, done: list[dict[str, Any]]) -> Manifest:
     man.table(out, "inversion", f"Gradient inversion of a logistic-regression client by batch size: relative L2 error after matching rows "
               f"(0 = exact, 1 = guessing zeros), share of seeds with error < {RECOVERED} (recovered), cosine similarity, label accuracy, "
               f"share of seeds whose label count was inferred exactly; mean (95 % CI) over {len(seeds)} seeds. "
-              "ρ = min(1, T·p/(B·d)) for T observed uploads (Eq. 10; T = 1: the paper's ρ_grad)", inv_sum, keep)
+              "ρ = min(1, T·p/(B·d)) for T observed uploads (Eq. 10; T = 1: the paper's ρ_grad)", inv_sum, keep,
+              show=("batch", "channel", "observed_rounds", "attack", *(f"{m}_{k}" for m in ("relative_error", "recovered", "label_accuracy")
+                                                                       for k in ("mean", "ci_low", "ci_high")), "rho_one_upload", "rho_all_uploads"))
     desc_sum = _summary(desc, ("attack",), ("relative_chamfer", "centroid_error", "covariance_error", "group_correct"))
     man.table(out, "descriptor_inversion", "Descriptor inversion on healthcare hospitals: Chamfer distance to the true cloud relative to its RMS radius, "
               "centroid distance / radius, covariance relative error, sub-population recovered; mean over hospitals, 95 % CI over seeds", desc_sum)
@@ -303,7 +305,8 @@ def analyse(out: Path, done: list[dict[str, Any]]) -> Manifest:
     mem_sum = _summary(mem, ("method",), ("auc", "advantage", "null_advantage", "yeom_advantage", "train_loss", "test_loss", "test_auc"))
     man.table(out, "membership", "Loss-threshold membership inference on honest hospitals' final models (members: training rows; non-members: test "
               "rows): attack AUC (0.5 = no signal), best-threshold advantage TPR − FPR and its expectation without signal, Yeom et al.'s "
-              "threshold (mean training loss); mean over hospitals, 95 % CI over seeds", mem_sum)
+              "threshold (mean training loss); mean over hospitals, 95 % CI over seeds", mem_sum,
+              show=("method", *(f"{m}_{k}" for m in ("auc", "advantage", "null_advantage", "test_auc") for k in ("mean", "ci_low", "ci_high"))))
     channels = _channel_table(inv_sum, desc_sum, stat_sum, mem_sum, fed.n_features)
     man.table(out, "channels", "Per channel: the paper's ρ (Eqs. 10–11) next to what the attacks recover", channels)
     _figures(man, out, inv_sum, desc_sum, stat_sum, mem_sum)
