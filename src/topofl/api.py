@@ -90,6 +90,7 @@ def simulate_decentralised(
     n_classes: int | None = None,
     model: Any = None,
     device: str = "cpu",
+    attack: AttackConfig | str | None = None,
     **hyperparameters: Any,
 ) -> Any:
     """Run a decentralised method (``sheaf``, ``dfedu``, ``dpsgd``, ``local-peers``) on a graph.
@@ -107,6 +108,11 @@ def simulate_decentralised(
         Every peer's model (see :func:`simulate`), or a list with one per client — models of
         different sizes, e.g. ``["cnn-small", "cnn-large", ...]`` (Sheaf-FMTL §4.3; only
         Sheaf-FMTL and Local accept different sizes).
+    attack
+        Hostile peers (:mod:`topofl.robustness.peer_attacks`): an ``AttackConfig`` or its spec,
+        e.g. ``"sign_flip:fraction=0.25,start_round=2"``; the adversaries are
+        ``attack.adversaries(range(n_nodes))`` of the graph's nodes 0..N-1 (node k is the k-th
+        client), as on the Flower relay. ``None``: every peer is honest.
     **hyperparameters
         The method's hyper-parameters (``topofl methods`` lists the federated ones; see
         :class:`topofl.decentralised.sheaf.SheafConfig`).
@@ -132,6 +138,12 @@ def simulate_decentralised(
             data = [ClientData(c.X_train, mapping(c.y_train), c.X_test, mapping(c.y_test), c.client_id, c.meta) for c in data]
     g = graph if isinstance(graph, nx.Graph) else make_graph(graph, len(data), seed=seed, **(graph_params or {}))
     algorithm = build_peer({"local": "local-peers"}.get(method, method), hyperparameters)
+    if attack is not None:
+        from topofl.robustness.attacks import parse_attack
+        from topofl.robustness.peer_attacks import attacked_peers
+
+        config = parse_attack(attack)
+        algorithm = attacked_peers(algorithm, config, config.adversaries(range(g.number_of_nodes())))
     models = peer_models(model, data, task, n_classes or 2, algorithm.config.l2, device)
     return run_decentralised(data, g, algorithm, rounds, seed, task=task, n_classes=n_classes or 2, models=models)
 

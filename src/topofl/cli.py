@@ -158,7 +158,8 @@ def experiment(
         "sheaf-init, sheaf-mnist (CNNs), sheaf-all.",
     ),
     seeds: Optional[str] = typer.Option(
-        None, "--seeds", help="Seeds: 0-9, 0,3,7, or 0-4,10 (default: 0-9 for pTopoFL experiments, 0-4 — the paper's five runs — for Sheaf-FMTL ones)."
+        None, "--seeds", help="Seeds: 0-9, 0,3,7, or 0-4,10 (default: 0-9 for pTopoFL experiments, 0-4 — the paper's five runs — "
+                               "for Sheaf-FMTL ones; 0-2 for deep, sheaf-mnist and attacks --quick)."
     ),
     out: Path = ui.ExperimentsOutOpt,
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted experiment: skip finished runs, redo partial ones."),
@@ -188,7 +189,7 @@ def experiment(
         raise ValueError("--quick and --smoke exclude each other")
     profile = "smoke" if smoke else "quick" if quick else "full"
     root = str(data_root) if data_root is not None else None
-    seed_list = parse_seeds(seeds) if seeds is not None else default_seeds(name)
+    seed_list = parse_seeds(seeds) if seeds is not None else default_seeds(name, profile)
     names = list(GROUPS.get(name, (name,)))
     prepare_out(out)
     t0 = time.perf_counter()

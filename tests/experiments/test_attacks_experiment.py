@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from topofl.experiments.driver import plan_for, run_experiment
+from topofl.experiments.driver import default_seeds, plan_for, run_experiment
 from topofl.experiments.store import RunSpec
 from topofl.experiments.suite import attacks
 
@@ -21,6 +21,9 @@ def test_plans_by_budget_and_run_ids_without_an_attack_are_unchanged():
     assert spec.run_id != RunSpec("x", "healthcare", "fedavg", 0, 3, attack="sign_flip").run_id
     with pytest.raises(ValueError, match="no --data-root"):
         attacks.plan([0], "full", "/data")
+    # `topofl experiment attacks --quick` with no --seeds: three seeds, the full budget ten
+    assert default_seeds("attacks", "quick") == (0, 1, 2) and default_seeds("attacks") == tuple(range(10))
+    assert default_seeds("comparison", "quick") == default_seeds("comparison") == tuple(range(10))
 
 
 def test_smoke_run_attacks_the_chosen_clients_and_scores_detection(tmp_path):

@@ -358,5 +358,8 @@ def test_flower_settings_validate_the_attack():
     assert FlowerSettings.from_run_config({"attack": "free_rider:fraction=0.25"}).job()["attack"] == "free_rider:fraction=0.25"
     with pytest.raises(ValueError, match="attack='sign_flip:scale=-1': scale must be in"):
         FlowerSettings(attack="sign_flip:scale=-1")
-    with pytest.raises(ValueError, match="needs a server-based method"):
-        FlowerSettings(method="sheaf", attack="sign_flip")
+    assert FlowerSettings(method="sheaf", attack="sign_flip:fraction=0.5").attack == "sign_flip:fraction=0.5"
+    with pytest.raises(ValueError, match="attack='descriptor_forgery': attack kind='descriptor_forgery' does not apply to peer"):
+        FlowerSettings(method="dfedu", attack="descriptor_forgery")
+    with pytest.raises(ValueError, match="needs exchange='paper', got exchange='compact'"):
+        FlowerSettings(method="sheaf", attack="sign_flip", hyperparameters={"exchange": "compact"})

@@ -70,9 +70,9 @@ class PFedMe(GlobalModelAlgorithm):
 
     def aggregate_fit(self, rnd: int, updates: list[ClientUpdate]) -> dict[str, Any]:
         old = self.global_params
-        super().aggregate_fit(rnd, updates)
+        entry = super().aggregate_fit(rnd, updates)  # the round's log (e.g. a robust rule's exclusions), kept
         self.global_params = (1.0 - self.config.beta) * old + self.config.beta * self.global_params
-        return {}
+        return entry
 
     def client_params(self, ctx: ClientContext, message: ServerMessage) -> np.ndarray:
         params: np.ndarray = ctx.state.get("personal", message.params)

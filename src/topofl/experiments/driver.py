@@ -23,10 +23,15 @@ def experiment_names() -> list[str]:
     return list(EXPERIMENTS) + list(GROUPS)
 
 
-def default_seeds(name: str) -> tuple[int, ...]:
-    """The default seeds of an experiment, or of a group's first experiment; 0–9 otherwise."""
+def default_seeds(name: str, profile: str = "full") -> tuple[int, ...]:
+    """The default seeds of an experiment (its ``quick_seeds`` for the quick budget, when it has
+    them), or of a group's first experiment; 0–9 otherwise.
+    """
     first = GROUPS.get(name, (name,))[0]
-    return EXPERIMENTS[first].default_seeds if first in EXPERIMENTS else tuple(range(10))
+    if first not in EXPERIMENTS:
+        return tuple(range(10))
+    exp = EXPERIMENTS[first]
+    return exp.quick_seeds if profile == "quick" and exp.quick_seeds is not None else exp.default_seeds
 
 
 def plan_for(name: str, seeds: Sequence[int], profile: str = "full", data_root: str | None = None) -> list[RunSpec]:

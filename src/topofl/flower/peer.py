@@ -29,9 +29,23 @@ from topofl.models.registry import build_model, is_deep
 
 
 @lru_cache(maxsize=8)
-def peer_algorithm(method: str, hyperparameters: str):
-    """The decentralised algorithm object of a job (configuration only; nodes hold the state)."""
-    return build_peer(method, json.loads(hyperparameters))
+def peer_algorithm(method: str, hyperparameters: str, attack: str = "", n_nodes: int = 0):
+    """The decentralised algorithm object of a job (configuration only; nodes hold the state).
+
+    With an ``attack`` spec (the run config's ``attack``) the algorithm is
+    :func:`~topofl.robustness.peer_attacks.attacked_peers` with the adversaries
+    ``attack.adversaries(range(n_nodes))`` — the graph nodes :func:`topofl.simulate_decentralised`
+    picks with ``attack=`` — so an adversary's :meth:`make_node` wraps its node; the relay never
+    builds an attacked algorithm.
+    """
+    algorithm = build_peer(method, json.loads(hyperparameters))
+    if not attack:
+        return algorithm
+    from topofl.robustness.attacks import parse_attack
+    from topofl.robustness.peer_attacks import attacked_peers
+
+    config = parse_attack(attack)
+    return attacked_peers(algorithm, config, config.adversaries(range(n_nodes)))
 
 
 @lru_cache(maxsize=8)
@@ -54,8 +68,11 @@ def setup(node_config: Mapping[str, Any], state: RecordDict, content: RecordDict
     """Build this node's peer (data, model, initial θ) and its algorithm state from the relay's spec."""
     config: dict[str, Any] = dict(content["config"])  # the relay's values: str()/int() convert them
     data, _, _ = node_data(node_config, config)
-    algorithm = peer_algorithm(str(config["method"]), str(config["hyperparameters"]))
     spec = NodeSpec.from_dict(json.loads(str(config["spec"])))
+    n_nodes = config.get("n_nodes")
+    if isinstance(n_nodes, bool) or not isinstance(n_nodes, int) or not spec.node < n_nodes:
+        raise ValueError(f"the relay's n_nodes must be an integer above this node's index {spec.node}; got {n_nodes!r}")
+    algorithm = peer_algorithm(str(config["method"]), str(config["hyperparameters"]), str(config.get("attack") or ""), n_nodes)
     model = peer_model(str(config["task"]), data.n_features, int(config["n_classes"]), algorithm.config.l2, str(config.get("model", "linear")))
     if model.n_params != spec.dim:
         raise ValueError(f"node {spec.node}: its model has {model.n_params} parameters but the relay's spec says dim={spec.dim}")

@@ -73,7 +73,7 @@ class Relay:
         self.graph = make_graph(settings.graph, len(self.clients), seed=settings.seed, **dict(settings.graph_params))
         rng = np.random.default_rng(np.random.SeedSequence([int(settings.seed), 0xDEC]))  # as run_decentralised
         self.specs = self.algorithm.node_specs(self.dims, self.graph, rng)
-        self.job = {**settings.job(), "task": self.task, "n_classes": self.n_classes}
+        self.job = {**settings.job(), "task": self.task, "n_classes": self.n_classes, "n_nodes": len(self.clients)}
         self.alive = set(self.flwr_node)
         self.sizes: dict[tuple[int, int, str], int] = {}
         self.bits = 0

@@ -39,7 +39,8 @@ KEYS: dict[str, tuple[str, Any, str]] = {
               "'package.module:factory' (installed on every node)"),
     "device": ("device", "cpu", "where a PyTorch model computes on each node: cpu, cuda or auto"),
     "attack": ("attack", "", "robustness trials: hostile clients, 'kind:key=value,...' (topofl.robustness.attacks, e.g. "
-               "'sign_flip:fraction=0.25,start_round=2'); each node whose client id is chosen attacks ('' = none)"),
+               "'sign_flip:fraction=0.25,start_round=2'); each node whose client id (graph node, for a "
+               "decentralised method) is chosen attacks ('' = none)"),
 }
 
 
@@ -108,11 +109,14 @@ class FlowerSettings:
             from topofl.robustness.attacks import parse_attack
 
             try:
-                parse_attack(self.attack)
+                config = parse_attack(self.attack)
+                if self.decentralised:  # a peer kind, and the paper exchange for a reply kind
+                    from topofl.methods import build_peer
+                    from topofl.robustness.peer_attacks import AttackedPeers
+
+                    AttackedPeers(build_peer(self.method, dict(self.hyperparameters)), config, ())
             except ValueError as exc:
                 raise ValueError(f"attack={self.attack!r}: {exc}") from None
-            if self.decentralised:
-                raise ValueError(f"attack={self.attack!r} needs a server-based method; {self.method!r} is decentralised")
         if self.classes:
             if self.task == "regression":
                 raise ValueError("classes cannot be combined with task='regression'")

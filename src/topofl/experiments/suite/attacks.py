@@ -23,7 +23,6 @@ under-provisioned at higher shares: that is part of what is measured.
 """
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -34,7 +33,7 @@ import numpy as np
 from topofl.experiments.analysis import against, detection_scores, final_table
 from topofl.experiments.figures import pyplot, save
 from topofl.experiments.store import RunSpec
-from topofl.experiments.suite.base import Experiment, Manifest
+from topofl.experiments.suite.base import Experiment, Manifest, last_round_logs
 
 ROUNDS = 15
 #: label → (method, hyper-parameters)
@@ -67,7 +66,7 @@ DETECTORS = ("pTopoFL", "pTopoFL (flagged gate)", "FedAvg + Krum", "FedAvg + Mul
 
 def plan(seeds: Sequence[int], profile: str = "full", data_root: str | None = None) -> list[RunSpec]:
     """Every defence under every attack and share (and clean), on every scenario, per seed.
-    ``quick``: two shares per scenario; ``smoke``: healthcare, one share, three attacks, 3 rounds.
+    ``quick``: two shares per scenario (default seeds 0–2); ``smoke``: healthcare, one share, three attacks, 3 rounds.
     """
     if data_root:
         raise ValueError("experiment 'attacks' takes no --data-root")
@@ -94,18 +93,8 @@ def detection(out: Path, done: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """
     truth = {(d["scenario"], d["method"], d["attack"], str(d["share"]), int(d["seed"])): set(d.get("adversarial", [])) for d in done}
     refused = {(d["scenario"], d["method"], d["attack"], str(d["share"]), int(d["seed"])): set(d.get("refused_last_round", [])) for d in done}
-    last: dict[tuple, dict[str, Any]] = {}
-    path = out / "server_log.jsonl"
-    if not path.is_file():
-        return []
-    with path.open() as fh:
-        for line in fh:
-            r = json.loads(line)
-            if r.get("method") not in DETECTORS or r.get("attack") == CLEAN:
-                continue
-            key = (r["scenario"], r["method"], r["attack"], str(r["share"]), int(r["seed"]))
-            if key not in last or r["round"] > last[key]["round"]:
-                last[key] = r
+    last = last_round_logs(out, lambda r: (r["scenario"], r["method"], r["attack"], str(r["share"]), int(r["seed"]))
+                           if r.get("method") in DETECTORS and r.get("attack") != CLEAN else None)
     per: dict[tuple, list[dict[str, float]]] = defaultdict(list)
     for key, r in last.items():
         chosen = r.get("flagged", []) if str(key[1]).startswith("pTopoFL") else r.get("excluded", [])
@@ -226,4 +215,5 @@ def _detection_figure(out: Path, man: Manifest, det: list[dict[str, Any]]) -> No
                "against the true adversaries, mean over seeds; bars start at zero (no choice or no hit scores 0).")
 
 
-EXPERIMENT = Experiment("attacks", "Attacks and defences", plan, analyse, default_seeds=tuple(range(10)), profiles=("full", "quick", "smoke"))
+EXPERIMENT = Experiment("attacks", "Attacks and defences", plan, analyse, default_seeds=tuple(range(10)),
+                        profiles=("full", "quick", "smoke"), quick_seeds=(0, 1, 2))

@@ -1,13 +1,35 @@
 """What every experiment provides, and the manifest its analysis leaves for the report."""
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import json
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from topofl.experiments.results import write_csv, write_json_atomic
 from topofl.experiments.store import RunSpec
+
+
+def server_logs(out: Path) -> list[dict[str, Any]]:
+    """Every entry of ``out/server_log.jsonl`` (one per run and round), in file order; ``[]`` without the file."""
+    path = out / "server_log.jsonl"
+    if not path.is_file():
+        return []
+    with path.open() as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def last_round_logs(out: Path, key: Callable[[dict[str, Any]], Hashable | None]) -> dict[Any, dict[str, Any]]:
+    """The last round's server-log entry of every run, by ``key(entry)`` (entries whose key is
+    ``None`` are skipped): what an analysis of final clusters, flags or ε reads.
+    """
+    last: dict[Any, dict[str, Any]] = {}
+    for r in server_logs(out):
+        k = key(r)
+        if k is not None and (k not in last or r["round"] > last[k]["round"]):
+            last[k] = r
+    return last
 
 
 @dataclass
@@ -58,3 +80,5 @@ class Experiment:
     analyse: Callable[[Path, list[dict[str, Any]]], Manifest]
     default_seeds: tuple[int, ...] = tuple(range(10))
     profiles: tuple[str, ...] = ("full",)
+    #: the default seeds of the ``quick`` budget, when they differ from :attr:`default_seeds`
+    quick_seeds: tuple[int, ...] | None = None

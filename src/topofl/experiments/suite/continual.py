@@ -4,7 +4,6 @@ which clients trigger re-clustering.
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from topofl.algorithms.ptopofl import PTopoFLConfig
 from topofl.data.scenarios.continual import ContinualConfig
 from topofl.experiments.figures import pyplot, save
 from topofl.experiments.store import RunSpec
-from topofl.experiments.suite.base import Experiment, Manifest
+from topofl.experiments.suite.base import Experiment, Manifest, server_logs
 
 ROUNDS = 20
 
@@ -25,18 +24,13 @@ def plan(seeds: Sequence[int]) -> list[RunSpec]:
     return [RunSpec("continual", "continual", "ptopofl", s, ROUNDS) for s in seeds]
 
 
-def _logs(out: Path) -> list[dict[str, Any]]:
-    with (out / "server_log.jsonl").open() as fh:
-        return [json.loads(line) for line in fh]
-
-
 def analyse(out: Path, done: list[dict[str, Any]]) -> Manifest:
     """Drift and re-clustering table, notes and per-client signature figure of ``continual``, from the server logs."""
     man = Manifest("continual", "Stability of topological signatures",
                    "pTopoFL on the continual scenario: 6 clients, 20 rounds, clients "
                    f"{', '.join(map(str, ContinualConfig().drifting))} drift: their point clouds morph towards a low-rank structure while spreading "
                    "and moving (paper §4.5, Fig. 5).")
-    logs = _logs(out)
+    logs = server_logs(out)
     seeds = sorted({r["seed"] for r in logs})
     clients = sorted({int(k) for r in logs for k in r["signature"]})
     drifting = set(ContinualConfig().drifting)

@@ -9,7 +9,6 @@ t-interval, and how well pTopoFL's final clusters match the rule groups (adjuste
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ import numpy as np
 from topofl.experiments.analysis import final_table, paired_differences
 from topofl.experiments.figures import paired_figure
 from topofl.experiments.store import RunSpec
-from topofl.experiments.suite.base import Experiment, Manifest
+from topofl.experiments.suite.base import Experiment, Manifest, last_round_logs
 from topofl.methods import available
 
 GEOMETRIES = ("coupled", "independent", "shared")
@@ -40,20 +39,10 @@ def cluster_agreement(out: Path) -> list[dict[str, Any]]:
 
     from topofl.data.scenarios import make_scenario
 
-    last: dict[tuple[str, int], tuple[int, dict[str, int]]] = {}
-    path = out / "server_log.jsonl"
-    if not path.is_file():
-        return []
-    with path.open() as fh:
-        for line in fh:
-            r = json.loads(line)
-            if r.get("method") != "ptopofl" or "clusters" not in r:
-                continue
-            key = (str(r["geometry"]), int(r["seed"]))
-            if key not in last or r["round"] > last[key][0]:
-                last[key] = (int(r["round"]), r["clusters"])
+    last = last_round_logs(out, lambda r: (str(r["geometry"]), int(r["seed"])) if r.get("method") == "ptopofl" and "clusters" in r else None)
     rows = []
-    for (geometry, seed), (_, clusters) in sorted(last.items()):
+    for (geometry, seed), entry in sorted(last.items()):
+        clusters = entry["clusters"]
         fed = make_scenario("healthcare", seed=seed, geometry=geometry)
         ids = sorted(int(k) for k in clusters)
         groups = [fed.clients[k].meta["group"] for k in ids]

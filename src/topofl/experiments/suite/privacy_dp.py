@@ -24,7 +24,6 @@ hospitals' rule groups (as in the ``controls`` experiment).
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -35,7 +34,7 @@ import numpy as np
 from topofl.experiments.analysis import against, final_table
 from topofl.experiments.figures import colour, pyplot, save
 from topofl.experiments.store import RunSpec
-from topofl.experiments.suite.base import Experiment, Manifest
+from topofl.experiments.suite.base import Experiment, Manifest, last_round_logs
 
 NAME = "privacy-dp"
 ROUNDS = 15
@@ -96,19 +95,7 @@ def _order(key: tuple[str, str]) -> tuple[int, int]:
 
 def final_logs(out: Path) -> dict[tuple[str, str, int], dict[str, Any]]:
     """The last server-log entry of every run, by ``(algorithm, setting label, seed)``."""
-    last: dict[tuple[str, str, int], dict[str, Any]] = {}
-    path = out / "server_log.jsonl"
-    if not path.is_file():
-        return last
-    with path.open() as fh:
-        for line in fh:
-            r = json.loads(line)
-            if r.get("experiment") != NAME:
-                continue
-            key = (str(r["algorithm"]), str(r["method"]), int(r["seed"]))
-            if key not in last or r["round"] > last[key]["round"]:
-                last[key] = r
-    return last
+    return last_round_logs(out, lambda r: (str(r["algorithm"]), str(r["method"]), int(r["seed"])) if r.get("experiment") == NAME else None)
 
 
 def epsilon_table(logs: dict[tuple[str, str, int], dict[str, Any]]) -> list[dict[str, Any]]:

@@ -15,7 +15,6 @@ paired AUC difference against the default gate is tabulated.
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ import numpy as np
 from topofl.experiments.analysis import against, detection_scores, final_table, group_curves, num
 from topofl.experiments.figures import band, colour, pyplot, save
 from topofl.experiments.store import RunSpec, load_curves
-from topofl.experiments.suite.base import Experiment, Manifest
+from topofl.experiments.suite.base import Experiment, Manifest, last_round_logs
 from topofl.methods import available
 
 N_CLIENTS = 8
@@ -118,14 +117,7 @@ def analyse(out: Path, done: list[dict[str, Any]]) -> Manifest:
 def detection(out: Path) -> list[dict[str, Any]]:
     """Per attack rate: precision/recall of pTopoFL's final-round flags, and mean trust weights."""
     per: dict[float, list[dict[str, float]]] = {}
-    last: dict[tuple, dict] = {}
-    with (out / "server_log.jsonl").open() as fh:
-        for line in fh:
-            rec = json.loads(line)
-            if rec["method"] == "ptopofl":
-                key = (rec["attack_rate"], rec["seed"])
-                if key not in last or rec["round"] > last[key]["round"]:
-                    last[key] = rec
+    last = last_round_logs(out, lambda r: (r["attack_rate"], r["seed"]) if r["method"] == "ptopofl" else None)
     for (rate, seed), rec in last.items():
         adv = adversaries(float(rate), int(seed))
         s = detection_scores(rec["flagged"], adv)
