@@ -253,10 +253,13 @@ def flower(
     out: Optional[Path] = ui.FlowerOutOpt,
     pooled_metrics: bool = typer.Option(False, "--pooled-metrics", help="Clients also send test labels and scores (pooled AUC)."),
     cpus_per_node: float = typer.Option(1.0, "--cpus-per-node", help="Ray CPUs per ClientApp (1 runs two at once on 2 cores)."),
+    resume: Optional[Path] = ui.FlowerResumeOpt,
     verbose: bool = ui.VerboseOpt,
 ) -> None:
     """Run a method on Flower's Simulation Runtime (Ray), with the ServerApp and ClientApp `flwr run` uses.
 
+    The server checkpoints its state after every round into the run's directory; --resume RUN_DIR
+    continues a run that was killed. Exits 1 with the reason when the run fails.
     Needs the flower extra: pip install "topofl[flower]". For real sites see examples/flower-app.
     """
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -264,17 +267,29 @@ def flower(
         for handler in logging.getLogger().handlers:
             handler.addFilter(lambda r: r.name.startswith("topofl") or r.levelno >= logging.WARNING)
     from topofl.flower import FlowerSettings, simulate_flower
+    from topofl.flower.simulation import FlowerRunFailed
 
-    if out is not None:
-        prepare_out(out)
-    settings = FlowerSettings(
-        method=method, scenario=scenario, rounds=rounds, seed=seed, graph=graph, pooled_metrics=pooled_metrics,
-        hyperparameters=parse_assignments(param or [], "--param"),
-        scenario_params=parse_assignments(scenario_param or [], "--scenario-param"), out_dir="." if out else "",
-    )
+    if resume is not None:
+        if out is not None:
+            raise ValueError("--resume continues a run in its own directory; leave out --out")
+        run_dir = resume.resolve()
+        settings, out = FlowerSettings(resume_dir=run_dir.name), run_dir.parent
+    else:
+        if out is not None:
+            prepare_out(out)
+        settings = FlowerSettings(
+            method=method, scenario=scenario, rounds=rounds, seed=seed, graph=graph, pooled_metrics=pooled_metrics,
+            hyperparameters=parse_assignments(param or [], "--param"),
+            scenario_params=parse_assignments(scenario_param or [], "--scenario-param"), out_dir="." if out else "",
+        )
     started = time.perf_counter()
-    history = simulate_flower(settings, nodes, cpus_per_node=cpus_per_node, verbose=verbose, results_root=out)
-    ui.print_flower(history, f"{method} on Flower's Simulation Runtime, {scenario}, seed {seed}", time.perf_counter() - started)
+    try:
+        history = simulate_flower(settings, nodes, cpus_per_node=cpus_per_node, verbose=verbose, results_root=out)
+    except FlowerRunFailed as exc:
+        ui.err_console.print(f"[bold red]Error:[/] {ui.escape(str(exc).splitlines()[0])}", soft_wrap=True)
+        raise typer.Exit(1) from None
+    title = f"{history.method} on Flower's Simulation Runtime" + (f", resumed in {history.out_dir}" if resume else f", {scenario}, seed {seed}")
+    ui.print_flower(history, title, time.perf_counter() - started)
 
 
 def main() -> None:

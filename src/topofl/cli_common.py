@@ -117,6 +117,10 @@ FlowerParamOpt = typer.Option(None, "--param", "-p", help="Hyper-parameter KEY=V
 FlowerOutOpt = typer.Option(
     None, "--out", "-o", help="Directory; the run writes rounds.csv, curves.csv, failures.jsonl and result.json into a fresh DIR/run-<id>/."
 )
+FlowerResumeOpt = typer.Option(
+    None, "--resume", help="Continue the unfinished run in RUN_DIR (DIR/run-<id> of an earlier --out DIR) after its last "
+    "checkpointed round, with its own settings (the options above are then ignored)."
+)
 DataRootOpt = typer.Option(None, "--data-root", help="Real CIFAR-10 pickles or LEAF FEMNIST JSON (experiment deep): the paper's protocol.")
 ExperimentsOutOpt = typer.Option(Path("results/experiments"), "--out", "-o", help="Directory; each experiment writes into DIR/NAME/.")
 ReportDirArg = typer.Argument(Path("results/experiments"), help="Experiments directory (as given to --out).")

@@ -38,3 +38,57 @@ def test_sheaf_relay_through_flower_simulation_equals_in_process():
     for key in want:
         np.testing.assert_allclose(got[key], want[key], atol=1e-9, err_msg=str(key))
     assert [r["bits"] for r in flower.rounds] == [r["bits"] for r in ref.rounds]
+
+
+def test_cli_resume_continues_a_killed_run_on_the_simulation_runtime(tmp_path):
+    """`topofl flower --resume RUN_DIR` on Ray: a run killed after round 2 (checkpoint written by the
+    same ServerApp code through the in-memory grid) finishes with the curves of a run that never stopped."""
+    import csv
+    import json
+
+    from typer.testing import CliRunner
+
+    from fake_grid import FakeGrid
+    from topofl.cli import app
+    from topofl.flower.server_app import federated_main
+    from topofl.flower.settings import FlowerSettings
+
+    class Killed(BaseException):
+        pass
+
+    small = {"n_clients": 4, "adversarial": (1,)}
+    s = FlowerSettings(method="fedavg", rounds=4, seed=0, scenario_params=small, out_dir=".")
+    grid = FakeGrid(4)
+    send = grid.send_and_receive
+
+    def dying(messages, *, timeout=None):
+        messages = list(messages)
+        if any(m.metadata.group_id == "3" for m in messages):
+            raise Killed
+        return send(messages, timeout=timeout)
+
+    grid.send_and_receive = dying
+    for run_id in ("a", "b"):
+        with pytest.raises(Killed):
+            federated_main(grid, s, run_id=run_id, root=tmp_path / "out")
+    ref = federated_main(FakeGrid(4), s, run_id="ref", root=tmp_path / "ref")
+    result = CliRunner().invoke(app, ["flower", "--resume", str(tmp_path / "out" / "run-a")])
+    assert result.exit_code == 0, result.output
+    assert "resumed in" in result.output
+    rows = lambda p: list(csv.DictReader(p.open()))  # noqa: E731
+    got, want = rows(tmp_path / "out" / "run-a" / "curves.csv"), rows(tmp_path / "ref" / "run-ref" / "curves.csv")
+    assert [r["round"] for r in got] == ["1", "2", "3", "4"]
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose([float(a[k]) for k in ("auc", "accuracy", "loss")], [float(b[k]) for k in ("auc", "accuracy", "loss")],
+                                   atol=1e-9)
+    assert ref.out_dir
+    done = CliRunner().invoke(app, ["flower", "--resume", str(tmp_path / "out" / "run-a")])  # bad input: exit 2, one line
+    assert done.exit_code == 2 and "that run finished" in done.output
+    # a checkpoint altered on disk is refused by the ServerApp: bad input, exit 2 with the reason
+    manifest = json.loads((tmp_path / "out" / "run-b" / "checkpoint.json").read_text())
+    (tmp_path / "out" / "run-b" / manifest["pickle"]).write_bytes(b"not the checkpoint")
+    bad = CliRunner().invoke(app, ["flower", "--resume", str(tmp_path / "out" / "run-b")])
+    assert bad.exit_code == 2 and "SHA-256 differs" in bad.output, bad.output
+    # a run that fails for another reason (here: no SuperNode can serve the scenario) says why and exits 1
+    failed = CliRunner().invoke(app, ["flower", "--method", "fedavg", "--rounds", "1", "--nodes", "2", "-s", "n_clients=4"])
+    assert failed.exit_code == 1 and "the Flower run failed" in failed.output, failed.output

@@ -63,3 +63,19 @@ def test_malformed_reply_is_a_payload_error_naming_the_record():
 
     with pytest.raises(PayloadError, match="'params' is missing"):
         decode_update(RecordDict({"meta": ConfigRecord({"client": 1})}))
+
+
+def test_the_example_apps_run_config_lists_every_key_with_its_default():
+    """examples/flower-app/pyproject.toml is what `flwr run` reads: every settings key, each with our default."""
+    from pathlib import Path
+
+    import tomllib
+
+    from topofl.flower.settings import KEYS
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "flower-app" / "pyproject.toml"
+    config = tomllib.loads(path.read_text())["tool"]["flwr"]["app"]["config"]
+    assert set(config) == set(KEYS)
+    for key, (_, default, _) in KEYS.items():
+        assert config[key] == default, key
+    assert FlowerSettings.from_run_config(config) == FlowerSettings()

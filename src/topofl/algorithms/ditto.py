@@ -28,6 +28,10 @@ class DittoConfig(AlgorithmConfig):
 class Ditto(GlobalModelAlgorithm):
     """Global FedAvg update, then a personal update regularised towards the received model."""
 
+    client_state_recovery = (
+        "its personal model v_k restarts from the model's initialisation, as in round 1 (the global model is the server's, unaffected)"
+    )
+
     name = "ditto"
     Config = DittoConfig
     personalised = True

@@ -14,6 +14,10 @@ _EMPTY = np.empty(0)
 class LocalOnly(Algorithm):
     """Each client continues SGD on its own model; zero bytes move either way."""
 
+    client_state_recovery = (
+        "its local model restarts from the model's initialisation, as in round 1"
+    )
+
     name = "local"
     Config = AlgorithmConfig
     personalised = True

@@ -44,6 +44,10 @@ class PFedMeConfig(AlgorithmConfig):
 class PFedMe(GlobalModelAlgorithm):
     """Personalised FL with Moreau envelopes (see module docstring)."""
 
+    client_state_recovery = (
+        "its personal model θ_k is recomputed by its next fit; until then it is evaluated with the received global model"
+    )
+
     name = "pfedme"
     Config = PFedMeConfig
     personalised = True

@@ -37,6 +37,10 @@ class ScaffoldConfig(AlgorithmConfig):
 class Scaffold(Algorithm):
     """Stochastic controlled averaging, option II (see module docstring)."""
 
+    client_state_recovery = (
+        "its control variate c_i restarts at 0, as in round 1 (option II rebuilds it from its next update)"
+    )
+
     name = "scaffold"
     Config = ScaffoldConfig
     config: ScaffoldConfig

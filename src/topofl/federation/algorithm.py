@@ -74,6 +74,9 @@ class Algorithm(ABC):
     name: ClassVar[str]
     Config: ClassVar[type[AlgorithmConfig]] = AlgorithmConfig
     personalised: ClassVar[bool] = False
+    #: what the client does when it has lost its state (a restarted node, a resumed run on new
+    #: nodes): logged by the node; "" for a method whose clients keep no state between rounds
+    client_state_recovery: ClassVar[str] = ""
 
     def __init__(self, config: AlgorithmConfig | None = None) -> None:
         self.config = config if config is not None else self.Config()

@@ -14,6 +14,7 @@ import logging
 import math
 import warnings
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -32,11 +33,28 @@ from topofl.models.base import Model
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
-__all__ = ["TrainingWarning", "run_federation", "run_rounds", "select_clients"]
+__all__ = ["RoundState", "TrainingWarning", "run_federation", "run_rounds", "select_clients"]
 
 log = logging.getLogger(__name__)
 
 OnRound = Callable[[History, RoundSummary], None]
+
+
+@dataclass
+class RoundState:
+    """The server side of a run after round ``round``: what :func:`run_rounds` needs to continue
+    exactly as if it had never stopped (a checkpoint, :mod:`topofl.flower.checkpoint`).
+
+    ``algorithm`` holds the server state (global model, clusters, trust, accountant, ...);
+    ``rng_state`` is the round loop's generator state (client selection); ``watch`` the divergence
+    warnings already given. Client state is not here: it stays with the clients.
+    """
+
+    round: int
+    algorithm: Algorithm
+    rng_state: Mapping[str, Any]
+    history: History
+    watch: Any
 
 
 def select_clients(rng: np.random.Generator, client_ids: list[int], fraction: float) -> list[int]:
@@ -105,9 +123,15 @@ def run_rounds(
     min_replies: int = 1,
     on_round: OnRound | None = None,
     progress: bool = False,
+    start: RoundState | None = None,
+    on_checkpoint: Callable[[RoundState], None] | None = None,
 ) -> History:
     """The round loop of every runtime: select → broadcast → local work (``pool.fit``) → validate
     → aggregate → evaluate (``pool.evaluate``) → validate → account → report.
+
+    ``start`` continues a run from a :class:`RoundState` (its algorithm, history and generator;
+    ``algorithm`` is then ignored) with round ``start.round + 1``; ``on_checkpoint`` receives the
+    state after every round, once ``on_round`` has run.
 
     Every reply is screened before anything reads it (:func:`topofl.federation.validation.screen_updates`,
     :func:`~topofl.federation.validation.evaluation_problem`): a client that fails or sends an
@@ -122,12 +146,17 @@ def run_rounds(
     check_int("min_replies", min_replies, 0)
     ids = list(pool.client_ids)
     rng = np.random.default_rng(np.random.SeedSequence([int(seed), 0x5E1EC7]))
-    algorithm.setup(model, ids, rng)
-    history = History(method=algorithm.name, seed=seed)
-    watch = _DivergenceWatch(model)
+    if start is None:
+        algorithm.setup(model, ids, rng)
+        history, watch, first = History(method=algorithm.name, seed=seed), _DivergenceWatch(model), 1
+    else:
+        if not 1 <= start.round < rounds:
+            raise ValueError(f"a run of {rounds} round(s) cannot continue after round {start.round}")
+        algorithm, history, watch, first = start.algorithm, start.history, start.watch, start.round + 1
+        rng.bit_generator.state = start.rng_state
     bar = _progress(progress, f"{algorithm.name} seed {seed}", rounds)
     try:
-        for rnd in range(1, rounds + 1):
+        for rnd in range(first, rounds + 1):
             selected = select_clients(rng, ids, client_fraction)
             messages = algorithm.configure_fit(rnd, selected)
             updates, failures = pool.fit(rnd, messages)
@@ -159,6 +188,8 @@ def run_rounds(
             watch(summary)
             if on_round is not None:
                 on_round(history, summary)
+            if on_checkpoint is not None:
+                on_checkpoint(RoundState(rnd, algorithm, rng.bit_generator.state, history, watch))
             if bar is not None:
                 bar[0].update(bar[1], advance=1, description=f"{algorithm.name} seed {seed} auc={summary.auc:.3f}")
     finally:

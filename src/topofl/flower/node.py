@@ -30,8 +30,9 @@ from topofl.flower.records import (
     decode_server_message,
     encode_evaluation,
     encode_update,
-    load_state,
-    save_state,
+    load_round_state,
+    message_seq,
+    save_round_state,
 )
 from topofl.methods import build_server
 
@@ -152,7 +153,7 @@ def describe(node_config: Mapping[str, Any], content: RecordDict) -> RecordDict:
     })})
 
 
-def _context(node_config, state: RecordDict, content: RecordDict):
+def _context(node_config, state: RecordDict, content: RecordDict, stage: str):
     message, config = decode_server_message(content)
     rnd = int(config["round"])
     data, _, _ = node_data(node_config, config, rnd)
@@ -162,23 +163,27 @@ def _context(node_config, state: RecordDict, content: RecordDict):
     model = _model(str(config["method"]), str(config["hyperparameters"]), str(config.get("model", "linear")), str(config["task"]),
                    data.n_features, int(config["n_classes"]), str(config.get("device", "cpu")))
     key = job_key(config)
-    st = load_state(state, key)
+    st, had = load_round_state(state, key, message_seq(rnd, stage))
+    if not had and rnd > 1 and algorithm.client_state_recovery:
+        log.warning("client %d has no state of this job before round %d %s (selected for the first time, or its state was lost: "
+                    "the SuperNode restarted, or a resumed run reached new SuperNodes); %s: %s", data.client_id, rnd, stage,
+                    algorithm.name, algorithm.client_state_recovery)
     return algorithm, client_context(data, st, model, rnd, int(config["seed"])), message, config, key
 
 
 def fit(node_config: Mapping[str, Any], state: RecordDict, content: RecordDict) -> RecordDict:
     """Local work of one round: ``algorithm.client_fit`` on this node's data and state."""
-    algorithm, ctx, message, _, key = _context(node_config, state, content)
+    algorithm, ctx, message, _, key = _context(node_config, state, content, "fit")
     update = algorithm.client_fit(ctx, message)
-    save_state(state, key, ctx.state)
+    save_round_state(state, key, message_seq(ctx.round, "fit"), ctx.state)
     return encode_update(update)
 
 
 def evaluate(node_config: Mapping[str, Any], state: RecordDict, content: RecordDict) -> RecordDict:
     """Test metrics with the model this client would use; predictions only if the run asks for pooled metrics."""
-    algorithm, ctx, message, config, key = _context(node_config, state, content)
+    algorithm, ctx, message, config, key = _context(node_config, state, content, "evaluate")
     metrics, scores = evaluate_client(algorithm, ctx, message)
-    save_state(state, key, ctx.state)
+    save_round_state(state, key, message_seq(ctx.round, "evaluate"), ctx.state)
     share = bool(config.get("pooled", False))
     ev = ClientEvaluation(ctx.client_id, metrics, ctx.data.y_test if share else None, scores if share else None)
     return encode_evaluation(ev)

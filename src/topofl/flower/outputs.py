@@ -36,6 +36,25 @@ def results_root() -> Path:
     return Path(os.environ.get(RESULTS_ROOT_ENV) or Path.cwd() / "results").resolve()
 
 
+def _inside_root(path: str, root: Path, key: str) -> Path:
+    given = Path(path)
+    target = (given if given.is_absolute() else root / given).resolve()
+    if target != root and root not in target.parents:
+        raise ValueError(
+            f"{key}={path!r} is outside the results root {root}; give a path inside it "
+            f"(the root is set on the host running the ServerApp with ${RESULTS_ROOT_ENV})"
+        )
+    return target
+
+
+def resume_run_dir(resume_dir: str, root: str | os.PathLike[str]) -> Path:
+    """The existing directory of the run to resume: ``resume_dir`` inside ``root`` (``ValueError`` otherwise)."""
+    target = _inside_root(resume_dir, Path(root).resolve(), "resume-dir")
+    if not target.is_dir():
+        raise ValueError(f"resume-dir={resume_dir!r}: {target} is not a directory")
+    return target
+
+
 def resolve_run_dir(out_dir: str, root: str | os.PathLike[str], run_id: Any) -> Path | None:
     """Create and return the fresh directory of one run: ``<root>/<out_dir>/run-<run_id>``.
 
@@ -44,14 +63,7 @@ def resolve_run_dir(out_dir: str, root: str | os.PathLike[str], run_id: Any) -> 
     """
     if not out_dir:
         return None
-    root = Path(root).resolve()
-    given = Path(out_dir)
-    target = (given if given.is_absolute() else root / given).resolve()
-    if target != root and root not in target.parents:
-        raise ValueError(
-            f"out-dir={out_dir!r} is outside the results root {root}; give a path inside it "
-            f"(the root is set on the host running the ServerApp with ${RESULTS_ROOT_ENV})"
-        )
+    target = _inside_root(out_dir, Path(root).resolve(), "out-dir")
     target.mkdir(parents=True, exist_ok=True)
     base = "run-" + (re.sub(r"[^A-Za-z0-9_.-]+", "-", str(run_id)).strip("-.") or "x")
     for k in itertools.count():
@@ -78,6 +90,15 @@ class RunOutputs:
         if self.dir is not None:
             self._records = CsvAppender(self.dir / "rounds.csv", record_fields)
             self._curves = CsvAppender(self.dir / "curves.csv", curve_fields)
+
+    def state(self) -> dict[str, Any]:
+        """The bookkeeping a checkpoint keeps (the files themselves are pinned by the checkpoint)."""
+        return {"failures": list(self.failures), "last": dict(self.last), "n_rounds": self.n_rounds, "clients": sorted(self.clients)}
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Continue from a checkpoint's :meth:`state` (the files were cut back to it)."""
+        self.failures, self.last = list(state["failures"]), dict(state["last"])
+        self.n_rounds, self.clients = int(state["n_rounds"]), set(state["clients"])
 
     def round(self, rows: Iterable[Mapping[str, Any]], summary: Mapping[str, Any], log_entry: Mapping[str, Any] | None,
               failures: Iterable[Failure]) -> None:

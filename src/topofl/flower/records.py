@@ -146,3 +146,42 @@ def load_state(state: RecordDict, key: str) -> dict[str, Any] | Any:
 def save_state(state: RecordDict, key: str, value: Any) -> None:
     """Store a node's state in ``context.state`` (pickled; kept on the node across rounds)."""
     state[STATE_KEY] = ConfigRecord({"job": key, "state": pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)})
+
+
+#: snapshots of a federated client's state a node keeps (see :func:`load_round_state`)
+SNAPSHOTS_KEPT = 3
+
+
+def message_seq(rnd: int, stage: str) -> int:
+    """The position of a server message in a run: round r's ``fit`` is 2r, its ``evaluate`` 2r + 1."""
+    return 2 * int(rnd) + (stage == "evaluate")
+
+
+def load_round_state(state: RecordDict, key: str, seq: int) -> tuple[dict[str, Any], bool]:
+    """A federated client's state as it was *before* message ``seq`` (:func:`message_seq`), and
+    whether the node had one.
+
+    The node keeps its state after each of its last :data:`SNAPSHOTS_KEPT` messages, so a message
+    the server sends again — a resumed ServerApp redoing the round it had not checkpointed — starts
+    from the same state as the first time, and the run goes on exactly as if it had never stopped.
+    """
+    rec = state[STATE_KEY] if STATE_KEY in state else None
+    if rec is None or rec.get("job") != key:
+        return {}, False
+    before = [int(k[4:]) for k in rec if k.startswith("seq:") and int(k[4:]) < seq]
+    if not before:
+        return {}, False
+    return pickle.loads(cast(bytes, rec[f"seq:{max(before)}"])), True
+
+
+def save_round_state(state: RecordDict, key: str, seq: int, value: Any) -> None:
+    """Keep ``value`` as the state after message ``seq``; snapshots of later messages (from a run
+    that went further before the server restarted) are dropped, and only the last
+    :data:`SNAPSHOTS_KEPT` are kept.
+    """
+    rec = state[STATE_KEY] if STATE_KEY in state else None
+    old = dict(rec) if rec is not None and rec.get("job") == key else {}
+    keep = sorted(int(k[4:]) for k in old if k.startswith("seq:") and int(k[4:]) < seq)[-(SNAPSHOTS_KEPT - 1):]
+    fresh: dict[str, Any] = {"job": key, **{f"seq:{s}": old[f"seq:{s}"] for s in keep}}
+    fresh[f"seq:{seq}"] = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    state[STATE_KEY] = ConfigRecord(fresh)

@@ -12,16 +12,18 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from topofl.federation.history import ROUND_FIELDS, History, RoundSummary
-from topofl.federation.runner import run_rounds
+from topofl.federation.runner import RoundState, run_rounds
 from topofl.federation.validation import client_info
+from topofl.flower.checkpoint import load_checkpoint, remove_checkpoint, save_checkpoint
 from topofl.flower.discovery import discover, new_run_id, reconcile
-from topofl.flower.outputs import RunOutputs, resolve_run_dir, results_root
+from topofl.flower.outputs import RunOutputs, resolve_run_dir, results_root, resume_run_dir
 from topofl.flower.pool import FlowerPool
 from topofl.flower.relay import relay_main
 from topofl.flower.settings import FlowerSettings
@@ -37,17 +39,38 @@ def federated_main(grid: Grid, settings: FlowerSettings, run_id: Any = None, roo
     """Run a federated (server-based) topofl method on the connected SuperNodes.
 
     Results go to a fresh directory under the results root (:func:`topofl.flower.outputs.resolve_run_dir`),
-    checked before any node is contacted; ``history.out_dir`` names it.
+    checked before any node is contacted; ``history.out_dir`` names it. After every round the
+    server's state is checkpointed there (:mod:`topofl.flower.checkpoint`); with ``resume-dir``
+    the run continues the checkpointed run in its own directory, with that run's settings.
     """
-    run_dir = resolve_run_dir(settings.out_dir, root if root is not None else results_root(), run_id if run_id is not None else new_run_id())
+    root = root if root is not None else results_root()
+    start, restored = None, None
+    if settings.resume_dir:
+        resumed = resume_run_dir(settings.resume_dir, root)
+        if (resumed / "result.json").is_file():
+            raise ValueError(f"resume-dir={settings.resume_dir!r}: that run finished ({resumed / 'result.json'}); nothing to resume")
+        ckpt = load_checkpoint(resumed)
+        run_dir: Path | None = resumed
+        settings = resumed_settings(settings, ckpt.settings)
+        start, restored = ckpt.payload["state"], ckpt.payload
+        log.info("resuming %s in %s after round %d of %d", settings.method, resumed, ckpt.round, settings.rounds)
+    else:
+        run_dir = resolve_run_dir(settings.out_dir, root, run_id if run_id is not None else new_run_id())
     nodes, infos, failures = discover(grid, settings)
     task, n_classes, n_features, left_out = reconcile(nodes, infos, settings, shared_features=True)
     failures.extend(left_out)
     algorithm = build_server(settings.method, dict(settings.hyperparameters))
     model = algorithm.build_model(settings.model, task, n_features, n_classes)
     job = {**settings.job(), "task": task, "n_classes": n_classes, "n_features": n_features}
+    if restored is not None and restored["job"] != job:
+        was = restored["job"]
+        diff = ", ".join(f"{k}: {was.get(k)!r} → {job[k]!r}" for k in sorted(job) if was.get(k) != job[k])
+        raise ValueError(f"resume-dir={settings.resume_dir!r}: the SuperNodes now declare other data than the checkpointed run ({diff}); "
+                         "not resuming")
     log.info("%s on %d SuperNode(s) (clients %s), %d round(s)", settings.method, len(nodes), sorted(nodes), settings.rounds)
     out = RunOutputs(run_dir, ROUND_FIELDS, CURVE_FIELDS)
+    if restored is not None:
+        out.restore(restored["outputs"])
     out.failures.extend(failures)
 
     def on_round(history: History, summary: RoundSummary) -> None:
@@ -56,17 +79,45 @@ def federated_main(grid: Grid, settings: FlowerSettings, run_id: Any = None, roo
         out.round(rows, {**summary.as_dict(), "n_clients": len(rows), "n_failures": len(fails)}, history.server_logs[-1], fails)
         log.info("round %d: accuracy %.4f, auc %.4f over %d client(s); %d failure(s)", summary.round, summary.accuracy, summary.auc, len(rows), len(fails))
 
+    def on_checkpoint(state: RoundState) -> None:
+        if run_dir is not None and state.round < settings.rounds:  # the last round's record is result.json
+            save_checkpoint(run_dir, state.round, settings.as_dict(), {"state": state, "outputs": out.state(), "job": job})
+
     pool = FlowerPool(grid, nodes, job, settings.round_timeout, {cid: client_info(cid, i) for cid, i in infos.items()})
-    history = run_rounds(pool, algorithm, model, settings.rounds, settings.seed, min_replies=settings.min_replies, on_round=on_round)
+    history = run_rounds(pool, algorithm, model, settings.rounds, settings.seed, min_replies=settings.min_replies, on_round=on_round,
+                         start=start, on_checkpoint=on_checkpoint)
     history.failures[:0] = failures
     history.out_dir = str(run_dir) if run_dir is not None else None
     out.finish(settings.method, settings.as_dict())
+    if run_dir is not None:
+        remove_checkpoint(run_dir)  # result.json now records the run; a finished run is not resumed
     return history
+
+
+def resumed_settings(given: FlowerSettings, saved: dict[str, Any]) -> FlowerSettings:
+    """The checkpointed run's settings, with ``resume-dir`` and the operational keys (how long to
+    wait for nodes and replies) of the resuming run; other keys of the resuming run that differ
+    are ignored, with a warning naming them.
+    """
+    operational = ("resume_dir", "min_nodes", "node_wait", "round_timeout")
+    try:
+        base = FlowerSettings(**{k: v for k, v in saved.items() if k not in operational},
+                              **{k: getattr(given, k) for k in operational})
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"resume-dir={given.resume_dir!r}: the checkpoint's settings are not valid settings ({exc})") from None
+    defaults, kept = FlowerSettings().as_dict(), base.as_dict()
+    ignored = sorted(k for k, v in given.as_dict().items() if k not in operational and v != defaults[k] and v != kept[k])
+    if ignored:
+        log.warning("resume-dir: the resumed run keeps its own settings; ignored: %s", ", ".join(ignored))
+    return base
 
 
 def run(grid: Grid, settings: FlowerSettings, run_id: Any = None, root: str | os.PathLike[str] | None = None) -> Any:
     """Dispatch to the federated loop or the decentralised relay."""
     if settings.decentralised:
+        if settings.resume_dir:
+            raise ValueError(f"resume-dir={settings.resume_dir!r}: a decentralised run keeps its state (models, restriction maps) on "
+                             "the nodes, not on the relay, so it cannot be resumed; start it again")
         return relay_main(grid, settings, run_id, root)
     return federated_main(grid, settings, run_id, root)
 
@@ -75,17 +126,26 @@ def make_server_app(
     settings: FlowerSettings | None = None,
     on_result: Callable[[Any], None] | None = None,
     results_root: str | os.PathLike[str] | None = None,
+    on_error: Callable[[BaseException], None] | None = None,
 ) -> ServerApp:
     """A ServerApp running ``settings`` (default: read from the run config); ``on_result`` receives
-    the run's history (used by :func:`topofl.flower.simulation.simulate_flower`). ``results_root``
-    overrides this host's results root (for a local, trusted caller such as ``topofl flower``).
+    the run's history and ``on_error`` the exception that ended it (used by
+    :func:`topofl.flower.simulation.simulate_flower`, which turns it into a failed exit).
+    ``results_root`` overrides this host's results root (for a local, trusted caller such as
+    ``topofl flower``).
     """
     server_app = ServerApp()
 
     @server_app.main()
     def main(grid: Grid, context: Context) -> None:
-        s = settings if settings is not None else FlowerSettings.from_run_config(dict(context.run_config))
-        result = run(grid, s, context.run_id, results_root)
+        try:
+            s = settings if settings is not None else FlowerSettings.from_run_config(dict(context.run_config))
+            result = run(grid, s, context.run_id, results_root)
+        except Exception as exc:
+            log.error("the run failed: %s: %s", type(exc).__name__, exc)
+            if on_error is not None:
+                on_error(exc)
+            raise
         if on_result is not None:
             on_result(result)
 

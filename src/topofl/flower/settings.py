@@ -38,6 +38,8 @@ KEYS: dict[str, tuple[str, Any, str]] = {
     "model": ("model", "linear", "the model every node trains: linear, cnn-small, cnn-medium, cnn-large, convnet2, resnet18, mlp, or "
               "'package.module:factory' (installed on every node)"),
     "device": ("device", "cpu", "where a PyTorch model computes on each node: cpu, cuda or auto"),
+    "resume-dir": ("resume_dir", "", "continue the run whose directory this is (inside the results root, as out-dir; e.g. "
+                   "'trial1/run-42') from its last checkpointed round, with its settings ('' = a new run)"),
     "attack": ("attack", "", "robustness trials: hostile clients, 'kind:key=value,...' (topofl.robustness.attacks, e.g. "
                "'sign_flip:fraction=0.25,start_round=2'); each node whose client id (graph node, for a "
                "decentralised method) is chosen attacks ('' = none)"),
@@ -84,6 +86,7 @@ class FlowerSettings:
     model: str = "linear"
     device: str = "cpu"
     attack: str = ""
+    resume_dir: str = ""
 
     def __post_init__(self) -> None:
         from topofl.data.scenarios import SCENARIOS
@@ -103,6 +106,8 @@ class FlowerSettings:
         if not isinstance(self.model, str) or not self.model:
             raise ValueError(f"model must be a registered model name or 'package.module:factory'; got {self.model!r}")
         check_choice("device", self.device, ["cpu", "cuda", "auto"])
+        if not isinstance(self.resume_dir, str):
+            raise ValueError(f"resume-dir must be a run directory inside the results root; got {self.resume_dir!r}")
         if not isinstance(self.attack, str):
             raise ValueError(f"attack must be 'kind:key=value,...'; got {self.attack!r}")
         if self.attack:

@@ -15,6 +15,10 @@ from topofl.flower.settings import FlowerSettings
 log = logging.getLogger(__name__)
 
 
+class FlowerRunFailed(RuntimeError):
+    """A Flower run ended without a result; the message says why (the ServerApp's error)."""
+
+
 def simulate_flower(
     settings: FlowerSettings | None = None,
     n_nodes: int | None = None,
@@ -60,18 +64,33 @@ def simulate_flower(
     if n_nodes is None:
         from topofl.data.scenarios import make_scenario
 
-        n_nodes = len(make_scenario(settings.scenario, settings.seed, **dict(settings.scenario_params)))
+        job = settings
+        if settings.resume_dir:  # the nodes the checkpointed run had
+            from topofl.flower.checkpoint import checkpoint_settings
+            from topofl.flower.outputs import resume_run_dir
+
+            root = results_root if results_root is not None else os.environ.get("TOPOFL_RESULTS_ROOT") or "results"
+            job = FlowerSettings(**checkpoint_settings(resume_run_dir(settings.resume_dir, root)))
+        n_nodes = len(make_scenario(job.scenario, job.seed, **dict(job.scenario_params)))
     if settings.min_nodes < n_nodes:
         settings = FlowerSettings(**{**settings.as_dict(), "min_nodes": n_nodes})
     results: list[Any] = []
+    errors: list[BaseException] = []
     backend: dict[str, dict[str, Any]] = {
         "client_resources": {"num_cpus": cpus_per_node, "num_gpus": 0.0},
         "init_args": {"logging_level": "error", "log_to_driver": verbose, "include_dashboard": False},
     }
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # run_simulation's own deprecation notice
-        run_simulation(make_server_app(settings, results.append, results_root), client_app, num_supernodes=n_nodes,
-                       backend_config=backend, verbose_logging=verbose)
+        try:
+            run_simulation(make_server_app(settings, results.append, results_root, errors.append), client_app, num_supernodes=n_nodes,
+                           backend_config=backend, verbose_logging=verbose)
+        except ValueError:
+            raise  # bad input (settings, a checkpoint that does not verify): the caller's error, with its message
+        except Exception as exc:
+            raise FlowerRunFailed(f"the Flower run failed: {type(exc).__name__}: {exc}") from exc
+    if errors:
+        raise FlowerRunFailed(f"the Flower run failed: {type(errors[0]).__name__}: {errors[0]}")
     if not results:
-        raise RuntimeError("the Flower simulation ended without a result; see the log above")
+        raise FlowerRunFailed("the Flower simulation ended without a result; see the log above")
     return results[0]

@@ -320,7 +320,8 @@ class AttackedAlgorithm(Algorithm):
         self._depth: int = 1 + (inner._depth if isinstance(inner, AttackedAlgorithm) else 0)
         # The method's identity, on the instance (class variables of Algorithm): the run is
         # recorded under the method's name, and personalised methods stay personalised.
-        vars(self).update(name=inner.name, personalised=inner.personalised, Config=inner.Config)
+        vars(self).update(name=inner.name, personalised=inner.personalised, Config=inner.Config,
+                          client_state_recovery=inner.client_state_recovery)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name in ("inner", "attack", "adversaries", "_depth"):

@@ -172,6 +172,11 @@ def data_fingerprint(X: np.ndarray) -> str:
 class PTopoFL(Algorithm):
     """Personalised topology-aware federated learning (paper Algorithm 1)."""
 
+    client_state_recovery = (
+        "it recomputes its descriptor from its data (the same subsample, unless descriptor_every > 0, whose schedule restarts) and "
+        "sends it again; with descriptor DP its release count restarts, while the server's accountant counts every release it received"
+    )
+
     name = "ptopofl"
     Config = PTopoFLConfig
     personalised = True

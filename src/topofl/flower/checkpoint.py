@@ -1,0 +1,163 @@
+"""Checkpoints of a Flower run: the server's state after every round, so a killed ServerApp resumes.
+
+After each round the ServerApp of a federated method writes, in the run's directory:
+
+``checkpoint.pkl``
+    the :class:`~topofl.federation.runner.RoundState` (the algorithm's server state, the history,
+    the round loop's random generator and divergence watch) and the run outputs' bookkeeping,
+    pickled, written atomically;
+``checkpoint.json``
+    written atomically *after* it: the round, the settings, the SHA-256 of ``checkpoint.pkl``
+    and, per results file (``rounds.csv``, ``curves.csv``, ``server_log.jsonl``,
+    ``failures.jsonl``), its length and SHA-256 at that moment.
+
+:func:`load_checkpoint` trusts nothing it reads: the JSON must parse and hold every field, the
+pickle's hash must match before it is unpickled, and every results file must begin with exactly
+the bytes it had at the checkpoint. Rows written after the checkpoint (a round the ServerApp
+finished writing but did not checkpoint before it died) are cut off, so the resumed run redoes
+that round and the files read as if the run had never stopped. Anything else — a missing or
+torn file, a hash that differs, settings of another run — is a ``ValueError`` naming the file,
+and nothing is changed.
+
+The pickle is read only from the results root of the host that wrote it (``resume-dir`` is
+resolved like ``out-dir``: inside the root, or refused) and only after its hash is checked
+against ``checkpoint.json``; it is the server's own file, never a client's.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from topofl.atomic import write_bytes_atomic
+from topofl.experiments.results import write_json_atomic
+
+#: the results files a checkpoint pins (those a round appends to)
+RESULT_FILES = ("rounds.csv", "curves.csv", "server_log.jsonl", "failures.jsonl")
+CHECKPOINT = "checkpoint.pkl"
+MANIFEST = "checkpoint.json"
+FORMAT = 1
+
+
+@dataclass
+class Checkpoint:
+    """What :func:`load_checkpoint` returns: the round it was taken after, the run's settings (as
+    :meth:`FlowerSettings.as_dict` wrote them) and the pickled payload.
+    """
+
+    round: int
+    settings: dict[str, Any]
+    payload: Any
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def save_checkpoint(run_dir: str | os.PathLike[str], rnd: int, settings: Mapping[str, Any], payload: Any) -> None:
+    """Pin the results files of ``run_dir`` and write ``payload`` as the checkpoint after round ``rnd``.
+
+    The pickle goes first and the manifest naming its hash last, both atomically: a crash at any
+    point leaves the previous checkpoint (manifest and pickle of one round) or the new one.
+    """
+    d = Path(run_dir)
+    blob = pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
+    files = {}
+    for name in RESULT_FILES:
+        p = d / name
+        data = p.read_bytes() if p.is_file() else b""
+        files[name] = {"bytes": len(data), "sha256": _sha256(data)}
+    # a previous manifest names the previous pickle: write the new pickle under a round-specific
+    # name first, so the old pair stays valid until the new manifest replaces the old one
+    name = f"checkpoint-{int(rnd)}.pkl"
+    write_bytes_atomic(d / name, blob)
+    previous = _read_manifest(d) if (d / MANIFEST).is_file() else None
+    write_json_atomic(d / MANIFEST, {"format": FORMAT, "round": int(rnd), "pickle": name, "pickle_sha256": _sha256(blob),
+                                     "settings": dict(settings), "files": files})
+    if previous is not None and previous.get("pickle") not in (None, name):
+        (d / str(previous["pickle"])).unlink(missing_ok=True)
+
+
+def _read_manifest(d: Path) -> dict[str, Any]:
+    path = d / MANIFEST
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not a readable checkpoint manifest ({exc})") from None
+    if not isinstance(manifest, dict):
+        raise ValueError(f"{path}: not a checkpoint manifest (a JSON object)")
+    return manifest
+
+
+def checkpoint_settings(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """The settings recorded in ``run_dir``'s checkpoint manifest (read only; nothing is verified or cut)."""
+    d = Path(run_dir)
+    if (d / "result.json").is_file():
+        raise ValueError(f"{d}: that run finished ({d / 'result.json'}); nothing to resume")
+    if not (d / MANIFEST).is_file():
+        raise ValueError(f"{d} has no {MANIFEST}: not an unfinished topofl Flower run directory")
+    settings = _read_manifest(d).get("settings")
+    if not isinstance(settings, dict):
+        raise ValueError(f"{d / MANIFEST}: settings are missing")
+    return {k: v for k, v in settings.items() if k != "resume_dir"}
+
+
+def load_checkpoint(run_dir: str | os.PathLike[str]) -> Checkpoint:
+    """The verified checkpoint of ``run_dir``, with its results files cut back to the checkpoint.
+
+    Raises
+    ------
+    ValueError
+        When ``run_dir`` has no checkpoint, or any file disagrees with its manifest (named).
+    """
+    d = Path(run_dir)
+    if not (d / MANIFEST).is_file():
+        raise ValueError(f"{d} has no {MANIFEST}: not a topofl Flower run directory, or it stopped before its first round finished")
+    m = _read_manifest(d)
+    if m.get("format") != FORMAT:
+        raise ValueError(f"{d / MANIFEST}: format {m.get('format')!r}, expected {FORMAT}")
+    rnd, name, digest, settings, files = (m.get(k) for k in ("round", "pickle", "pickle_sha256", "settings", "files"))
+    if isinstance(rnd, bool) or not isinstance(rnd, int) or rnd < 1:
+        raise ValueError(f"{d / MANIFEST}: round must be a positive integer; got {rnd!r}")
+    if not isinstance(name, str) or not name.startswith("checkpoint-") or "/" in name or not isinstance(digest, str):
+        raise ValueError(f"{d / MANIFEST}: pickle and pickle_sha256 must name a checkpoint file and its hash")
+    if not isinstance(settings, dict) or not isinstance(files, dict) or set(files) != set(RESULT_FILES):
+        raise ValueError(f"{d / MANIFEST}: settings and files ({', '.join(RESULT_FILES)}) are required")
+    blob_path = d / name
+    try:
+        blob = blob_path.read_bytes()
+    except OSError as exc:
+        raise ValueError(f"{blob_path}: cannot read the checkpoint ({exc})") from None
+    if _sha256(blob) != digest:
+        raise ValueError(f"{blob_path}: its SHA-256 differs from {MANIFEST}'s (a torn or altered checkpoint); not resuming")
+    cuts = {}
+    for fname in RESULT_FILES:
+        spec = files[fname]
+        if not isinstance(spec, dict) or not isinstance(spec.get("bytes"), int) or not isinstance(spec.get("sha256"), str):
+            raise ValueError(f"{d / MANIFEST}: files.{fname} must hold bytes and sha256")
+        p = d / fname
+        data = p.read_bytes() if p.is_file() else b""
+        head = data[: spec["bytes"]]
+        if len(head) != spec["bytes"] or _sha256(head) != spec["sha256"]:
+            raise ValueError(f"{p}: its first {spec['bytes']} bytes are not those of the checkpoint after round {rnd} "
+                             "(the file was shortened or altered); not resuming")
+        cuts[fname] = (p, len(data), spec["bytes"])
+    payload = pickle.loads(blob)  # noqa: S301 — the server's own file, its hash checked against the manifest above
+    for p, size, keep in cuts.values():  # only now that everything checked: drop rows written after the checkpoint
+        if size > keep:
+            with p.open("r+b") as fh:
+                fh.truncate(keep)
+    return Checkpoint(rnd, settings, payload)
+
+
+def remove_checkpoint(run_dir: str | os.PathLike[str]) -> None:
+    """Delete the checkpoint of a finished run (its ``result.json`` is the record now)."""
+    d = Path(run_dir)
+    for p in d.glob("checkpoint-*.pkl"):
+        p.unlink(missing_ok=True)
+    (d / MANIFEST).unlink(missing_ok=True)
