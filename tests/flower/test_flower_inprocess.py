@@ -175,3 +175,59 @@ def test_dropping_a_node_equals_the_graph_without_it(method):
     assert ours.keys() == theirs.keys()
     for key in ours:
         np.testing.assert_allclose(ours[key], theirs[key], rtol=1e-12, err_msg=str(key))
+
+
+class PushPullGrid:
+    """A grid with Flower's push/pull API whose nodes answer after ``delays[node]`` pulls (None: never)."""
+
+    def __init__(self, delays):
+        self.delays, self.pulls, self.pushed = delays, 0, {}
+
+    def push_messages(self, messages):
+        ids = []
+        for k, m in enumerate(messages):
+            m.metadata.__dict__["_message_id"] = f"m{k}"
+            self.pushed[f"m{k}"] = m
+            ids.append(f"m{k}")
+        return ids
+
+    def pull_messages(self, ids):
+        from flwr.app import Message, RecordDict
+
+        self.pulls += 1
+        out = []
+        for mid in list(ids):
+            due = self.delays[self.pushed[mid].metadata.dst_node_id]
+            if due is not None and self.pulls >= due:
+                out.append(Message(RecordDict(), reply_to=self.pushed[mid]))
+        return out
+
+
+def test_replies_are_pulled_until_all_arrived_or_the_timeout_passed():
+    from flwr.app import Message, RecordDict
+
+    from topofl.flower.exchange import send_and_receive
+
+    FakeGrid(1)  # sets the run identity a Message needs, as a ServerApp process has it
+    grid = PushPullGrid({1: 1, 2: 4, 3: 2})
+    msgs = [Message(RecordDict(), dst_node_id=n, message_type="query", group_id="0") for n in (1, 2, 3)]
+    replies = send_and_receive(grid, msgs, timeout=30.0)
+    assert sorted(r.metadata.reply_to_message_id for r in replies) == ["m0", "m1", "m2"]
+    assert grid.pulls == 4  # stops at the pull that completes the set
+    silent = PushPullGrid({1: 1, 2: None})
+    msgs = [Message(RecordDict(), dst_node_id=n, message_type="query", group_id="0") for n in (1, 2)]
+    replies = send_and_receive(silent, msgs, timeout=0.3)
+    assert [r.metadata.reply_to_message_id for r in replies] == ["m0"]  # node 2 never answers: the timeout ends the wait
+
+
+@pytest.mark.parametrize("method", ["ptopofl", "fedavg"])
+def test_partial_participation_selects_the_clients_the_in_process_run_selects(method):
+    settings = FlowerSettings(method=method, rounds=3, seed=3, scenario_params={"n_clients": 8}, client_fraction=0.5)
+    flower = federated_main(FakeGrid(8), settings)
+    ref = topofl.simulate(topofl.make_scenario("healthcare", seed=3, n_clients=8), method, rounds=3, seed=3, client_fraction=0.5)
+    assert_same_records(flower.records, ref.records)
+    assert [r.bytes_up for r in flower.rounds] == [r.bytes_up for r in ref.rounds]
+    for rnd in (1, 2, 3):  # half of the 8 clients upload in each round
+        assert sum(1 for r in flower.records if r["round"] == rnd and r["bytes_up"] > 0) == 4
+    with pytest.raises(ValueError, match="client-fraction"):
+        FlowerSettings(client_fraction=0.0)

@@ -84,8 +84,8 @@ def federated_main(grid: Grid, settings: FlowerSettings, run_id: Any = None, roo
             save_checkpoint(run_dir, state.round, settings.as_dict(), {"state": state, "outputs": out.state(), "job": job})
 
     pool = FlowerPool(grid, nodes, job, settings.round_timeout, {cid: client_info(cid, i) for cid, i in infos.items()})
-    history = run_rounds(pool, algorithm, model, settings.rounds, settings.seed, min_replies=settings.min_replies, on_round=on_round,
-                         start=start, on_checkpoint=on_checkpoint)
+    history = run_rounds(pool, algorithm, model, settings.rounds, settings.seed, client_fraction=settings.client_fraction,
+                         min_replies=settings.min_replies, on_round=on_round, start=start, on_checkpoint=on_checkpoint)
     history.failures[:0] = failures
     history.out_dir = str(run_dir) if run_dir is not None else None
     out.finish(settings.method, settings.as_dict())

@@ -29,6 +29,8 @@ KEYS: dict[str, tuple[str, Any, str]] = {
     "min-nodes": ("min_nodes", 1, "wait for at least this many connected nodes before round 1"),
     "node-wait": ("node_wait", 60.0, "seconds to wait for min-nodes"),
     "min-replies": ("min_replies", 1, "valid replies a round needs to update the server state"),
+    "client-fraction": ("client_fraction", 1.0, "share of the clients a federated round selects, in (0, 1] (partial participation; "
+                        "the same seeded choice as in process)"),
     "round-timeout": ("round_timeout", 120.0, "seconds to wait for the replies of one message exchange"),
     "graph": ("graph", "ring", "communication graph of decentralised methods (topofl.decentralised.make_graph kinds)"),
     "graph-params": ("graph_params", "", "graph parameters, 'k=v,k=v' (e.g. p=0.3)"),
@@ -77,6 +79,7 @@ class FlowerSettings:
     min_nodes: int = 1
     node_wait: float = 60.0
     min_replies: int = 1
+    client_fraction: float = 1.0
     round_timeout: float = 120.0
     graph: str = "ring"
     graph_params: Mapping[str, Any] = field(default_factory=dict)
@@ -99,6 +102,7 @@ class FlowerSettings:
         check_int("min-nodes", self.min_nodes, 1)
         check_range("node-wait", self.node_wait, 0.0)
         check_int("min-replies", self.min_replies, 0)
+        check_range("client-fraction", self.client_fraction, 0.0, 1.0, low_open=True)
         check_range("round-timeout", self.round_timeout, 0.0, low_open=True)
         if not isinstance(self.pooled_metrics, bool):
             raise ValueError(f"pooled-metrics must be true or false; got {self.pooled_metrics!r}")
