@@ -7,10 +7,15 @@ import sys
 import pytest
 
 HEAVY = ("sklearn", "matplotlib", "scipy.stats", "scipy.optimize", "torch", "flwr", "topofl.methods", "topofl.experiments")
+#: what a Flower ClientApp process (one per message in deployment) must not import: it imports flwr and
+#: the methods' registry, but no SciPy at all, nor networkx or the optional TDA/deep/plotting stacks.
+#: (rich is not listed: flwr itself imports it.)
+CLIENT_APP_HEAVY = ("sklearn", "matplotlib", "scipy", "scipy.stats", "scipy.optimize", "scipy.spatial", "scipy.special", "scipy.linalg",
+                    "torch", "gudhi", "gph", "networkx", "pandas", "ot", "topofl.experiments")
 
 
-def loaded_after(code: str) -> dict:
-    probe = f"{code}\nimport json, sys\nprint(json.dumps({{m: m in sys.modules for m in {HEAVY!r}}}))"
+def loaded_after(code: str, heavy: tuple[str, ...] = HEAVY) -> dict:
+    probe = f"{code}\nimport json, sys\nprint(json.dumps({{m: m in sys.modules for m in {heavy!r}}}))"
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -26,9 +31,30 @@ def test_no_heavy_package_is_imported(code):
     assert not any(loaded.values()), {m for m, v in loaded.items() if v}
 
 
+@pytest.mark.parametrize("code", ["import topofl.flower.client_app", "import topofl.methods\nimport topofl.decentralised"])
+def test_the_client_app_imports_no_heavy_package(code):
+    """Flower starts a fresh ClientApp process per message in deployment: it must stay light (issue 14, item 4)."""
+    if "flower" in code:
+        pytest.importorskip("flwr")
+    loaded = loaded_after(code, CLIENT_APP_HEAVY)
+    assert not any(loaded.values()), {m for m, v in loaded.items() if v}
+
+
+def test_a_client_app_round_imports_no_heavy_package():
+    """What a real site's ClientApp process does for a round (its own arrays, as from a data-path: train,
+    evaluate with AUC) imports neither SciPy's optimisers nor its statistics (each ~0.3 s per message in
+    deployment). Building a built-in scenario (trials) does load scipy.optimize, for Brent's method."""
+    code = ("import numpy as np, topofl\nrng = np.random.default_rng(0)\n"
+            "sites = [(X := rng.normal(size=(40, 5)), (X[:, 0] > 0).astype(float), X[:10], (X[:10, 0] > 0).astype(float)) for _ in range(3)]\n"
+            "topofl.simulate(topofl.Federation.from_arrays(sites), 'fedavg', rounds=1)")
+    loaded = loaded_after(code, CLIENT_APP_HEAVY)
+    assert not any(v for m, v in loaded.items() if m not in ("scipy", "scipy.special", "scipy.linalg")), {m for m, v in loaded.items() if v}
+    assert loaded["scipy.special"]  # expit: its exact values are kept
+
+
 def test_the_probe_sees_a_heavy_import():
-    """The check can fail: importing the methods' registry loads SciPy's optimisers and statistics."""
-    loaded = loaded_after("import topofl\ntopofl.make_scenario('healthcare', 0)\nimport topofl.methods")
+    """The check can fail: the privacy attacks load SciPy's optimisers, and the methods' registry is seen."""
+    loaded = loaded_after("import topofl\nimport topofl.privacy.inversion\nimport topofl.methods")
     assert loaded["topofl.methods"] and loaded["scipy.optimize"]
 
 

@@ -64,3 +64,21 @@ def test_a_regression_evaluation_reports_mse_and_r2_with_no_auc():
     assert np.isnan(metrics["auc"]) and np.isnan(metrics["accuracy"])
     assert metrics["mse"] == pytest.approx(np.mean((scores - y) ** 2), rel=1e-12)
     assert metrics["loss"] == pytest.approx(metrics["mse"] / 2, rel=1e-12)  # least squares' loss is half the MSE
+
+
+def test_average_ranks_equal_scipy_rankdata_to_the_bit():
+    """metrics ranks without scipy.stats (a Flower ClientApp process must not pay its import): same floats."""
+    from scipy.stats import rankdata
+
+    from topofl.metrics import average_ranks
+
+    rng = np.random.default_rng(0)
+    for i in range(300):
+        shape = (int(rng.integers(1, 50)), int(rng.integers(1, 5)))
+        a = [rng.normal(size=shape), rng.integers(0, 4, size=shape).astype(float), np.round(rng.normal(size=shape), 1).astype(np.float32)][i % 3]
+        if i % 7 == 0:
+            a = a.astype(float)
+            a[rng.random(shape) < 0.1] = np.nan
+            a[rng.random(shape) < 0.1] = -np.inf
+        expected, got = rankdata(a, axis=0), average_ranks(a)
+        assert got.dtype == expected.dtype and np.array_equal(got, expected, equal_nan=True), a

@@ -13,14 +13,31 @@ import numpy as np
 from topofl.models.base import Model
 
 
+def average_ranks(a: np.ndarray) -> np.ndarray:
+    """Ranks 1..n down each column of ``a``, ties sharing their average rank, and a column that holds a
+    NaN all NaN: ``scipy.stats.rankdata(a, axis=0)``, to the bit (every rank is an integer or a half),
+    without importing ``scipy.stats`` (~0.3 s, paid by every Flower ClientApp process that evaluates).
+    """
+    x = np.moveaxis(np.asarray(a), 0, -1)  # ranks along the last axis, one row per column of ``a``
+    order = np.argsort(x, axis=-1)
+    ordered = np.take_along_axis(x, order, axis=-1)
+    first = np.ones(ordered.shape, dtype=bool)  # the first entry of each run of equal values (never across rows)
+    first[..., 1:] = ordered[..., :-1] != ordered[..., 1:]
+    starts = np.flatnonzero(first)
+    counts = np.diff(starts, append=ordered.size)
+    ordinal = np.broadcast_to(np.arange(1, x.shape[-1] + 1), x.shape)[first]
+    ranks = np.empty(x.shape, dtype=np.float64)
+    np.put_along_axis(ranks, order, np.repeat(ordinal + (counts - 1) / 2, counts).reshape(x.shape), axis=-1)
+    ranks[np.isnan(x).any(axis=-1)] = np.nan
+    return np.moveaxis(ranks, -1, 0)
+
+
 def _auc_columns(pos: np.ndarray, scores: np.ndarray) -> np.ndarray:
     """Binary ROC AUC of each column of ``scores`` for the boolean labels ``pos`` (one column each):
     the Mann–Whitney statistic with average ranks for ties — what ``roc_auc_score`` computes,
     vectorised over columns (the evaluation hot path: every client, every round).
     """
-    from scipy.stats import rankdata  # lazy: scipy.stats takes ~0.3 s to import
-
-    ranks = rankdata(scores, axis=0)
+    ranks = average_ranks(scores)
     n_pos = pos.sum(axis=0).astype(float)
     n_neg = pos.shape[0] - n_pos
     return ((ranks * pos).sum(axis=0) - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)

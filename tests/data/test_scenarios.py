@@ -122,3 +122,4 @@ def test_healthcare_geometry_controls():
     assert {c.meta["geometry"] for c in shared.clients} == {0} and len({c.meta["group"] for c in shared.clients}) == 2
     with pytest.raises(ValueError, match="geometry"):
         make_scenario("healthcare", seed=0, geometry="random")
+

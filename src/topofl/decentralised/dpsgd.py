@@ -3,13 +3,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
-import networkx as nx
 import numpy as np
 
 from topofl.decentralised.graphs import metropolis_weights
 from topofl.decentralised.model_exchange import ModelSendingNode
 from topofl.decentralised.protocol import NodeSpec, Peer, PeerAlgorithm, PeerConfig
+
+if TYPE_CHECKING:  # networkx is imported where a graph is built or checked (lazy: ~0.1 s)
+    import networkx as nx
 
 
 def dpsgd_step(theta: np.ndarray, grad: np.ndarray, received: Sequence[np.ndarray], weights: Sequence[float], lr: float) -> np.ndarray:

@@ -8,12 +8,14 @@ otherwise refused with an error naming the kind and its parameters.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import networkx as nx
 import numpy as np
 
 from topofl._validation import check_int, check_range
+
+if TYPE_CHECKING:  # networkx is imported inside the functions that build graphs (lazy: ~0.1 s)
+    import networkx as nx
 
 KINDS = ("erdos_renyi", "watts_strogatz", "barabasi_albert", "complete", "ring", "star", "edges")
 
@@ -47,6 +49,8 @@ def make_graph(
     edges : iterable of pairs
         The user edge list for ``kind="edges"``.
     """
+    import networkx as nx
+
     if kind not in KINDS:
         raise ValueError(f"graph kind must be one of {', '.join(KINDS)}; got {kind!r}")
     check_int("n", n, 2)
@@ -83,6 +87,8 @@ def make_graph(
 
 
 def _from_edges(n: int, edges: Iterable[Sequence[int]] | None) -> nx.Graph:
+    import networkx as nx
+
     if edges is None:
         raise ValueError("kind='edges' needs an edge list, e.g. [(0, 1), (1, 2)]")
     g = nx.Graph()

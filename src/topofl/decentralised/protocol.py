@@ -19,15 +19,17 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import networkx as nx
 import numpy as np
 
 from topofl.config import TrainingConfig, hp
 from topofl.data.federation import ClientData
 from topofl.decentralised.spec import NodeSpec
 from topofl.decentralised.transport import InProcessTransport
+
+if TYPE_CHECKING:  # networkx is imported where a graph is built or checked (lazy: ~0.1 s)
+    import networkx as nx
 
 __all__ = ["NodeSpec", "Peer", "PeerAlgorithm", "PeerConfig", "PeerNode"]
 

@@ -16,9 +16,8 @@ import tracemalloc
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import networkx as nx
 import numpy as np
 
 from topofl._validation import TrainingWarning, check_int
@@ -29,6 +28,9 @@ from topofl.federation.history import nanmean, nanstd, regression_summary
 from topofl.limits import MAX_ROUNDS, MAX_SEED
 from topofl.metrics import auc_score, pooled_scores, regression_scores
 from topofl.models.linear import make_model
+
+if TYPE_CHECKING:  # networkx is imported where a graph is built or checked (lazy: ~0.1 s)
+    import networkx as nx
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +140,8 @@ def run_decentralised(
             f"the graph must have nodes 0..{n_nodes - 1} (one per client{' plus the server' if server_node else ''}); "
             f"got {graph.number_of_nodes()} nodes"
         )
+    import networkx as nx
+
     if not nx.is_connected(graph):
         raise ValueError("the communication graph is disconnected; every client must be reachable")
     rng = np.random.default_rng(np.random.SeedSequence([int(seed), 0xDEC]))

@@ -60,15 +60,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import networkx as nx
 import numpy as np
 
 from topofl._validation import check_int
 from topofl.data.federation import ClientData
 from topofl.decentralised.protocol import NodeSpec, Peer, PeerAlgorithm, PeerNode
 from topofl.robustness.attacks import _COLLUSION, _NOISE, AttackConfig, _gaussian, parse_attack, poisoned_data
+
+if TYPE_CHECKING:  # networkx is imported where a graph is built or checked (lazy: ~0.1 s)
+    import networkx as nx
 
 __all__ = ["PEER_KINDS", "AttackedPeerNode", "AttackedPeers", "attacked_peers"]
 

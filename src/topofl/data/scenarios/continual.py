@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import expit
 
 from topofl._validation import check_int, check_range
 from topofl.data.federation import ClientData, Federation
@@ -77,6 +76,8 @@ class DriftingFederation(Federation):
     def _clients_at(self, rnd: int) -> list[ClientData]:
         if rnd in self._cache:
             return self._cache[rnd]
+        from scipy.special import expit  # lazy: SciPy adds ~0.15 s to every import of topofl.data
+
         cfg = self._cfg
         t = min(max(rnd - 1, 0), cfg.rounds - 1) / (cfg.rounds - 1)
         n_test = max(1, int(round(cfg.test_fraction * cfg.n_per_client)))

@@ -32,9 +32,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import networkx as nx
 import numpy as np
 
 from topofl._validation import check_choice, check_int, check_range
@@ -42,6 +41,9 @@ from topofl.config import hp
 from topofl.decentralised.protocol import NodeSpec, Peer, PeerAlgorithm, PeerConfig, PeerNode
 from topofl.decentralised.sheaf import maths
 from topofl.decentralised.sheaf.maps import INITS, NodeMaps, initial_maps
+
+if TYPE_CHECKING:  # networkx is imported where a graph is built or checked (lazy: ~0.1 s)
+    import networkx as nx
 
 
 @dataclass(frozen=True)

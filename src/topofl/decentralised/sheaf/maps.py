@@ -33,7 +33,6 @@ from collections.abc import Iterator, Sequence
 from typing import cast
 
 import numpy as np
-from scipy.linalg.blas import dgemm
 
 from topofl.decentralised.sheaf.initial import INITS, StackedSparseSign, initial_maps
 from topofl.decentralised.sheaf.maths import FLOAT, carried_projection
@@ -102,6 +101,8 @@ _BLOCK = 65536  # entries per block: below OpenBLAS's threading threshold, and a
 
 def _rank_one_update(P: np.ndarray, u: np.ndarray, v: np.ndarray) -> None:
     """P ← P − u vᵀ in place, for a C-ordered float64 P, without a temporary of P's size."""
+    from scipy.linalg.blas import dgemm  # lazy: SciPy adds ~0.15 s to every import of the methods
+
     PT = P.T  # Fortran-ordered view: Pᵀ ← Pᵀ − v uᵀ, block of rows of P = block of columns of Pᵀ
     step = max(1, _BLOCK // P.shape[1])
     col, row = np.ascontiguousarray(v).reshape(-1, 1), np.ascontiguousarray(u).reshape(1, -1)
