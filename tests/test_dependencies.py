@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DISTRIBUTION = {
     "numpy": "numpy", "scipy": "scipy", "sklearn": "scikit-learn", "gph": "giotto-ph", "gudhi": "gudhi", "typer": "typer",
     "rich": "rich", "matplotlib": "matplotlib", "networkx": "networkx", "threadpoolctl": "threadpoolctl", "tomli": "tomli",
-    "torch": "torch", "flwr": "flwr", "dp_accounting": "dp-accounting",
+    "torch": "torch", "flwr": "flwr", "dp_accounting": "dp-accounting", "psutil": "psutil", "cryptography": "cryptography",
+    "httpx": "httpx", "starlette": "starlette", "uvicorn": "uvicorn",
 }
 
 

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Throwaway credentials for a local TLS + SuperNode-authentication trial of Flower.
 #
-#   ./gen-certs.sh DIR [NUM_SUPERNODES]     (default: 2 SuperNodes)
+#   ./gen-certs.sh DIR [NUM_SUPERNODES [NAME ...]]   (default: 2 SuperNodes)
 #
 # Writes into DIR:
 #   ca.pem, ca.key            a self-signed certificate authority (valid 30 days)
-#   server.pem, server.key    the SuperLink's certificate, signed by the CA, for
-#                             the names localhost and 127.0.0.1 (SAN)
+#   server.pem, server.key    the certificate of the SuperLink and of the Fleet proxy
+#                             (topofl.flower.fleet_proxy), signed by the CA, for the
+#                             names localhost, 127.0.0.1 and every NAME (a DNS name or
+#                             an IP address, e.g. superlink.example.org) (SAN)
 #   supernode-<i>, supernode-<i>.pub
 #                             one ECDSA P-384 key pair per SuperNode, OpenSSH format
 #                             (what `flower-supernode --auth-supernode-private-key`
@@ -17,12 +19,27 @@
 # site generate its own SuperNode key (only the .pub leaves the site).
 set -euo pipefail
 
-if [[ $# -lt 1 || $# -gt 2 ]]; then
-    echo "usage: $0 DIR [NUM_SUPERNODES]" >&2
+if [[ $# -lt 1 ]]; then
+    echo "usage: $0 DIR [NUM_SUPERNODES [NAME ...]]" >&2
     exit 2
 fi
 out=$1
 nodes=${2:-2}
+if ! [[ $nodes =~ ^[0-9]+$ ]]; then
+    echo "$0: NUM_SUPERNODES must be a whole number; got '$nodes'" >&2
+    exit 2
+fi
+san="DNS:localhost, IP:127.0.0.1"
+for name in "${@:3}"; do
+    if [[ $name =~ ^[0-9.]+$ || $name == *:* ]]; then
+        san="$san, IP:$name"
+    elif [[ $name =~ ^[A-Za-z0-9.-]+$ ]]; then
+        san="$san, DNS:$name"
+    else
+        echo "$0: NAME '$name' is neither an IP address nor a DNS name" >&2
+        exit 2
+    fi
+done
 mkdir -p "$out"
 cd "$out"
 umask 077
@@ -33,14 +50,14 @@ openssl req -x509 -newkey rsa:3072 -nodes -sha256 -days 30 \
     -addext "basicConstraints=critical,CA:TRUE" \
     -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null
 
-# SuperLink server certificate for localhost / 127.0.0.1
+# SuperLink (and Fleet proxy) server certificate for localhost, 127.0.0.1 and NAME ...
 openssl req -newkey rsa:3072 -nodes -sha256 \
     -keyout server.key -out server.csr -subj "/CN=localhost" 2>/dev/null
-cat > server.ext <<'EXT'
+cat > server.ext <<EXT
 basicConstraints = CA:FALSE
 keyUsage = critical, digitalSignature, keyEncipherment
 extendedKeyUsage = serverAuth
-subjectAltName = DNS:localhost, IP:127.0.0.1
+subjectAltName = $san
 subjectKeyIdentifier = hash
 authorityKeyIdentifier = keyid, issuer
 EXT

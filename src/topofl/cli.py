@@ -252,6 +252,7 @@ def flower(
     graph: str = typer.Option("ring", "--graph", help="Communication graph of decentralised methods."),
     out: Optional[Path] = ui.FlowerOutOpt,
     pooled_metrics: bool = typer.Option(False, "--pooled-metrics", help="Clients also send test labels and scores (pooled AUC)."),
+    client_fraction: float = typer.Option(1.0, "--client-fraction", help="Share of the clients a federated round trains, in (0, 1]."),
     cpus_per_node: float = typer.Option(1.0, "--cpus-per-node", help="Ray CPUs per ClientApp (1 runs two at once on 2 cores)."),
     resume: Optional[Path] = ui.FlowerResumeOpt,
     verbose: bool = ui.VerboseOpt,
@@ -279,7 +280,7 @@ def flower(
             prepare_out(out)
         settings = FlowerSettings(
             method=method, scenario=scenario, rounds=rounds, seed=seed, graph=graph, pooled_metrics=pooled_metrics,
-            hyperparameters=parse_assignments(param or [], "--param"),
+            client_fraction=client_fraction, hyperparameters=parse_assignments(param or [], "--param"),
             scenario_params=parse_assignments(scenario_param or [], "--scenario-param"), out_dir="." if out else "",
         )
     started = time.perf_counter()

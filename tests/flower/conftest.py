@@ -1,5 +1,7 @@
 """Fixtures for the Flower deployment tests: a SuperLink and SuperNodes on loopback.
 
+Deployments are secure unless a test asks for ``secure=False``: TLS, SuperNode keys
+registered before the nodes start, the SuperLink on 127.0.0.1 and the Fleet-only proxy.
 Every process is started by :class:`topofl.flower.deployment.LocalDeployment` and
 stopped by PID at teardown (SIGTERM, bounded wait, SIGKILL), also when a test fails.
 """
@@ -35,7 +37,7 @@ def flower_app_dir() -> Path:
 
 @pytest.fixture(scope="module")
 def flower_deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalDeployment]:
-    """One SuperLink and 3 SuperNodes (partition-id 0..2), shared by a test module."""
+    """One secure SuperLink and 3 SuperNodes (partition-id 0..2), shared by a test module."""
     deployment_class = _deployment_class()
     with deployment_class(3, tmp_path_factory.mktemp("flower-deployment")) as dep:
         yield dep

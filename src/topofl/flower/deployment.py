@@ -1,10 +1,11 @@
-"""A throwaway Flower deployment on the loopback interface, for tests and trials.
+"""A throwaway Flower deployment on one machine, for tests and trials.
 
-:class:`LocalDeployment` starts one ``flower-superlink`` and ``N`` ``flower-supernode``
-processes on ``127.0.0.1`` (plain HTTP, ``--insecure``), waits until all of them are
-up, runs Flower apps against them with ``flwr run ... --stream`` and stops every
-process it started, by PID, including the ``flower-superexec`` and app processes that
-Flower spawns underneath::
+:class:`LocalDeployment` starts one ``flower-superlink`` with its own ``flower-superexec``
+(the ServerApp executor), by default a Fleet-only TLS proxy, and ``N``
+``flower-supernode`` processes, waits until all of them are up, runs Flower apps against
+them with ``flwr run ... --stream`` and stops every process it started, by PID, including
+the ``flower-superexec``, ``flwr-serverapp`` and ``flwr-clientapp`` processes Flower spawns
+underneath::
 
     from topofl.flower.deployment import LocalDeployment
 
@@ -15,10 +16,35 @@ Flower spawns underneath::
                          timeout=300)
         print(result.status)          # "finished:completed"
 
-It only drives the Flower command-line tools (it does not import ``flwr``), so it
-works with whatever Flower is installed next to the current interpreter (written for
-and checked with flwr 1.41). POSIX only: processes are started in their own session
-and signalled by process group.
+By default (``secure=True``) it is laid out as a real deployment should be with Flower
+1.41, where the Control API (``flwr`` CLI) shares the SuperLink's port and has no
+authentication:
+
+* a throwaway CA, a server certificate for ``127.0.0.1``/``localhost`` (and ``host``) and
+  one EC key pair per SuperNode, made with ``cryptography`` (:func:`generate_credentials`);
+* the SuperLink serves TLS on ``127.0.0.1`` only, with ``--enable-supernode-auth``; each
+  SuperNode's public key is registered with ``flwr supernode register`` before it starts;
+* SuperNodes connect to :mod:`topofl.flower.fleet_proxy` on ``host``, which forwards only
+  ``/v1/fleet/*`` and ``/health``, so nobody but the operator on the SuperLink host can
+  register keys, list or unregister nodes, or submit runs;
+* the CLI talks to the loopback SuperLink port with ``root-certificates = ca.pem``.
+
+``secure=False`` gives the old plain-HTTP layout (every API on ``host``), for fast
+local trials.
+
+In both layouts the SuperLink keeps its state in ``<log_dir>/superlink/state.db``
+(``--database``) and runs with ``--isolation process`` next to a long-lived
+``flower-superexec`` started without ``--parent-pid``: killing and restarting the
+SuperLink (:meth:`LocalDeployment.restart_superlink`) within ~60 s lets a running
+ServerApp reconnect and finish its run. SuperNodes keep Flower's default of retrying
+forever. :meth:`LocalDeployment.restart_node` restarts a SuperNode with the same key
+(the same node ID), waiting out Flower's rule that a node still listed ``online``
+(up to ~60 s after a kill -9) may not activate again.
+
+It only drives Flower's command-line tools (it does not import ``flwr``), so it works
+with whatever Flower is installed next to the current interpreter (written for and
+checked with flwr 1.41). POSIX only: processes are started in their own session,
+signalled by process group and tracked with :mod:`psutil`.
 
 Notes on Flower 1.41 that shape the defaults:
 
@@ -41,6 +67,8 @@ Notes on Flower 1.41 that shape the defaults:
 from __future__ import annotations
 
 import atexit
+import datetime
+import ipaddress
 import json
 import logging
 import math
@@ -49,6 +77,7 @@ import re
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -58,18 +87,23 @@ import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Union
+from typing import Any, Union
+
+import psutil
 
 __all__ = [
     "FLOWER_QUIET_ENV",
     "MIN_HEARTBEAT_INTERVAL",
     "ConfigValue",
+    "Credentials",
     "FlowerRun",
     "FlowerRunResult",
     "LocalDeployment",
     "ManagedProcess",
     "find_free_ports",
     "format_config",
+    "generate_credentials",
+    "generate_supernode_key",
     "toml_document",
 ]
 
@@ -89,8 +123,10 @@ MIN_HEARTBEAT_INTERVAL = 10.0
 
 _NODE_ID_RE = re.compile(r"SuperNode ID: (\d+)")
 _RUN_ID_RE = re.compile(r"Successfully started run (\d+)")
+_REGISTERED_RE = re.compile(r"SuperNode (\d+) registered successfully")
 _BARE_KEY_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 _POLL_S = 0.2
+_STATUS_POLL_S = 2.0  # between `flwr supernode ls` calls (each starts a Python process)
 
 # Runs `flower-supernode` after lowering the heartbeat interval it announces and
 # sends. Only the two modules of the SuperNode's own Fleet connection are patched:
@@ -194,97 +230,211 @@ def find_free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
             sock.close()
 
 
+# ---------------------------------------------------------------------- credentials
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """Throwaway TLS and SuperNode-authentication material (see :func:`generate_credentials`).
+
+    File names are those of ``examples/flower-app/gen-certs.sh``.
+    """
+
+    directory: Path
+    ca: Path
+    """``ca.pem``: the CA certificate (what SuperNodes and the CLI verify the server with)."""
+    ca_key: Path
+    server_cert: Path
+    """``server.pem``: the SuperLink's (and the Fleet proxy's) certificate."""
+    server_key: Path
+    node_keys: tuple[Path, ...]
+    """``supernode-<i>``: each SuperNode's private key (OpenSSH); ``.pub`` next to it."""
+
+    def public_key(self, index: int) -> Path:
+        """``supernode-<index>.pub``."""
+        return self.node_keys[index].with_name(self.node_keys[index].name + ".pub")
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+
+
+def generate_supernode_key(path: str | os.PathLike[str]) -> Path:
+    """Write an ECDSA P-384 key pair in OpenSSH format: ``path`` (0600) and ``path.pub``.
+
+    What ``flower-supernode --auth-supernode-private-key`` and ``flwr supernode
+    register`` read (the same as ``ssh-keygen -t ecdsa -b 384 -N ""``). Returns the
+    public key's path.
+    """
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    path = Path(path)
+    key = ec.generate_private_key(ec.SECP384R1())
+    _write_private(
+        path,
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.OpenSSH,
+            serialization.NoEncryption(),
+        ),
+    )
+    public = path.with_name(path.name + ".pub")
+    public.write_bytes(
+        key.public_key().public_bytes(
+            serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
+        )
+        + f" {path.name}\n".encode()
+    )
+    return public
+
+
+def generate_credentials(
+    directory: str | os.PathLike[str],
+    num_nodes: int,
+    *,
+    hosts: Iterable[str] = ("127.0.0.1", "localhost"),
+    days: int = 30,
+) -> Credentials:
+    """Make a throwaway CA, a server certificate and one SuperNode key pair per node.
+
+    Parameters
+    ----------
+    directory
+        Where to write ``ca.pem``, ``ca.key``, ``server.pem``, ``server.key`` and
+        ``supernode-<i>``/``supernode-<i>.pub`` (created; existing files are replaced).
+    num_nodes
+        Number of SuperNode key pairs (>= 0).
+    hosts
+        Names the server certificate is valid for (its subject alternative names): IP
+        addresses and DNS names. ``0.0.0.0``/``::`` are skipped.
+    days
+        Validity of the certificates (>= 1).
+
+    Returns
+    -------
+    Credentials
+        The paths. Private keys are unencrypted (mode 0600): for trials only.
+    """
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 0:
+        raise ValueError(f"num_nodes must be an int >= 0; got {num_nodes!r}")
+    if isinstance(days, bool) or not isinstance(days, int) or days < 1:
+        raise ValueError(f"days must be an int >= 1; got {days!r}")
+    names: list[x509.GeneralName] = []
+    for host in dict.fromkeys(hosts):
+        try:
+            ip = ipaddress.ip_address(host)
+        except ValueError:
+            if not host or not re.match(r"^[A-Za-z0-9.-]+$", host):
+                raise ValueError(f"hosts: {host!r} is neither an IP address nor a DNS name") from None
+            names.append(x509.DNSName(host))
+        else:
+            if not ip.is_unspecified:
+                names.append(x509.IPAddress(ip))
+    if not names:
+        raise ValueError("hosts must name at least one address or DNS name")
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    pem = serialization.Encoding.PEM
+    no_pass = serialization.NoEncryption()
+
+    def signed(subject: x509.Name, public_key: object, ca: bool, usage: dict[str, bool], extra: list[tuple[object, bool]]) -> x509.Certificate:
+        """A certificate for ``subject`` signed by the CA key, valid from 5 minutes ago for ``days``."""
+        flags = dict.fromkeys(("digital_signature", "content_commitment", "key_encipherment", "data_encipherment", "key_agreement",
+                               "key_cert_sign", "crl_sign", "encipher_only", "decipher_only"), False) | usage
+        builder = (
+            x509.CertificateBuilder().subject_name(subject).issuer_name(ca_name).public_key(public_key)  # type: ignore[arg-type]
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=days))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=0 if ca else None), critical=True)
+            .add_extension(x509.KeyUsage(**flags), critical=True)
+        )
+        for extension, critical in extra:
+            builder = builder.add_extension(extension, critical=critical)  # type: ignore[arg-type]
+        return builder.sign(ca_key, hashes.SHA256())
+
+    ca_key = ec.generate_private_key(ec.SECP384R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "topofl throwaway CA")])
+    ca_cert = signed(ca_name, ca_key.public_key(), True, {"key_cert_sign": True, "crl_sign": True},
+                     [(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), False)])
+    server_key = ec.generate_private_key(ec.SECP384R1())
+    server_cert = signed(
+        x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, str(names[0].value))]), server_key.public_key(), False,
+        {"digital_signature": True, "key_agreement": True},
+        [(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False), (x509.SubjectAlternativeName(names), False),
+         (x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False)],
+    )
+    pkcs8 = serialization.PrivateFormat.PKCS8
+    _write_private(out / "ca.key", ca_key.private_bytes(pem, pkcs8, no_pass))
+    (out / "ca.pem").write_bytes(ca_cert.public_bytes(pem))
+    _write_private(out / "server.key", server_key.private_bytes(pem, pkcs8, no_pass))
+    (out / "server.pem").write_bytes(server_cert.public_bytes(pem))
+    node_keys = []
+    for i in range(num_nodes):
+        generate_supernode_key(out / f"supernode-{i}")
+        node_keys.append(out / f"supernode-{i}")
+    return Credentials(
+        directory=out, ca=out / "ca.pem", ca_key=out / "ca.key",
+        server_cert=out / "server.pem", server_key=out / "server.key",
+        node_keys=tuple(node_keys),
+    )
+
+
 # ------------------------------------------------------------------------ processes
 
 
-def _proc_stat(pid: int) -> list[str] | None:
-    """Fields of ``/proc/<pid>/stat`` after the command name, or ``None``."""
+_Identity = tuple[int, float]  # (pid, psutil create_time): tells a PID from a recycled one
+
+
+def _process(ident: _Identity) -> psutil.Process | None:
+    """The running process ``ident`` (``None`` if gone, a zombie, or its PID was reused)."""
+    pid, created = ident
     try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except (OSError, ValueError):
+        proc = psutil.Process(pid)
+        if proc.create_time() != created or proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
         return None
-    return raw[raw.rfind(")") + 2 :].split()
-
-
-def _start_time(pid: int) -> str | None:
-    """Kernel start time of ``pid`` (Linux), to tell a PID from a recycled one."""
-    fields = _proc_stat(pid)
-    return fields[19] if fields and len(fields) > 19 else None
-
-
-def _children_map() -> dict[int, list[int]]:
-    """Map each PID to the PIDs of its children."""
-    children: dict[int, list[int]] = {}
-    proc = Path("/proc")
-    if proc.is_dir():
-        for entry in proc.iterdir():
-            if not entry.name.isdigit():
-                continue
-            fields = _proc_stat(int(entry.name))
-            if fields and len(fields) > 1:
-                children.setdefault(int(fields[1]), []).append(int(entry.name))
-        return children
-    out = subprocess.run(
-        ["ps", "-A", "-o", "pid=,ppid="], capture_output=True, text=True, check=False
-    ).stdout
-    for line in out.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
-            children.setdefault(int(parts[1]), []).append(int(parts[0]))
-    return children
-
-
-def _descendants(pid: int, children: Mapping[int, list[int]]) -> list[int]:
-    found: list[int] = []
-    stack = list(children.get(pid, []))
-    while stack:
-        child = stack.pop()
-        if child not in found:
-            found.append(child)
-            stack.extend(children.get(child, []))
-    return found
-
-
-_Identity = tuple[int, Union[str, None]]  # (pid, start time)
+    return proc
 
 
 def _alive(ident: _Identity) -> bool:
     """Whether the process ``ident`` still runs (zombies and recycled PIDs: no)."""
-    pid, started = ident
+    return _process(ident) is not None
+
+
+def _identity(proc: psutil.Process) -> _Identity | None:
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    fields = _proc_stat(pid)
-    if fields is None:
-        return not Path("/proc").is_dir()
-    if fields[0] == "Z":
-        return False
-    return started is None or _start_time(pid) == started
-
-
-def _send(ident: _Identity, sig: int) -> None:
-    if _alive(ident):
-        try:
-            os.kill(ident[0], sig)
-        except ProcessLookupError:
-            pass
+        return (proc.pid, proc.create_time())
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
 
 
 @dataclass
 class ManagedProcess:
-    """One process started by :class:`LocalDeployment`."""
+    """One process started by :class:`LocalDeployment`, and the processes it spawned."""
 
     name: str
     popen: subprocess.Popen[bytes]
     log_path: Path
     flwr_home: Path
     port: int | None = None
-    started: str | None = None
-    seen: set[_Identity] = field(default_factory=set)
+    log_offset: int = 0
+    """Size of ``log_path`` when this process started (a restart appends to the same log)."""
+    seen: dict[_Identity, psutil.Process] = field(default_factory=dict)
     """Every process of this tree seen so far (the root and its descendants)."""
+
+    def __post_init__(self) -> None:
+        self.collect()
 
     @property
     def pid(self) -> int:
@@ -294,13 +444,19 @@ class ManagedProcess:
     def running(self) -> bool:
         return self.popen.poll() is None
 
+    def log_text(self) -> str:
+        """What this process wrote to its log (not earlier incarnations')."""
+        try:
+            with self.log_path.open("rb") as fh:
+                fh.seek(self.log_offset)
+                return fh.read().decode(errors="replace")
+        except OSError:
+            return ""
+
     def log_tail(self, lines: int = 40) -> str:
         """The last ``lines`` lines of this process's log."""
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return "<no log>"
-        return "\n".join(text.splitlines()[-lines:])
+        text = self.log_text()
+        return "\n".join(text.splitlines()[-lines:]) if text else "<no log>"
 
     def collect(self) -> set[_Identity]:
         """Record the root and all its current descendants; return all ever seen.
@@ -309,47 +465,107 @@ class ManagedProcess:
         re-parented (the SuperLink's ``flower-superexec`` runs in its own session,
         so the process group alone does not reach it).
         """
-        self.seen.add((self.pid, self.started))
-        if self.running:
-            for pid in _descendants(self.pid, _children_map()):
-                self.seen.add((pid, _start_time(pid)))
-        return self.seen
+        if not self.seen:
+            try:
+                root = psutil.Process(self.pid)
+                self.seen[(root.pid, root.create_time())] = root
+            except psutil.NoSuchProcess:
+                pass
+        self.descendants()
+        return set(self.seen)
+
+    def descendants(self) -> list[psutil.Process]:
+        """The root's living descendants, recorded too (empty once the root has exited)."""
+        if not self.running:
+            return []
+        try:
+            children = psutil.Process(self.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+        for child in children:
+            ident = _identity(child)
+            if ident is not None:
+                self.seen.setdefault(ident, child)
+        return children
 
     def signal_tree(self, sig: int) -> None:
-        """Send ``sig`` to the process group and to every recorded descendant."""
+        """Send ``sig`` once to each process of the tree still alive.
+
+        The process group gets it (``start_new_session``: its id is the root's PID), then
+        each recorded process outside that group. Nothing gets it twice: a second SIGTERM
+        would cut short a SuperNode's goodbye to the SuperLink.
+        """
         idents = self.collect()
+        group_signalled = False
         if self.running:
             try:
-                os.killpg(self.pid, sig)  # start_new_session: pgid == pid
+                os.killpg(self.pid, sig)
+                group_signalled = True
             except (ProcessLookupError, PermissionError):
                 pass
         for ident in idents:
-            _send(ident, sig)
+            proc = _process(ident)  # checks the create time: never a recycled PID
+            if proc is None:
+                continue
+            try:
+                if group_signalled and os.getpgid(proc.pid) == self.pid:
+                    continue
+                proc.send_signal(sig)
+            except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
+                pass
 
     def alive(self) -> list[_Identity]:
-        self.popen.poll()  # reap it if it is our exited child
+        """Recorded processes of this tree that still run."""
+        self.popen.poll()  # reap the root if it exited (keeps its real exit status)
         return [ident for ident in self.seen if _alive(ident)]
+
+
+def _wait_idents(idents: Iterable[_Identity], timeout: float) -> list[_Identity]:
+    """Wait up to ``timeout`` s until none of ``idents`` runs; return those that still do.
+
+    Zombies count as gone: a child of another process (a ``flwr-serverapp`` of the
+    SuperExec) stays ``<defunct>`` until its parent reaps it.
+    """
+    deadline = time.monotonic() + timeout
+    left = list(idents)
+    while True:
+        procs = [p for p in map(_process, left) if p is not None]
+        left = [(p.pid, p.create_time()) for p in procs]
+        remaining = deadline - time.monotonic()
+        if not left or remaining <= 0:
+            return left
+        psutil.wait_procs(procs, timeout=min(_POLL_S, remaining))  # reaps our own children
+
+
+def _wait_gone(procs: Sequence[ManagedProcess], timeout: float) -> list[_Identity]:
+    """Wait up to ``timeout`` s for every tree to exit; return what still runs.
+
+    Trees are re-collected while waiting, so children started while shutting down are
+    seen (and get the SIGKILL that follows).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        for proc in procs:
+            proc.collect()
+        left = [ident for proc in procs for ident in proc.alive()]
+        remaining = deadline - time.monotonic()
+        if not left or remaining <= 0:
+            return left
+        _wait_idents(left, min(_POLL_S, remaining))
 
 
 def _terminate(procs: Sequence[ManagedProcess], timeout: float) -> None:
     """SIGTERM every process tree, wait up to ``timeout`` s, then SIGKILL the rest."""
     for proc in procs:
         proc.signal_tree(signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for proc in procs:
-            proc.collect()  # children started while shutting down
-        if not any(proc.alive() for proc in procs):
-            return
-        time.sleep(_POLL_S)
+    if not _wait_gone(procs, timeout):
+        return
     for proc in procs:
         left = proc.alive()
         if left:
             log.warning("%s: SIGKILL to %s", proc.name, sorted(p for p, _ in left))
             proc.signal_tree(signal.SIGKILL)
-    deadline = time.monotonic() + 5.0
-    while time.monotonic() < deadline and any(proc.alive() for proc in procs):
-        time.sleep(_POLL_S)
+    _wait_gone(procs, 5.0)
     for proc in procs:
         left = proc.alive()
         if left:
@@ -362,9 +578,10 @@ def _terminate(procs: Sequence[ManagedProcess], timeout: float) -> None:
 class FlowerRunResult(subprocess.CompletedProcess):
     """Outcome of ``flwr run --stream``: the CLI's exit status and output, plus the run.
 
-    ``returncode`` is the CLI's; Flower 1.41 exits 0 even when the ServerApp fails,
-    so look at ``status`` (``"finished:completed"``, ``"finished:failed"``, ...;
-    ``None`` if it could not be read).
+    ``returncode`` is the CLI's. Flower 1.41 exits 0 even when the ServerApp fails, and
+    1 when its log stream breaks (a SuperLink restart) although the run may go on and
+    complete, so look at ``status`` (``"finished:completed"``, ``"finished:failed"``,
+    ...; ``None`` if it could not be read) and ``status_details`` (Flower's reason).
     """
 
     def __init__(
@@ -376,16 +593,18 @@ class FlowerRunResult(subprocess.CompletedProcess):
         run_id: int | None,
         status: str | None,
         log_path: Path,
+        status_details: str = "",
     ) -> None:
         super().__init__(args, returncode, stdout=stdout, stderr="")
         self.run_id = run_id
         self.status = status
+        self.status_details = status_details
         self.log_path = log_path
 
     @property
     def ok(self) -> bool:
-        """The CLI exited 0 and the run finished as completed."""
-        return self.returncode == 0 and self.status == "finished:completed"
+        """The run finished as completed (``status == "finished:completed"``)."""
+        return self.status == "finished:completed"
 
 
 class FlowerRun:
@@ -403,91 +622,119 @@ class FlowerRun:
         return int(match.group(1)) if match else None
 
     def output(self) -> str:
-        try:
-            return self.process.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
+        """What the CLI printed so far (the streamed ServerApp log included)."""
+        return self.process.log_text()
 
     def done(self) -> bool:
+        """Whether the CLI exited (its log stream ended or broke)."""
         return not self.process.running
 
     def wait(self, timeout: float, *, check: bool = False) -> FlowerRunResult:
-        """Wait until the run ends (the CLI stops streaming).
+        """Wait until the run ends.
 
-        Raises :class:`TimeoutError` (after stopping the CLI and the run) when it
-        takes longer than ``timeout`` seconds, and :class:`RuntimeError` with
-        ``check=True`` when the run did not complete.
+        The CLI stops streaming when the run ends, or earlier when the SuperLink goes
+        away; then the run's status is polled (``flwr list``) until it is final.
+
+        Raises :class:`TimeoutError` (after stopping the CLI and the run) when it takes
+        longer than ``timeout`` seconds, and with ``check=True``
+        :class:`RuntimeError` naming the status, Flower's reason and the tail of the
+        ServerApp's log when the run did not complete.
         """
+        if not timeout > 0:
+            raise ValueError(f"timeout must be > 0 s; got {timeout!r}")
+        deadline = time.monotonic() + timeout
         try:
             returncode = self.process.popen.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            run_id = self.run_id
-            _terminate([self.process], 5.0)
-            if run_id is not None:
-                self._deployment.stop_run(run_id)
-            raise TimeoutError(
-                f"flwr run did not finish within {timeout:.0f} s "
-                f"(run {run_id}); log {self.process.log_path}:\n"
-                f"{self.process.log_tail()}"
-            ) from None
+            self._give_up(timeout)
         _terminate([self.process], 2.0)  # anything it left behind
         run_id = self.run_id
-        status = self._deployment.run_status(run_id) if run_id is not None else None
+        info: dict[str, Any] = {}
+        if run_id is not None:
+            # a finished run is marked so a moment after the stream closes; a stream broken
+            # by a SuperLink outage leaves the run running: wait for it (bounded by timeout)
+            info = self._deployment.run_info(
+                run_id, timeout=max(deadline - time.monotonic(), 30.0)
+            )
+            if not str(info.get("status", "")).startswith("finished") and time.monotonic() >= deadline:
+                self._give_up(timeout)
+        status = info.get("status")
         result = FlowerRunResult(
             self.args,
             returncode,
             self.output(),
             run_id=run_id,
-            status=status,
+            status=None if status is None else str(status),
+            status_details=str(info.get("status-details") or ""),
             log_path=self.process.log_path,
         )
-        log.info("run %s ended: exit %s, status %s", run_id, returncode, status)
+        log.info("run %s ended: exit %s, status %s %s", run_id, returncode, status,
+                 result.status_details)
         if check and not result.ok:
             raise RuntimeError(
-                f"flwr run failed (exit {returncode}, status {status}); "
-                f"log {self.process.log_path}:\n{self.process.log_tail()}"
+                f"run {run_id} did not complete: status {status}"
+                f"{': ' + result.status_details if result.status_details else ''} "
+                f"(flwr run exit {returncode}); ServerApp log "
+                f"{self.process.log_path} ends:\n{self._deployment.serverapp_log_tail(self)}"
             )
         return result
+
+    def _give_up(self, timeout: float) -> None:
+        run_id = self.run_id
+        _terminate([self.process], 5.0)
+        if run_id is not None:
+            self._deployment.stop_run(run_id)
+        raise TimeoutError(
+            f"run {run_id} did not finish within {timeout:.0f} s; "
+            f"log {self.process.log_path}:\n{self.process.log_tail()}"
+        ) from None
 
 
 # ----------------------------------------------------------------------- deployment
 
 
 class LocalDeployment:
-    """One SuperLink and ``num_nodes`` SuperNodes on loopback, as a context manager.
+    """A SuperLink, its ServerApp executor and ``num_nodes`` SuperNodes, as a context manager.
 
     Parameters
     ----------
-    num_nodes:
-        Number of SuperNodes. Node ``i`` gets
+    num_nodes
+        Number of SuperNodes (>= 1). Node ``i`` gets
         ``--node-config "partition-id=i num-partitions=num_nodes ..."``.
-    log_dir:
-        Directory for the logs (``superlink.log``, ``supernode-<i>.log``,
-        ``flwr-run-<k>.log``), the run-config files and the private ``FLWR_HOME``
-        directories (``flwr-home/``). A fresh temporary directory if ``None``; it is
-        kept after :meth:`stop` for inspection.
-    node_config:
+    log_dir
+        Directory for the logs (``superlink.log``, ``superexec.log``,
+        ``fleet-proxy.log``, ``supernode-<i>.log``, ``flwr-run-<k>.log``; a restarted
+        process appends to its log), the SuperLink's database
+        (``superlink/state.db``), the credentials (``certs/``), the run-config files and
+        the private ``FLWR_HOME`` directories (``flwr-home/``). A fresh temporary
+        directory if ``None``; it is kept after :meth:`stop` for inspection.
+    node_config
         Extra node-config entries: one mapping for every node, or a sequence with
         one mapping per node (e.g. ``{"data-path": "/data/site3.npz"}``).
-    host:
-        IPv4 address to serve on.
-    startup_timeout:
-        Seconds to wait for the SuperLink and all SuperNodes to be up.
-    stop_timeout:
-        Seconds between SIGTERM and SIGKILL in :meth:`stop`.
-    heartbeat_interval:
+    host
+        IPv4 address SuperNodes connect to: the Fleet proxy's (``secure=True``; the
+        SuperLink itself stays on ``127.0.0.1``) or the SuperLink's (``secure=False``).
+    secure
+        TLS, SuperNode authentication with registered keys, the SuperLink on loopback
+        and a Fleet-only proxy on ``host`` (default). ``False``: plain HTTP, any
+        SuperNode may join, every API on ``host`` -- for quick local trials only.
+    startup_timeout
+        Seconds to wait for the SuperLink and all SuperNodes to be up (> 0).
+    stop_timeout
+        Seconds between SIGTERM and SIGKILL in :meth:`stop` (> 0).
+    heartbeat_interval
         If given (>= 10 s), SuperNodes announce this heartbeat interval instead of
         Flower's 30 s, so a dead node is declared after 2 x this interval. Patches
         Flower internals; for tests.
-    runtime_dependency_installation:
+    runtime_dependency_installation
         Let the SuperLink (and SuperNodes) ``uv sync`` the app's dependencies
         (needs a package index). Off: apps run in the current environment.
-    env:
+    env
         Extra environment variables for every process.
-    results_root:
-        The results root of the ServerApp (``$TOPOFL_RESULTS_ROOT`` of every process): a run's
-        ``out-dir`` must lie inside it. Default ``log_dir/results``.
-    connection_name:
+    results_root
+        The results root of the ServerApp (``$TOPOFL_RESULTS_ROOT`` of every process): a
+        run's ``out-dir`` must lie inside it. Default ``log_dir/results``.
+    connection_name
         Name of the SuperLink connection written to the CLI's ``config.toml``.
     """
 
@@ -500,6 +747,7 @@ class LocalDeployment:
         | Sequence[Mapping[str, ConfigValue]]
         | None = None,
         host: str = "127.0.0.1",
+        secure: bool = True,
         startup_timeout: float = 60.0,
         stop_timeout: float = 10.0,
         heartbeat_interval: float | None = None,
@@ -508,40 +756,61 @@ class LocalDeployment:
         results_root: str | os.PathLike[str] | None = None,
         connection_name: str = "topofl-local",
     ) -> None:
-        if num_nodes < 1:
-            raise ValueError("num_nodes must be >= 1")
-        if heartbeat_interval is not None and heartbeat_interval < MIN_HEARTBEAT_INTERVAL:
+        if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1:
+            raise ValueError(f"num_nodes must be an int >= 1; got {num_nodes!r}")
+        if heartbeat_interval is not None and not heartbeat_interval >= MIN_HEARTBEAT_INTERVAL:
             raise ValueError(
                 f"heartbeat_interval must be >= {MIN_HEARTBEAT_INTERVAL} s "
-                "(the SuperLink rejects shorter ones)"
+                f"(the SuperLink rejects shorter ones); got {heartbeat_interval!r}"
             )
+        for name, value in (("startup_timeout", startup_timeout), ("stop_timeout", stop_timeout)):
+            if not value > 0:
+                raise ValueError(f"{name} must be > 0 s; got {value!r}")
+        try:
+            ipaddress.IPv4Address(host)
+        except ValueError:
+            raise ValueError(f"host must be an IPv4 address; got {host!r}") from None
         if isinstance(node_config, Mapping) or node_config is None:
             extras: list[Mapping[str, ConfigValue]] = [node_config or {}] * num_nodes
         else:
             extras = list(node_config)
             if len(extras) != num_nodes:
-                raise ValueError("node_config needs one mapping per node")
+                raise ValueError(
+                    f"node_config needs one mapping per node ({num_nodes}); got {len(extras)}"
+                )
         self.num_nodes = num_nodes
         self.log_dir = Path(
             log_dir if log_dir is not None else tempfile.mkdtemp(prefix="topofl-flower-")
         ).resolve()
         self.host = host
+        self.secure = bool(secure)
         self.startup_timeout = startup_timeout
         self.stop_timeout = stop_timeout
         self.heartbeat_interval = heartbeat_interval
         self.runtime_dependency_installation = runtime_dependency_installation
         self.connection_name = _check_key(connection_name)
         self._extra_env = dict(env or {})
-        self.results_root = Path(results_root if results_root is not None else self.log_dir / "results").resolve()
+        self.results_root = Path(
+            results_root if results_root is not None else self.log_dir / "results"
+        ).resolve()
         self._extra_env.setdefault("TOPOFL_RESULTS_ROOT", str(self.results_root))
         self._node_extras = extras
+        self.credentials: Credentials | None = None
+        """TLS and SuperNode keys (``secure=True``), made in :meth:`start`."""
         self.superlink: ManagedProcess | None = None
+        self.superexec: ManagedProcess | None = None
+        """The ``flower-superexec`` that runs the ServerApps (``--isolation process``)."""
+        self.proxy: ManagedProcess | None = None
+        """The Fleet proxy (``secure=True``)."""
         self.nodes: list[ManagedProcess] = []
         self.node_ids: list[int | None] = []
         """Flower node ID of each SuperNode (from its log), by index."""
         self.runs: list[FlowerRun] = []
         self.killed: set[int] = set()
         self.superlink_port: int | None = None
+        self.proxy_port: int | None = None
+        self._node_ports: list[int] = []
+        self._retired: list[ManagedProcess] = []  # earlier incarnations of restarted processes
         self._started = False
         self._stopped = False
 
@@ -549,10 +818,27 @@ class LocalDeployment:
 
     @property
     def address(self) -> str:
-        """``host:port`` of the SuperLink (Fleet, Control and Runtime HTTP APIs)."""
+        """``host:port`` of the SuperLink: the Control (``flwr`` CLI) and Runtime APIs.
+
+        ``127.0.0.1:<port>`` when ``secure``; SuperNodes use :attr:`fleet_address`.
+        """
         if self.superlink_port is None:
             raise RuntimeError("deployment not started")
-        return f"{self.host}:{self.superlink_port}"
+        return f"{self._superlink_host}:{self.superlink_port}"
+
+    @property
+    def fleet_address(self) -> str:
+        """``host:port`` SuperNodes connect to (the Fleet proxy when ``secure``)."""
+        if not self.secure:
+            return self.address
+        if self.proxy_port is None:
+            raise RuntimeError("deployment not started")
+        return f"{self.host}:{self.proxy_port}"
+
+    @property
+    def database(self) -> Path:
+        """The SuperLink's SQLite state (``--database``): runs, nodes, registered keys."""
+        return self.log_dir / "superlink" / "state.db"
 
     @property
     def cli_home(self) -> Path:
@@ -561,18 +847,23 @@ class LocalDeployment:
 
     @property
     def processes(self) -> list[ManagedProcess]:
-        """Every process started: SuperLink, SuperNodes and ``flwr`` CLI runs."""
-        procs = [self.superlink] if self.superlink is not None else []
+        """The current processes: SuperLink, SuperExec, proxy, SuperNodes, ``flwr`` runs."""
+        procs = [p for p in (self.superlink, self.superexec, self.proxy) if p is not None]
         return procs + self.nodes + [run.process for run in self.runs]
 
     @property
     def pids(self) -> dict[str, int]:
-        """PID of every process started, by name (``superlink``, ``supernode-0``...)."""
+        """PID of every current process, by name (``superlink``, ``supernode-0``...)."""
         return {proc.name: proc.pid for proc in self.processes}
 
     def all_pids(self) -> list[int]:
-        """PIDs of the started processes and of all their descendants seen so far."""
-        return sorted({pid for proc in self.processes for pid, _ in proc.collect()})
+        """PIDs of every process started (restarted ones too) and all descendants seen."""
+        procs = self._retired + self.processes
+        return sorted({pid for proc in procs for pid, _ in proc.collect()})
+
+    @property
+    def _superlink_host(self) -> str:
+        return "127.0.0.1" if self.secure else self.host
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -585,7 +876,7 @@ class LocalDeployment:
         self.stop()
 
     def start(self) -> LocalDeployment:
-        """Start the SuperLink and the SuperNodes and wait until all are up.
+        """Start everything and wait until the SuperLink and all SuperNodes are up.
 
         Raises :class:`TimeoutError` (with the tail of the process log) when one
         is not up within ``startup_timeout`` and :class:`RuntimeError` when one
@@ -599,46 +890,245 @@ class LocalDeployment:
         t0 = time.monotonic()
         deadline = t0 + self.startup_timeout
         try:
-            ports = find_free_ports(1 + self.num_nodes, self.host)
+            ports = find_free_ports(2 + self.num_nodes, self._superlink_host)
             self.superlink_port = ports[0]
+            self._node_ports = ports[2:]
+            if self.secure:
+                self.proxy_port = find_free_ports(1, self.host)[0] if self.host != "127.0.0.1" else ports[1]
+                hosts = dict.fromkeys([self.host, "127.0.0.1", "localhost"])
+                self.credentials = generate_credentials(
+                    self.log_dir / "certs", self.num_nodes, hosts=hosts
+                )
+            for stale in self.database.parent.glob(self.database.name + "*"):
+                stale.unlink()  # a fresh deployment: no runs or nodes of an earlier one
             self._start_superlink()
-            self._wait_http(self.superlink, deadline)  # type: ignore[arg-type]
+            self._wait_healthy(self.superlink, self._health_url(self.address), deadline)  # type: ignore[arg-type]
             log.info("SuperLink up on %s after %.1f s", self.address, time.monotonic() - t0)
-            for i in range(self.num_nodes):
-                self._start_supernode(i, ports[1 + i])
-            self.node_ids = [self._wait_node_id(node, deadline) for node in self.nodes]
+            self._start_superexec()
             self._write_cli_config()
+            if self.secure:
+                self._start_proxy()
+                self._wait_healthy(self.proxy, self._health_url(self.fleet_address), deadline)  # type: ignore[arg-type]
+                registered = [self.register_node_key(i) for i in range(self.num_nodes)]
+            for i in range(self.num_nodes):
+                self.nodes.append(self._start_supernode(i))
+            self.node_ids = [self._wait_node_id(node, deadline) for node in self.nodes]
+            if self.secure and self.node_ids != registered:
+                raise RuntimeError(
+                    f"SuperNodes activated as {self.node_ids}, registered as {registered}"
+                )
         except BaseException:
             self.stop()
             raise
         log.info(
-            "%d SuperNodes up after %.1f s; PIDs %s; logs in %s",
-            self.num_nodes, time.monotonic() - t0, self.pids, self.log_dir,
+            "%d SuperNodes up after %.1f s (%s); PIDs %s; logs in %s",
+            self.num_nodes, time.monotonic() - t0,
+            "TLS, node auth, Fleet proxy" if self.secure else "insecure",
+            self.pids, self.log_dir,
         )
         return self
 
     def stop(self) -> None:
-        """Stop every process started (SIGTERM, ``stop_timeout``, SIGKILL). Idempotent."""
+        """Stop every process started (SIGTERM, ``stop_timeout``, SIGKILL). Idempotent.
+
+        In stages: ``flwr`` runs and SuperNodes, then the SuperExec, the proxy, the
+        SuperLink.
+        """
         if self._stopped or not self._started:
             return
         self._stopped = True
         atexit.unregister(self.stop)
-        procs = self.processes
         t0 = time.monotonic()
-        _terminate(procs, self.stop_timeout)
+        # outside in: SuperNodes say goodbye through the proxy, a ServerApp reports to
+        # the SuperLink, and the SuperLink has no open proxy connection to wait for
+        stages: list[list[ManagedProcess | None]] = [
+            [*self._retired, *(run.process for run in self.runs), *self.nodes],
+            [self.superexec], [self.proxy], [self.superlink],
+        ]
+        for stage in stages:
+            _terminate([p for p in stage if p is not None], self.stop_timeout)
         log.info("stopped %d processes in %.1f s", len(self.all_pids()), time.monotonic() - t0)
 
+    def _require_running(self) -> None:
+        if not self._started or self._stopped:
+            raise RuntimeError("deployment not running")
+
+    # ------------------------------------------------------------ faults, recovery
+
     def kill_node(self, index: int, sig: int = signal.SIGKILL) -> None:
-        """Kill SuperNode ``index`` and its children (SIGKILL: no goodbye to the SuperLink)."""
-        node = self.nodes[index]
-        log.info("killing supernode-%d (pid %d, node id %s)", index, node.pid, self.node_ids[index])
+        """Kill SuperNode ``index`` and its children (SIGKILL: no goodbye to the SuperLink).
+
+        With SIGTERM or SIGINT the SuperNode deactivates itself first (Flower marks it
+        ``offline`` at once) and exits within about a second.
+        """
+        self._require_running()
+        node = self.nodes[self._check_index(index)]
+        log.info("signal %d to supernode-%d (pid %d, node id %s)", sig, index, node.pid,
+                 self.node_ids[index])
         node.signal_tree(sig)
-        deadline = time.monotonic() + 10.0
-        while node.alive() and time.monotonic() < deadline:
-            time.sleep(_POLL_S)
-        if node.alive():
+        if _wait_gone([node], 10.0):
             node.signal_tree(signal.SIGKILL)
+            _wait_gone([node], 5.0)
         self.killed.add(index)
+
+    def restart_node(
+        self, index: int, *, sig: int = signal.SIGKILL, timeout: float = 180.0
+    ) -> float:
+        """Kill SuperNode ``index`` (unless already dead) and start it again with the same key.
+
+        With SuperNode authentication (``secure``) the node comes back with the same node
+        ID, and Flower 1.41 refuses to activate a node the SuperLink still lists as
+        ``online`` (``[code: 2004] Failed to activate SuperNode``, exit 1). After a SIGKILL
+        that lasts until the SuperLink marks it ``offline``: 2 heartbeat intervals after
+        its last heartbeat, up to ~60 s (``2 x heartbeat_interval`` with the shim). This
+        method polls ``flwr supernode ls`` until the node is no longer ``online`` (it does
+        not sleep a fixed time), then starts it. After a SIGTERM the node has already
+        said goodbye and rejoins at once. Without authentication a new key, hence a new
+        node ID, is used and there is nothing to wait for.
+
+        Returns the seconds from the signal until the node was active again; raises
+        :class:`TimeoutError` after ``timeout`` s and :class:`RuntimeError` if the new
+        process exits.
+        """
+        self._require_running()
+        self._check_index(index)
+        if not timeout > 0:
+            raise ValueError(f"timeout must be > 0 s; got {timeout!r}")
+        t0 = time.monotonic()
+        deadline = t0 + timeout
+        old = self.nodes[index]
+        if old.alive():
+            self.kill_node(index, sig)
+        old_id = self.node_ids[index]
+        waited = 0.0
+        if self.secure and old_id is not None:
+            t_wait = time.monotonic()
+            self._wait_node_not_online(old_id, deadline)
+            waited = time.monotonic() - t_wait
+        self._retired.append(old)
+        self.nodes[index] = self._start_supernode(index)
+        new_id = self._wait_node_id(self.nodes[index], deadline, timeout)
+        if self.secure and new_id != old_id:
+            raise RuntimeError(f"supernode-{index} came back as {new_id}, not {old_id}")
+        self.node_ids[index] = new_id
+        self.killed.discard(index)
+        took = time.monotonic() - t0
+        log.info("supernode-%d back as node %d after %.1f s (%.1f s waiting for 'offline')",
+                 index, new_id, took, waited)
+        return took
+
+    def restart_superlink(self, down_for: float = 0.0, sig: int = signal.SIGKILL,
+                          timeout: float | None = None) -> float:
+        """Kill the SuperLink only and start it again on the same port with the same database.
+
+        The ServerApp executor, a running ServerApp, the Fleet proxy and the SuperNodes
+        are left alone: they retry until the SuperLink is back. With ``--database`` and
+        ``--isolation process`` a running ServerApp carries on with its run, provided the
+        SuperLink is back within about 60 s (Flower's task-token TTL, 2 x 30 s; after
+        longer the run ends ``finished:failed``). SuperNodes keep their node IDs.
+
+        Parameters
+        ----------
+        down_for
+            Seconds (>= 0) from the signal until the new SuperLink is started.
+        sig
+            Signal for the old SuperLink (SIGKILL: a crash; SIGTERM: a clean stop).
+        timeout
+            Seconds to wait for the new SuperLink to be healthy (default
+            ``startup_timeout``).
+
+        Returns
+        -------
+        float
+            The outage: seconds from the signal until the new SuperLink is healthy.
+        """
+        self._require_running()
+        if not down_for >= 0:
+            raise ValueError(f"down_for must be >= 0 s; got {down_for!r}")
+        old = self.superlink
+        assert old is not None
+        t0 = time.monotonic()
+        log.info("signal %d to the SuperLink (pid %d)", sig, old.pid)
+        old.signal_tree(sig)
+        if _wait_gone([old], 10.0):
+            old.signal_tree(signal.SIGKILL)
+            _wait_gone([old], 5.0)
+        self._retired.append(old)
+        time.sleep(max(0.0, down_for - (time.monotonic() - t0)))
+        self._start_superlink()
+        wait = self.startup_timeout if timeout is None else timeout
+        self._wait_healthy(self.superlink, self._health_url(self.address),  # type: ignore[arg-type]
+                           time.monotonic() + wait)
+        outage = time.monotonic() - t0
+        log.info("SuperLink back on %s after %.1f s", self.address, outage)
+        return outage
+
+    def serverapps(self) -> list[psutil.Process]:
+        """The running ``flwr-serverapp`` processes (children of :attr:`superexec`)."""
+        self._require_running()
+        assert self.superexec is not None
+        found = []
+        for proc in self.superexec.descendants():
+            try:
+                if proc.status() != psutil.STATUS_ZOMBIE and any(
+                    "flwr-serverapp" in part for part in proc.cmdline()[:2]
+                ):
+                    found.append(proc)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        return found
+
+    def kill_serverapp(self, sig: int = signal.SIGKILL) -> list[int]:
+        """Send ``sig`` to every running ``flwr-serverapp``; return their PIDs.
+
+        SIGKILL is a crash: the run stays ``running`` in the SuperLink until its task
+        token expires (~60 s) and then ends ``finished:failed``; :meth:`stop_run` ends it
+        at once. Continue it with a new run whose run config has ``resume-dir``.
+        """
+        procs = self.serverapps()
+        idents = [ident for ident in map(_identity, procs) if ident is not None]
+        for proc in procs:
+            try:
+                proc.send_signal(sig)
+            except psutil.NoSuchProcess:
+                pass
+        left = _wait_idents(idents, 10.0)
+        log.info("signal %d to flwr-serverapp %s%s", sig, [p.pid for p in procs],
+                 f"; still running: {left}" if left else "")
+        return [p.pid for p in procs]
+
+    def node_status(self, timeout: float = 30.0) -> dict[int, str]:
+        """Status of every node the SuperLink knows (``flwr supernode ls``), by node ID.
+
+        ``"online"``, ``"offline"``, ``"registered"`` (key registered, never active) or
+        ``"unregistered"``.
+        """
+        out = self._cli(["supernode", "ls", self.connection_name, "--format", "json"], timeout)
+        text = out.stdout
+        try:
+            data = json.loads(text[text.index("{"):])
+        except ValueError:
+            raise RuntimeError(
+                f"flwr supernode ls failed (exit {out.returncode}): {text[-2000:]}{out.stderr[-2000:]}"
+            ) from None
+        return {int(n["node-id"]): str(n["status"]) for n in data.get("nodes", [])}
+
+    def register_node_key(self, index: int, public_key: str | os.PathLike[str] | None = None) -> int:
+        """``flwr supernode register`` a public key (default ``supernode-<index>.pub``).
+
+        Returns the node ID Flower assigned. Needs ``secure=True`` (node auth).
+        """
+        if not self.secure or self.credentials is None:
+            raise RuntimeError("register_node_key needs secure=True (SuperNode authentication)")
+        key = Path(public_key) if public_key is not None else self.credentials.public_key(index)
+        out = self._cli(["supernode", "register", str(key), self.connection_name], 60.0)
+        match = _REGISTERED_RE.search(out.stdout)
+        if out.returncode != 0 or match is None:
+            raise RuntimeError(
+                f"flwr supernode register {key} failed (exit {out.returncode}):\n"
+                f"{out.stdout[-2000:]}{out.stderr[-2000:]}"
+            )
+        return int(match.group(1))
 
     # ----------------------------------------------------------------------- runs
 
@@ -654,8 +1144,7 @@ class LocalDeployment:
         Returns at once; call :meth:`FlowerRun.wait`. ``run_config`` keys must be in
         the app's ``[tool.flwr.app.config]``.
         """
-        if not self._started or self._stopped:
-            raise RuntimeError("deployment not running")
+        self._require_running()
         k = len(self.runs)
         args = [self._exe("flwr"), "run", str(Path(app_dir).resolve()), self.connection_name]
         if run_config:
@@ -680,19 +1169,25 @@ class LocalDeployment:
         """Run a Flower app to the end; see :meth:`submit` and :meth:`FlowerRun.wait`."""
         return self.submit(app_dir, run_config).wait(timeout, check=check)
 
-    def run_status(self, run_id: int, timeout: float = 30.0) -> str | None:
-        """Status of a run (``"running"``, ``"finished:completed"``...), via ``flwr list``.
+    def run_info(self, run_id: int, timeout: float = 30.0) -> dict[str, Any]:
+        """A run's entry of ``flwr list --run-id <id> --format json`` (``{}`` if unreadable).
 
-        Waits (bounded by ``timeout``) for a finished status, as the SuperLink marks
-        the run finished a moment after the log stream closes.
+        Keys include ``status`` (``"running"``, ``"finished:completed"``,
+        ``"finished:failed"``...) and ``status-details``. Polls (bounded by ``timeout``)
+        until the status is final, as the SuperLink marks a run finished a moment after
+        its log stream closes.
         """
         deadline = time.monotonic() + timeout
-        status: str | None = None
         while True:
-            status = self._query_status(run_id, max(deadline - time.monotonic(), 1.0))
-            if (status or "").startswith("finished") or time.monotonic() > deadline:
-                return status
-            time.sleep(0.5)
+            info = self._query_run(run_id, max(min(deadline - time.monotonic(), 30.0), 5.0))
+            if str(info.get("status", "")).startswith("finished") or time.monotonic() > deadline:
+                return info
+            time.sleep(1.0)
+
+    def run_status(self, run_id: int, timeout: float = 30.0) -> str | None:
+        """Status of a run (``"running"``, ``"finished:completed"``...), via ``flwr list``."""
+        status = self.run_info(run_id, timeout).get("status")
+        return None if status is None else str(status)
 
     def stop_run(self, run_id: int, timeout: float = 30.0) -> None:
         """Ask the SuperLink to stop a run (``flwr stop``); errors are only logged."""
@@ -702,7 +1197,22 @@ class LocalDeployment:
         except (subprocess.TimeoutExpired, OSError) as exc:
             log.warning("flwr stop %d failed: %s", run_id, exc)
 
+    def serverapp_log_tail(self, run: FlowerRun, lines: int = 30) -> str:
+        """The end of the run's ServerApp log (streamed by the CLI) and of the SuperExec's.
+
+        ServerApp output also lands in ``superexec.log``: what is left when the stream broke.
+        """
+        text = run.process.log_tail(lines)
+        if self.superexec is not None:
+            text += f"\n--- {self.superexec.log_path.name} ---\n" + self.superexec.log_tail(lines // 2)
+        return text
+
     # ---------------------------------------------------------------- internals
+
+    def _check_index(self, index: int) -> int:
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(self.nodes):
+            raise ValueError(f"index must be a SuperNode index in 0..{len(self.nodes) - 1}; got {index!r}")
+        return index
 
     def _exe(self, name: str) -> str:
         """A Flower executable next to the current interpreter, else from PATH."""
@@ -722,7 +1232,7 @@ class LocalDeployment:
             env["FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION"] = "1"
         for var in ("NO_PROXY", "no_proxy"):  # loopback must never go through a proxy
             hosts = [h for h in env.get(var, "").split(",") if h]
-            env[var] = ",".join(hosts + [self.host, "localhost"])
+            env[var] = ",".join(hosts + [self.host, "127.0.0.1", "localhost"])
         env.update(self._extra_env)
         env["FLWR_HOME"] = str(flwr_home)
         return env
@@ -733,6 +1243,7 @@ class LocalDeployment:
         flwr_home.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / f"{name}.log"
         with open(log_path, "ab") as log_file:
+            offset = log_file.tell()
             log_file.write(f"$ {' '.join(args)}\n".encode())
             log_file.flush()
             popen = subprocess.Popen(
@@ -744,22 +1255,57 @@ class LocalDeployment:
                 cwd=str(self.log_dir),
                 start_new_session=True,
             )
-        proc = ManagedProcess(name, popen, log_path, flwr_home, port, _start_time(popen.pid))
-        proc.collect()
+        proc = ManagedProcess(name, popen, log_path, flwr_home, port, offset)
         log.debug("started %s: pid %d: %s", name, popen.pid, " ".join(args))
         return proc
 
     def _start_superlink(self) -> None:
-        args = [
-            self._exe("flower-superlink"), "--insecure",
-            "--host", self.host, "--port", str(self.superlink_port),
+        args = [self._exe("flower-superlink")]
+        if self.secure:
+            creds = self.credentials
+            assert creds is not None
+            args += [
+                "--ssl-certfile", str(creds.server_cert), "--ssl-keyfile", str(creds.server_key),
+                "--ssl-ca-certfile", str(creds.ca), "--enable-supernode-auth",
+            ]
+        else:
+            args.append("--insecure")
+        self.database.parent.mkdir(parents=True, exist_ok=True)
+        args += [
+            "--host", self._superlink_host, "--port", str(self.superlink_port),
+            "--database", str(self.database), "--isolation", "process",
         ]
         if not self.runtime_dependency_installation:
             args.append("--disable-runtime-dependency-installation")
         home = self.log_dir / "flwr-home" / "superlink"
         self.superlink = self._launch("superlink", args, home, port=self.superlink_port)
 
-    def _start_supernode(self, index: int, port: int) -> None:
+    def _start_superexec(self) -> None:
+        """Start the ServerApp executor.
+
+        Long-lived and without ``--parent-pid``, so it (and a running ServerApp) outlives
+        a SuperLink restart.
+        """
+        args = [self._exe("flower-superexec"), "--runtime-api-address", self.address]
+        args += ["--root-certificates", str(self.credentials.ca)] if self.credentials else ["--insecure"]
+        if self.runtime_dependency_installation:
+            args.append("--allow-runtime-dependency-installation")
+        home = self.log_dir / "flwr-home" / "superexec"
+        self.superexec = self._launch("superexec", args, home, port=None)
+
+    def _start_proxy(self) -> None:
+        creds = self.credentials
+        assert creds is not None
+        args = [
+            sys.executable, "-m", "topofl.flower.fleet_proxy",
+            "--listen", f"{self.host}:{self.proxy_port}", "--superlink", self.address,
+            "--superlink-root-certificates", str(creds.ca),
+            "--certfile", str(creds.server_cert), "--keyfile", str(creds.server_key),
+        ]
+        home = self.log_dir / "flwr-home" / "fleet-proxy"
+        self.proxy = self._launch("fleet-proxy", args, home, port=self.proxy_port)
+
+    def _start_supernode(self, index: int) -> ManagedProcess:
         config: dict[str, ConfigValue] = {
             "partition-id": index,
             "num-partitions": self.num_nodes,
@@ -769,19 +1315,32 @@ class LocalDeployment:
             args = [self._exe("flower-supernode")]
         else:
             args = [sys.executable, "-c", _SUPERNODE_SHIM, str(float(self.heartbeat_interval))]
+        if self.credentials is not None:
+            args += [
+                "--root-certificates", str(self.credentials.ca),
+                "--auth-supernode-private-key", str(self.credentials.node_keys[index]),
+            ]
+        else:
+            args.append("--insecure")
         args += [
-            "--insecure", "--superlink", self.address,
-            "--host", self.host, "--port", str(port),
+            "--superlink", self.fleet_address,
+            "--host", "127.0.0.1", "--port", str(self._node_ports[index]),  # its local Runtime API
             "--node-config", format_config(config),
         ]
         if self.runtime_dependency_installation:
             args.append("--allow-runtime-dependency-installation")
         home = self.log_dir / "flwr-home" / f"supernode-{index}"
-        self.nodes.append(self._launch(f"supernode-{index}", args, home, port=port))
+        return self._launch(f"supernode-{index}", args, home, port=self._node_ports[index])
 
-    def _wait_http(self, proc: ManagedProcess, deadline: float) -> None:
-        url = f"http://{self.host}:{proc.port}/health"
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    def _health_url(self, address: str) -> str:
+        return f"{'https' if self.secure else 'http'}://{address}/health"
+
+    def _wait_healthy(self, proc: ManagedProcess, url: str, deadline: float) -> None:
+        handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({})]
+        if self.credentials is not None:
+            context = ssl.create_default_context(cafile=str(self.credentials.ca))
+            handlers.append(urllib.request.HTTPSHandler(context=context))
+        opener = urllib.request.build_opener(*handlers)
         while True:
             if not proc.running:
                 raise RuntimeError(
@@ -796,15 +1355,15 @@ class LocalDeployment:
                 pass
             if time.monotonic() > deadline:
                 raise TimeoutError(
-                    f"{proc.name} not healthy at {url} within {self.startup_timeout:.0f} s; "
+                    f"{proc.name} not healthy at {url} in time; "
                     f"log {proc.log_path}:\n{proc.log_tail()}"
                 )
             time.sleep(_POLL_S)
 
-    def _wait_node_id(self, proc: ManagedProcess, deadline: float) -> int:
+    def _wait_node_id(self, proc: ManagedProcess, deadline: float, timeout: float | None = None) -> int:
         """Wait for ``SuperNode ID: <id>`` in the log: the node is registered and active."""
         while True:
-            match = _NODE_ID_RE.search(proc.log_tail(10_000))
+            match = _NODE_ID_RE.search(proc.log_text())
             if match:
                 return int(match.group(1))
             if not proc.running:
@@ -815,18 +1374,36 @@ class LocalDeployment:
             if time.monotonic() > deadline:
                 raise TimeoutError(
                     f"{proc.name} did not connect to the SuperLink within "
-                    f"{self.startup_timeout:.0f} s; log {proc.log_path}:\n{proc.log_tail()}"
+                    f"{timeout or self.startup_timeout:.0f} s; log {proc.log_path}:\n{proc.log_tail()}"
                 )
             time.sleep(_POLL_S)
 
+    def _wait_node_not_online(self, node_id: int, deadline: float) -> None:
+        """Poll ``flwr supernode ls`` until the SuperLink no longer lists ``node_id`` online."""
+        while True:
+            try:
+                status = self.node_status().get(node_id)
+            except (RuntimeError, subprocess.TimeoutExpired, OSError) as exc:
+                log.warning("flwr supernode ls: %s", exc)
+                status = "unknown"
+            if status not in ("online", "unknown"):
+                log.info("node %d is %s: it may activate again", node_id, status)
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"node {node_id} still {status} at the SuperLink")
+            time.sleep(_STATUS_POLL_S)
+
     def _write_cli_config(self) -> None:
         self.cli_home.mkdir(parents=True, exist_ok=True)
+        if self.credentials is not None:
+            auth = f"root-certificates = {json.dumps(str(self.credentials.ca))}\n"
+        else:
+            auth = "insecure = true\n"
         (self.cli_home / "config.toml").write_text(
             "[superlink]\n"
             f'default = "{self.connection_name}"\n\n'
             f"[superlink.{self.connection_name}]\n"
-            f'address = "{self.address}"\n'
-            "insecure = true\n"
+            f'address = "{self.address}"\n' + auth
         )
 
     def _cli(self, args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
@@ -848,17 +1425,17 @@ class LocalDeployment:
             raise
         return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
-    def _query_status(self, run_id: int, timeout: float) -> str | None:
+    def _query_run(self, run_id: int, timeout: float) -> dict[str, Any]:
         try:
             out = self._cli(
                 ["list", self.connection_name, "--run-id", str(run_id), "--format", "json"],
                 timeout,
             )
             text = out.stdout
-            data = json.loads(text[text.index("{") :])
+            data = json.loads(text[text.index("{"):])
             for run in data.get("runs", []):
                 if str(run.get("run-id")) == str(run_id):
-                    return str(run.get("status"))
+                    return dict(run)
         except (subprocess.TimeoutExpired, OSError, ValueError) as exc:
             log.warning("flwr list --run-id %d failed: %s", run_id, exc)
-        return None
+        return {}
