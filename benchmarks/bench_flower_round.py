@@ -27,8 +27,9 @@ machine, median of 7 fresh interpreters, load ~2): ``import topofl.flower.client
 of which Flower's own ``import flwr.app, flwr.clientapp`` 0.37 s (``-X importtime``: topofl's share
 0.41 s, SciPy's special functions 0.14 s and networkx 0.10 s of it). With ``--compare`` on a copy of
 the old code, under load 4: 1.68 s before, 0.83 s after (Flower alone 0.48 s). A ClientApp process
-also stopped importing scipy.optimize (Brent's method, ported) and scipy.stats (average ranks) while
-it builds the healthcare scenario and evaluates (~0.6 s per message). Timings depend on the machine
+also stopped importing scipy.stats (average ranks in NumPy) when it evaluates (~0.3 s per message);
+a node that builds a built-in scenario (trials) still imports scipy.optimize for Brent's method,
+which a real site with its own ``data-path`` never does. Timings depend on the machine
 and its load (other work shares it); nothing here is asserted.
 
 Run: ``python benchmarks/bench_flower_round.py [--rounds 4] [--nodes 4] [--import-runs 7] [--compare DIR]
