@@ -271,8 +271,12 @@ def flower(
     from topofl.flower.simulation import FlowerRunFailed
 
     if resume is not None:
-        if out is not None:
-            raise ValueError("--resume continues a run in its own directory; leave out --out")
+        given = [flag for flag, value, default in (
+            ("--out", out, None), ("--method", method, "ptopofl"), ("--scenario", scenario, "healthcare"), ("--rounds", rounds, 3),
+            ("--seed", seed, 0), ("--param", param or [], []), ("--scenario-param", scenario_param or [], []), ("--graph", graph, "ring"),
+            ("--pooled-metrics", pooled_metrics, False), ("--client-fraction", client_fraction, 1.0)) if value != default]
+        if given:
+            raise ValueError(f"--resume continues a run in its own directory with its own settings; leave out {', '.join(given)}")
         run_dir = resume.resolve()
         settings, out = FlowerSettings(resume_dir=run_dir.name), run_dir.parent
     else:

@@ -231,3 +231,29 @@ def test_partial_participation_selects_the_clients_the_in_process_run_selects(me
         assert sum(1 for r in flower.records if r["round"] == rnd and r["bytes_up"] > 0) == 4
     with pytest.raises(ValueError, match="client-fraction"):
         FlowerSettings(client_fraction=0.0)
+
+
+def test_a_push_the_restarted_superlink_refused_is_tried_again(monkeypatch, caplog):
+    from flwr.app import Message, RecordDict
+
+    import topofl.flower.exchange as exchange_mod
+
+    FakeGrid(1)
+    grid = PushPullGrid({1: 1, 2: 1})
+    push, failures = grid.push_messages, []
+
+    def flaky(messages):
+        if not failures:
+            failures.append(1)
+            raise RuntimeError("Failed to push object: the push session may have expired")
+        return push(messages)
+
+    grid.push_messages = flaky
+    monkeypatch.setattr(exchange_mod.time, "sleep", lambda s: None)
+    msgs = [Message(RecordDict(), dst_node_id=n, message_type="query", group_id="0") for n in (1, 2)]
+    replies = exchange_mod.send_and_receive(grid, msgs, timeout=30.0)
+    assert sorted(r.metadata.reply_to_message_id for r in replies) == ["m0", "m1"]
+    assert "pushing messages to the SuperLink failed (RuntimeError" in caplog.text
+    grid.push_messages = lambda messages: (_ for _ in ()).throw(RuntimeError("down for good"))
+    with pytest.raises(RuntimeError, match="down for good"):  # after GRID_TRIES, the error ends the exchange
+        exchange_mod.send_and_receive(grid, msgs, timeout=30.0)

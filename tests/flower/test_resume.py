@@ -62,24 +62,53 @@ def only_run(root: Path) -> Path:
     return d
 
 
+def with_state_dir(root: Path) -> FakeGrid:
+    """SuperNodes that keep their client state on disk (node config state-dir), as a new Flower run finds it."""
+    return FakeGrid(4, node_config=lambda k: {"state-dir": str(root / f"node-{k}")})
+
+
 @pytest.mark.parametrize("method", ["fedavg", "ptopofl", "scaffold", "ditto", "pfedme", "fedprox", "local", "perfedavg", "ifca"])
 @pytest.mark.parametrize("stage", ["train", "evaluate"])
 def test_resume_after_a_kill_equals_the_run_that_never_stopped(tmp_path, method, stage):
-    """Killed as it sends round 3's fit (nodes untouched) or evaluate (nodes already trained round 3);
-    the SuperNodes keep their state, so even stateful clients (Ditto, SCAFFOLD, Local) continue
-    exactly: each node restores its state as of before the message the server sends again."""
-    grid = killed_at(FakeGrid(4), 3, stage)
-    root = tmp_path / "run"
+    """Killed as it sends round 3's fit (nodes untouched) or evaluate (nodes already trained round 3).
+    The resumed run is a new Flower run: new node contexts, as Flower gives; the SuperNodes keep
+    their client state on disk (state-dir), so even stateful clients (Ditto, SCAFFOLD, Local)
+    continue exactly: each node restores its state as of before the message the server sends again."""
+    root, nodes = tmp_path / "run", tmp_path / "nodes"
     with pytest.raises(Killed):
-        federated_main(grid, settings(method), run_id="a", root=root)
+        federated_main(killed_at(with_state_dir(nodes), 3, stage), settings(method), run_id="a", root=root)
     run_dir = only_run(root)
     assert not (run_dir / "result.json").exists()
     assert json.loads((run_dir / MANIFEST).read_text())["round"] == 2
-    grid.send_and_receive = FakeGrid.send_and_receive.__get__(grid)  # the same SuperNodes, a new ServerApp
-    h = federated_main(grid, FlowerSettings(resume_dir="out/run-a"), run_id="b", root=root)
+    h = federated_main(with_state_dir(nodes), FlowerSettings(resume_dir="out/run-a"), run_id="b", root=root)
     assert h.out_dir == str(run_dir) and [r.round for r in h.rounds] == [1, 2, 3, 4]
     assert files(run_dir) == reference(tmp_path, method)
     assert not (run_dir / MANIFEST).exists() and not list(run_dir.glob("checkpoint-*.pkl"))  # finished: result.json is the record
+    # a fresh run with the same settings never picks up that lineage's state from the nodes' disks
+    again = federated_main(with_state_dir(nodes), settings(method), run_id="c", root=tmp_path / "again")
+    assert files(Path(again.out_dir)) == reference(tmp_path, method)
+
+
+def test_node_state_on_disk_keeps_the_last_snapshots_and_refuses_a_bad_state_dir(tmp_path):
+    from flwr.app import RecordDict
+
+    from topofl.flower.records import SNAPSHOTS_KEPT, load_round_state, save_round_state, state_dir
+
+    d, st = tmp_path / "n", RecordDict()
+    for seq in range(2, 9):
+        save_round_state(st, "job", seq, {"seq": seq}, d)
+    assert sorted(p.name for p in (d / "job").iterdir()) == [f"seq-{s}.pkl" for s in range(9 - SNAPSHOTS_KEPT, 9)]
+    assert load_round_state(st, "job", 8, d) == ({"seq": 7}, True)
+    assert load_round_state(st, "job", 6, d) == ({}, False)  # older than what is kept
+    save_round_state(st, "job", 7, {"seq": "7 again"}, d)  # a message sent again: later snapshots go
+    assert sorted(p.name for p in (d / "job").iterdir()) == ["seq-6.pkl", "seq-7.pkl"]
+    assert load_round_state(st, "other-job", 9, d) == ({}, False)
+    assert state_dir({}) is None and state_dir({"state-dir": str(d)}) == d
+    with pytest.raises(ValueError, match="state-dir must be a directory path; got 3"):
+        state_dir({"state-dir": 3})
+    # in context.state (no state-dir) a node holds its state after its last message only
+    save_round_state(st, "job", 4, {"seq": 4})
+    assert load_round_state(st, "job", 5) == ({"seq": 4}, True) and load_round_state(st, "job", 4) == ({}, False)
 
 
 def test_rows_written_after_the_last_checkpoint_are_redone_not_duplicated(tmp_path, monkeypatch):
@@ -93,13 +122,12 @@ def test_rows_written_after_the_last_checkpoint_are_redone_not_duplicated(tmp_pa
 
     monkeypatch.setattr(server_app, "save_checkpoint", dying)
     root = tmp_path / "run"
-    grid = FakeGrid(4)
     with pytest.raises(Killed):
-        federated_main(grid, settings("ptopofl"), run_id="a", root=root)
+        federated_main(with_state_dir(tmp_path / "nodes"), settings("ptopofl"), run_id="a", root=root)
     run_dir = only_run(root)
     assert sum(1 for _ in (run_dir / "curves.csv").open()) == 1 + 3  # round 3 is on disk, not checkpointed
     monkeypatch.setattr(server_app, "save_checkpoint", save)
-    federated_main(grid, FlowerSettings(resume_dir=str(run_dir)), root=root)
+    federated_main(with_state_dir(tmp_path / "nodes"), FlowerSettings(resume_dir=str(run_dir)), root=root)
     assert files(run_dir) == reference(tmp_path, "ptopofl")
 
 
@@ -175,3 +203,34 @@ def test_resume_takes_the_checkpointed_settings_and_refuses_what_it_cannot_trust
         "resume-dir: the resumed run keeps its own settings; ignored: method, rounds"]
     with pytest.raises(ValueError, match="that run finished"):
         federated_main(FakeGrid(4), FlowerSettings(resume_dir="out/run-a"), root=root)
+
+
+def test_a_resume_keeps_the_checkpointed_clients_and_changes_nothing_when_it_fails(tmp_path):
+    from topofl.flower.checkpoint import run_lock
+
+    def node3_dead(grid: FakeGrid) -> FakeGrid:
+        grid.dead.add(grid.node_ids[3])
+        return grid
+
+    root = tmp_path / "run"
+    with pytest.raises(Killed):  # client 3's node is down during the original run
+        federated_main(killed_at(node3_dead(FakeGrid(4)), 3, "train"), settings("fedavg"), run_id="a", root=root)
+    run_dir = only_run(root)
+    # a ServerApp still writing the run (it holds the lock): a resume is refused
+    with run_lock(run_dir), pytest.raises(ValueError, match="another ServerApp is still writing that run"):
+        federated_main(FakeGrid(4), FlowerSettings(resume_dir="out/run-a"), root=root)
+    # a resume that fails (no node answers) leaves every file as it was
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir()}
+    nobody = FakeGrid(4)
+    nobody.dead.update(nobody.node_ids)
+    with pytest.raises(RuntimeError, match="no SuperNode answered"):
+        federated_main(nobody, FlowerSettings(resume_dir="out/run-a"), root=root)
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir()} == before
+    # client 3's node is back: it is not a client of the checkpointed run, so it is left out, and
+    # the run ends as the uninterrupted run without it
+    h = federated_main(FakeGrid(4), FlowerSettings(resume_dir="out/run-a"), root=root)
+    assert [(f.client, f.stage) for f in h.failures if f.stage == "resume-discover"] == [(3, "resume-discover")]
+    ref = federated_main(node3_dead(FakeGrid(4)), settings("fedavg"), run_id="ref", root=tmp_path / "ref")
+    for name in ("rounds.csv", "curves.csv", "server_log.jsonl"):
+        assert (run_dir / name).read_bytes() == (Path(ref.out_dir) / name).read_bytes(), name
+    assert json.loads((run_dir / "result.json").read_text())["clients"] == [0, 1, 2]

@@ -25,14 +25,16 @@ against ``checkpoint.json``; it is the server's own file, never a client's.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import pickle
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from topofl.atomic import write_bytes_atomic
 from topofl.experiments.results import write_json_atomic
@@ -47,12 +49,45 @@ FORMAT = 1
 @dataclass
 class Checkpoint:
     """What :func:`load_checkpoint` returns: the round it was taken after, the run's settings (as
-    :meth:`FlowerSettings.as_dict` wrote them) and the pickled payload.
+    :meth:`FlowerSettings.as_dict` wrote them), the pickled payload and the results files' cuts,
+    which :meth:`cut_files` applies once the caller has checked everything else.
     """
 
     round: int
     settings: dict[str, Any]
     payload: Any
+    cuts: list[tuple[Path, int]] = field(default_factory=list)
+
+    def cut_files(self) -> None:
+        """Cut each results file back to its checkpointed length: rows written after the checkpoint
+        go, so the resumed run redoes that round (a symlink in their place is refused).
+        """
+        for path, keep in self.cuts:
+            fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)
+            try:
+                os.ftruncate(fd, keep)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+
+@contextmanager
+def run_lock(run_dir: str | os.PathLike[str], key: str = "out-dir") -> Iterator[None]:
+    """Hold ``run_dir``'s lock for as long as a ServerApp writes there: a second ServerApp on the same
+    host — a resume of a run whose ServerApp is still alive (it reconnects after a SuperLink
+    restart) — is refused instead of both appending to the same files.
+    """
+    path = Path(run_dir) / ".lock"
+    fh: IO[bytes] = path.open("ab")
+    try:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ValueError(f"{key}={str(run_dir)!r}: another ServerApp is still writing that run (it holds {path}); "
+                             "stop it first (flwr stop <run-id>)") from None
+        yield
+    finally:
+        fh.close()
 
 
 def _sha256(data: bytes) -> str:
@@ -70,7 +105,11 @@ def save_checkpoint(run_dir: str | os.PathLike[str], rnd: int, settings: Mapping
     files = {}
     for name in RESULT_FILES:
         p = d / name
-        data = p.read_bytes() if p.is_file() else b""
+        data = b""
+        if p.is_file():
+            with p.open("rb") as fh:  # on disk before the manifest that pins them (a power loss keeps what it names)
+                os.fsync(fh.fileno())
+                data = fh.read()
         files[name] = {"bytes": len(data), "sha256": _sha256(data)}
     # a previous manifest names the previous pickle: write the new pickle under a round-specific
     # name first, so the old pair stays valid until the new manifest replaces the old one
@@ -79,8 +118,14 @@ def save_checkpoint(run_dir: str | os.PathLike[str], rnd: int, settings: Mapping
     previous = _read_manifest(d) if (d / MANIFEST).is_file() else None
     write_json_atomic(d / MANIFEST, {"format": FORMAT, "round": int(rnd), "pickle": name, "pickle_sha256": _sha256(blob),
                                      "settings": dict(settings), "files": files})
-    if previous is not None and previous.get("pickle") not in (None, name):
-        (d / str(previous["pickle"])).unlink(missing_ok=True)
+    old = previous.get("pickle") if previous is not None else None
+    if isinstance(old, str) and old != name and _pickle_name(old):
+        (d / old).unlink(missing_ok=True)
+
+
+def _pickle_name(name: object) -> bool:
+    """Whether ``name`` is a checkpoint pickle's name in the run directory (no path)."""
+    return isinstance(name, str) and name.startswith("checkpoint-") and name.endswith(".pkl") and "/" not in name and "\\" not in name
 
 
 def _read_manifest(d: Path) -> dict[str, Any]:
@@ -108,7 +153,8 @@ def checkpoint_settings(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def load_checkpoint(run_dir: str | os.PathLike[str]) -> Checkpoint:
-    """The verified checkpoint of ``run_dir``, with its results files cut back to the checkpoint.
+    """The verified checkpoint of ``run_dir``; nothing on disk is changed (:meth:`Checkpoint.cut_files`
+    cuts the results files back to it, once the caller has checked the rest).
 
     Raises
     ------
@@ -124,7 +170,7 @@ def load_checkpoint(run_dir: str | os.PathLike[str]) -> Checkpoint:
     rnd, name, digest, settings, files = (m.get(k) for k in ("round", "pickle", "pickle_sha256", "settings", "files"))
     if isinstance(rnd, bool) or not isinstance(rnd, int) or rnd < 1:
         raise ValueError(f"{d / MANIFEST}: round must be a positive integer; got {rnd!r}")
-    if not isinstance(name, str) or not name.startswith("checkpoint-") or "/" in name or not isinstance(digest, str):
+    if not isinstance(name, str) or not _pickle_name(name) or not isinstance(digest, str):
         raise ValueError(f"{d / MANIFEST}: pickle and pickle_sha256 must name a checkpoint file and its hash")
     if not isinstance(settings, dict) or not isinstance(files, dict) or set(files) != set(RESULT_FILES):
         raise ValueError(f"{d / MANIFEST}: settings and files ({', '.join(RESULT_FILES)}) are required")
@@ -135,7 +181,7 @@ def load_checkpoint(run_dir: str | os.PathLike[str]) -> Checkpoint:
         raise ValueError(f"{blob_path}: cannot read the checkpoint ({exc})") from None
     if _sha256(blob) != digest:
         raise ValueError(f"{blob_path}: its SHA-256 differs from {MANIFEST}'s (a torn or altered checkpoint); not resuming")
-    cuts = {}
+    cuts: list[tuple[Path, int]] = []
     for fname in RESULT_FILES:
         spec = files[fname]
         if not isinstance(spec, dict) or not isinstance(spec.get("bytes"), int) or not isinstance(spec.get("sha256"), str):
@@ -146,18 +192,15 @@ def load_checkpoint(run_dir: str | os.PathLike[str]) -> Checkpoint:
         if len(head) != spec["bytes"] or _sha256(head) != spec["sha256"]:
             raise ValueError(f"{p}: its first {spec['bytes']} bytes are not those of the checkpoint after round {rnd} "
                              "(the file was shortened or altered); not resuming")
-        cuts[fname] = (p, len(data), spec["bytes"])
+        if len(data) > spec["bytes"]:
+            cuts.append((p, spec["bytes"]))
     payload = pickle.loads(blob)  # noqa: S301 — the server's own file, its hash checked against the manifest above
-    for p, size, keep in cuts.values():  # only now that everything checked: drop rows written after the checkpoint
-        if size > keep:
-            with p.open("r+b") as fh:
-                fh.truncate(keep)
-    return Checkpoint(rnd, settings, payload)
+    return Checkpoint(rnd, settings, payload, cuts)
 
 
 def remove_checkpoint(run_dir: str | os.PathLike[str]) -> None:
     """Delete the checkpoint of a finished run (its ``result.json`` is the record now)."""
     d = Path(run_dir)
-    for p in d.glob("checkpoint-*.pkl"):
-        p.unlink(missing_ok=True)
+    for p in [*d.glob("checkpoint-*.pkl"), *d.glob(".checkpoint-*.tmp"), *d.glob(f".{MANIFEST}.*.tmp")]:
+        p.unlink(missing_ok=True)  # with any temporary file a crash mid-write left
     (d / MANIFEST).unlink(missing_ok=True)

@@ -1309,6 +1309,8 @@ class LocalDeployment:
         config: dict[str, ConfigValue] = {
             "partition-id": index,
             "num-partitions": self.num_nodes,
+            # client state on the node's disk: a resumed run (a new Flower run) finds it
+            "state-dir": str(self.log_dir / "node-state" / f"supernode-{index}"),
         }
         config.update(self._node_extras[index])
         if self.heartbeat_interval is None:

@@ -26,6 +26,28 @@ T = TypeVar("T")
 
 #: seconds between pulls while replies are expected soon, for how long, and after that
 POLL_S, FAST_POLL_FOR, SLOW_POLL_S = 0.05, 10.0, 0.5
+#: tries of a push or pull that fails (e.g. ``ObjectPushError`` when the SuperLink restarted
+#: mid-push and forgot the push session), waiting 1, 2, 4, ... s between them: ~30 s in all,
+#: inside the ~60 s a ServerApp's task survives a SuperLink outage
+GRID_TRIES = 6
+
+
+def _retried(call: Callable[[], T], what: str) -> T:
+    """``call()``, tried again after a failure (the grid's own transport retries cover the outage
+    itself; this covers a request the restarted SuperLink no longer recognises).
+    """
+    wait = 1.0
+    for attempt in range(1, GRID_TRIES + 1):
+        try:
+            return call()
+        except Exception as exc:  # noqa: BLE001 - any failure of the SuperLink request; the last one is raised
+            if attempt == GRID_TRIES:
+                raise
+            log.warning("%s failed (%s: %s); trying again in %.0f s (attempt %d of %d)", what, type(exc).__name__, exc, wait,
+                        attempt + 1, GRID_TRIES)
+            time.sleep(wait)
+            wait *= 2
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def send_and_receive(grid: Any, messages: list[Message], timeout: float) -> list[Message]:
@@ -36,11 +58,11 @@ def send_and_receive(grid: Any, messages: list[Message], timeout: float) -> list
     """
     if not (hasattr(grid, "push_messages") and hasattr(grid, "pull_messages")):
         return list(grid.send_and_receive(messages, timeout=timeout))
-    pending = set(grid.push_messages(messages))
+    pending = set(_retried(lambda: list(grid.push_messages(messages)), "pushing messages to the SuperLink"))
     start = time.monotonic()
     replies: list[Message] = []
     while pending:
-        got: Iterable[Message] = grid.pull_messages(pending)
+        got: Iterable[Message] = _retried(lambda: list(grid.pull_messages(pending)), "pulling replies from the SuperLink")
         for reply in got:
             replies.append(reply)
             pending.discard(reply.metadata.reply_to_message_id)
@@ -73,6 +95,9 @@ def exchange(
     failures: list[Failure] = []
     for reply in replies:
         cid = by_id.get(reply.metadata.reply_to_message_id)
+        if cid is not None and (cid in out or any(f.client == cid for f in failures)):
+            log.warning("round %d: ignored a second reply for client %s", rnd, cid)
+            continue
         if cid is None:
             log.warning("round %d: ignored a reply to an unknown message from node %s", rnd, reply.metadata.src_node_id)
             continue

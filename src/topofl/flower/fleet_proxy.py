@@ -13,9 +13,12 @@ start or stop runs. This proxy is the only port SuperNodes need. It forwards exa
 to a SuperLink bound to the loopback interface, and answers everything else with 404
 (a path it forwards, asked with another method: 405). The raw request path is checked,
 before any percent-decoding or dot-segment normalisation, so ``/v1/fleet/../control/...``
-or ``/v1/fleet/%2e%2e/...`` never reach the SuperLink. Request and response bodies are
-streamed in both directions, and SuperNode-authentication headers (a signed timestamp
-and the public key) pass through unchanged. When the SuperLink cannot be reached the
+or ``/v1/fleet/%2e%2e/...`` never reach the SuperLink. A request body is read whole, within
+``--timeout`` and at most ``--max-body-bytes`` (else 408 / 413), before the SuperLink is
+contacted — which would otherwise buffer any body before checking its signature; responses
+are streamed. The query string and client-supplied forwarding headers (``Forwarded``,
+``X-Forwarded-*``, ``X-Real-IP``) are dropped; SuperNode-authentication headers (a signed
+timestamp and the public key) pass through unchanged. When the SuperLink cannot be reached the
 proxy answers 502 (504 on a timeout), which SuperNodes retry, so a SuperLink restart
 behind the proxy looks to them like any other outage::
 
@@ -29,6 +32,7 @@ Starlette, httpx and uvicorn are Flower dependencies, so nothing more is install
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import logging
 import re
@@ -44,7 +48,7 @@ __all__ = ["FLEET_PATH", "HOP_BY_HOP", "allowed", "create_app", "main", "parse_a
 
 log = logging.getLogger(__name__)
 
-FLEET_PATH = re.compile(rb"^/v1/fleet/[a-z][a-z-]*$")
+FLEET_PATH = re.compile(rb"/v1/fleet/[a-z][a-z-]*")
 """Raw request paths forwarded with ``POST`` (the Fleet API's routes)."""
 
 HEALTH_PATH = b"/health"
@@ -58,6 +62,12 @@ HOP_BY_HOP = frozenset(
 )
 """Request/response headers that are not forwarded (they describe one connection)."""
 
+CLIENT_CLAIMS = frozenset({"forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-real-ip"})
+"""Request headers a client could use to make the SuperLink log another address: dropped."""
+
+MAX_BODY_BYTES = 512 * 2**20
+"""Default cap on a request body (a SuperNode's largest message is its model update)."""
+
 
 def allowed(method: str, raw_path: bytes) -> bool | None:
     """Whether a request may go through.
@@ -68,7 +78,7 @@ def allowed(method: str, raw_path: bytes) -> bool | None:
     """
     if raw_path == HEALTH_PATH:
         return method in ("GET", "HEAD")
-    if FLEET_PATH.match(raw_path):
+    if FLEET_PATH.fullmatch(raw_path):  # fullmatch: "$" would also accept a trailing newline
         return method == "POST"
     return None
 
@@ -82,9 +92,9 @@ def parse_address(text: str, field: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _filter(headers: Sequence[tuple[str, str]] | httpx.Headers) -> list[tuple[str, str]]:
+def _filter(headers: Sequence[tuple[str, str]] | httpx.Headers, drop: frozenset[str] = HOP_BY_HOP) -> list[tuple[str, str]]:
     items = headers.multi_items() if hasattr(headers, "multi_items") else headers
-    return [(k, v) for k, v in items if k.lower() not in HOP_BY_HOP]
+    return [(k, v) for k, v in items if k.lower() not in drop]
 
 
 def create_app(
@@ -92,6 +102,8 @@ def create_app(
     *,
     root_certificates: str | None = None,
     timeout: float = 60.0,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    max_connections: int = 256,
 ) -> Starlette:
     """The proxy as an ASGI app.
 
@@ -103,7 +115,13 @@ def create_app(
         CA bundle that signed the SuperLink's certificate: the proxy speaks HTTPS to it
         and verifies it. ``None``: plain HTTP (a SuperLink started with ``--insecure``).
     timeout
-        Seconds to wait for the SuperLink to connect, send or answer (> 0).
+        Seconds to wait for the SuperLink to connect, send or answer, and for a client to send
+        its whole request body (> 0).
+    max_body_bytes
+        Larger request bodies get 413 before anything reaches the SuperLink (which would buffer
+        a body before checking its signature).
+    max_connections
+        Connections to the SuperLink at once; more requests wait (504 after ``timeout``).
     """
     import httpx
     from starlette.applications import Starlette
@@ -115,6 +133,9 @@ def create_app(
     host, port = parse_address(superlink, "superlink")
     if not timeout > 0:
         raise ValueError(f"timeout must be > 0 s; got {timeout!r}")
+    for name, value in (("max_body_bytes", max_body_bytes), ("max_connections", max_connections)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer; got {value!r}")
     scheme = "https" if root_certificates else "http"
     verify: ssl.SSLContext | bool = (
         ssl.create_default_context(cafile=root_certificates) if root_certificates else False
@@ -122,8 +143,19 @@ def create_app(
     netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     base = f"{scheme}://{netloc}"
     client = httpx.AsyncClient(
-        verify=verify, timeout=httpx.Timeout(timeout), trust_env=False, follow_redirects=False
+        verify=verify, timeout=httpx.Timeout(timeout), trust_env=False, follow_redirects=False,
+        limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=min(max_connections, 64)),
     )
+
+    async def read_body(request: Request) -> bytes | None:
+        """The whole body, or ``None`` when it exceeds ``max_body_bytes``."""
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > max_body_bytes:
+                return None
+            chunks.append(chunk)
+        return b"".join(chunks)
 
     async def proxy(request: Request) -> Response:
         raw_path: bytes = request.scope.get("raw_path") or request.url.path.encode()
@@ -133,13 +165,19 @@ def create_app(
             return PlainTextResponse("Not Found", status_code=404)
         if not verdict:
             return PlainTextResponse("Method Not Allowed", status_code=405)
-        url = base + raw_path.decode("ascii")
-        query = request.scope.get("query_string") or b""
-        if query:
-            url += "?" + query.decode("latin-1")
+        url = base + raw_path.decode("ascii")  # no query string: the Fleet API takes none
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > max_body_bytes:
+            return PlainTextResponse("Payload Too Large", status_code=413)
+        try:
+            body = await asyncio.wait_for(read_body(request), timeout)
+        except asyncio.TimeoutError:
+            return PlainTextResponse("Request Timeout", status_code=408)
+        if body is None:
+            return PlainTextResponse("Payload Too Large", status_code=413)
         upstream = client.build_request(
-            request.method, url, headers=_filter(request.headers.items()),
-            content=request.stream(),
+            request.method, url, headers=_filter(request.headers.items(), HOP_BY_HOP | CLIENT_CLAIMS | {"content-length"}),
+            content=body,
         )
         try:
             response = await client.send(upstream, stream=True)
@@ -183,6 +221,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--timeout", type=float, default=60.0,
                         help="seconds to wait for the SuperLink (default 60)")
+    parser.add_argument("--max-body-bytes", type=int, default=MAX_BODY_BYTES,
+                        help=f"largest request body forwarded (default {MAX_BODY_BYTES}); larger ones get 413")
     parser.add_argument("--log-level", default="info",
                         choices=["critical", "error", "warning", "info", "debug"])
     args = parser.parse_args(argv)
@@ -192,7 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         host, port = parse_address(args.listen, "--listen")
         app = create_app(
             args.superlink, root_certificates=args.superlink_root_certificates,
-            timeout=args.timeout,
+            timeout=args.timeout, max_body_bytes=args.max_body_bytes,
         )
     except (ValueError, OSError) as exc:
         parser.error(str(exc))

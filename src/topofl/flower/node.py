@@ -33,6 +33,7 @@ from topofl.flower.records import (
     load_round_state,
     message_seq,
     save_round_state,
+    state_dir,
 )
 from topofl.methods import build_server
 
@@ -41,7 +42,7 @@ log = logging.getLogger(__name__)
 
 def job_key(job: Mapping[str, Any]) -> str:
     """A short fingerprint of the job (method, hyper-parameters, data, seed): state of another job is ignored."""
-    keys = ("method", "hyperparameters", "scenario", "scenario_params", "seed", "classes", "model", "attack")
+    keys = ("method", "hyperparameters", "scenario", "scenario_params", "seed", "classes", "model", "attack", "lineage")
     return hashlib.blake2b(json.dumps({k: job.get(k) for k in keys}, sort_keys=True).encode(), digest_size=8).hexdigest()
 
 
@@ -163,7 +164,7 @@ def _context(node_config, state: RecordDict, content: RecordDict, stage: str):
     model = _model(str(config["method"]), str(config["hyperparameters"]), str(config.get("model", "linear")), str(config["task"]),
                    data.n_features, int(config["n_classes"]), str(config.get("device", "cpu")))
     key = job_key(config)
-    st, had = load_round_state(state, key, message_seq(rnd, stage))
+    st, had = load_round_state(state, key, message_seq(rnd, stage), state_dir(node_config))
     if not had and rnd > 1 and algorithm.client_state_recovery:
         log.warning("client %d has no state of this job before round %d %s (selected for the first time, or its state was lost: "
                     "the SuperNode restarted, or a resumed run reached new SuperNodes); %s: %s", data.client_id, rnd, stage,
@@ -175,7 +176,7 @@ def fit(node_config: Mapping[str, Any], state: RecordDict, content: RecordDict) 
     """Local work of one round: ``algorithm.client_fit`` on this node's data and state."""
     algorithm, ctx, message, _, key = _context(node_config, state, content, "fit")
     update = algorithm.client_fit(ctx, message)
-    save_round_state(state, key, message_seq(ctx.round, "fit"), ctx.state)
+    save_round_state(state, key, message_seq(ctx.round, "fit"), ctx.state, state_dir(node_config))
     return encode_update(update)
 
 
@@ -183,7 +184,7 @@ def evaluate(node_config: Mapping[str, Any], state: RecordDict, content: RecordD
     """Test metrics with the model this client would use; predictions only if the run asks for pooled metrics."""
     algorithm, ctx, message, config, key = _context(node_config, state, content, "evaluate")
     metrics, scores = evaluate_client(algorithm, ctx, message)
-    save_round_state(state, key, message_seq(ctx.round, "evaluate"), ctx.state)
+    save_round_state(state, key, message_seq(ctx.round, "evaluate"), ctx.state, state_dir(node_config))
     share = bool(config.get("pooled", False))
     ev = ClientEvaluation(ctx.client_id, metrics, ctx.data.y_test if share else None, scores if share else None)
     return encode_evaluation(ev)

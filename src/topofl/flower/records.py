@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
+from topofl.atomic import write_bytes_atomic
 from topofl.federation.messages import ClientUpdate, ServerMessage
 from topofl.federation.pool import ClientEvaluation
 
@@ -148,7 +150,7 @@ def save_state(state: RecordDict, key: str, value: Any) -> None:
     state[STATE_KEY] = ConfigRecord({"job": key, "state": pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)})
 
 
-#: snapshots of a federated client's state a node keeps (see :func:`load_round_state`)
+#: snapshots of a federated client's state a node keeps on disk (node config ``state-dir``)
 SNAPSHOTS_KEPT = 3
 
 
@@ -157,31 +159,61 @@ def message_seq(rnd: int, stage: str) -> int:
     return 2 * int(rnd) + (stage == "evaluate")
 
 
-def load_round_state(state: RecordDict, key: str, seq: int) -> tuple[dict[str, Any], bool]:
+def state_dir(node_config: Mapping[str, Any]) -> Path | None:
+    """The node config's ``state-dir`` (where this node keeps its client state on disk), or ``None``."""
+    value = node_config.get("state-dir")
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"node config state-dir must be a directory path; got {value!r}")
+    return Path(value)
+
+
+def _snapshots(directory: Path, key: str) -> dict[int, Path]:
+    d = directory / key
+    out = {}
+    for p in d.glob("seq-*.pkl") if d.is_dir() else []:
+        tail = p.stem[4:]
+        if tail.isdigit():
+            out[int(tail)] = p
+    return out
+
+
+def load_round_state(state: RecordDict, key: str, seq: int, directory: Path | None = None) -> tuple[dict[str, Any], bool]:
     """A federated client's state as it was *before* message ``seq`` (:func:`message_seq`), and
-    whether the node had one.
+    whether the node had it.
 
-    The node keeps its state after each of its last :data:`SNAPSHOTS_KEPT` messages, so a message
-    the server sends again — a resumed ServerApp redoing the round it had not checkpointed — starts
-    from the same state as the first time, and the run goes on exactly as if it had never stopped.
+    In ``context.state`` (Flower keeps it per run) the node holds the state after its last message.
+    With a ``directory`` (node config ``state-dir``) it keeps, on disk, its state after each of its
+    last :data:`SNAPSHOTS_KEPT` messages of the job's lineage (a run and its resumptions): a resumed
+    run — a new Flower run, whose ``context.state`` starts empty — finds its clients' state, and a
+    round it sends again starts from the state the first attempt started from, so the run goes on
+    exactly as if it had never stopped.
     """
+    if directory is not None:
+        before = [s for s in _snapshots(directory, key) if s < seq]
+        if not before:
+            return {}, False
+        return pickle.loads((directory / key / f"seq-{max(before)}.pkl").read_bytes()), True  # the node's own files
     rec = state[STATE_KEY] if STATE_KEY in state else None
-    if rec is None or rec.get("job") != key:
+    if rec is None or rec.get("job") != key or int(cast(int, rec.get("seq", seq))) >= seq:
         return {}, False
-    before = [int(k[4:]) for k in rec if k.startswith("seq:") and int(k[4:]) < seq]
-    if not before:
-        return {}, False
-    return pickle.loads(cast(bytes, rec[f"seq:{max(before)}"])), True
+    return pickle.loads(cast(bytes, rec["state"])), True
 
 
-def save_round_state(state: RecordDict, key: str, seq: int, value: Any) -> None:
-    """Keep ``value`` as the state after message ``seq``; snapshots of later messages (from a run
-    that went further before the server restarted) are dropped, and only the last
-    :data:`SNAPSHOTS_KEPT` are kept.
+def save_round_state(state: RecordDict, key: str, seq: int, value: Any, directory: Path | None = None) -> None:
+    """Keep ``value`` as the state after message ``seq`` (see :func:`load_round_state`); on disk,
+    snapshots of later messages (from an attempt that went further before the server restarted)
+    are dropped and only the last :data:`SNAPSHOTS_KEPT` are kept.
     """
-    rec = state[STATE_KEY] if STATE_KEY in state else None
-    old = dict(rec) if rec is not None and rec.get("job") == key else {}
-    keep = sorted(int(k[4:]) for k in old if k.startswith("seq:") and int(k[4:]) < seq)[-(SNAPSHOTS_KEPT - 1):]
-    fresh: dict[str, Any] = {"job": key, **{f"seq:{s}": old[f"seq:{s}"] for s in keep}}
-    fresh[f"seq:{seq}"] = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-    state[STATE_KEY] = ConfigRecord(fresh)
+    blob = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    if directory is None:
+        state[STATE_KEY] = ConfigRecord({"job": key, "seq": int(seq), "state": blob})
+        return
+    d = directory / key
+    d.mkdir(parents=True, exist_ok=True, mode=0o700)
+    write_bytes_atomic(d / f"seq-{int(seq)}.pkl", blob)
+    snaps = _snapshots(directory, key)
+    older = sorted(s for s in snaps if s < seq)
+    for s in [s for s in snaps if s > seq] + older[:max(0, len(older) - (SNAPSHOTS_KEPT - 1))]:
+        snaps[s].unlink(missing_ok=True)

@@ -9,6 +9,8 @@ forwards each node's messages to its graph neighbours and never aggregates.
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
 import os
 from collections.abc import Callable
@@ -19,9 +21,10 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from topofl.federation.history import ROUND_FIELDS, History, RoundSummary
+from topofl.federation.pool import Failure
 from topofl.federation.runner import RoundState, run_rounds
 from topofl.federation.validation import client_info
-from topofl.flower.checkpoint import load_checkpoint, remove_checkpoint, save_checkpoint
+from topofl.flower.checkpoint import load_checkpoint, remove_checkpoint, run_lock, save_checkpoint
 from topofl.flower.discovery import discover, new_run_id, reconcile
 from topofl.flower.outputs import RunOutputs, resolve_run_dir, results_root, resume_run_dir
 from topofl.flower.pool import FlowerPool
@@ -41,36 +44,47 @@ def federated_main(grid: Grid, settings: FlowerSettings, run_id: Any = None, roo
     Results go to a fresh directory under the results root (:func:`topofl.flower.outputs.resolve_run_dir`),
     checked before any node is contacted; ``history.out_dir`` names it. After every round the
     server's state is checkpointed there (:mod:`topofl.flower.checkpoint`); with ``resume-dir``
-    the run continues the checkpointed run in its own directory, with that run's settings.
+    the run continues the checkpointed run in its own directory, with that run's settings and
+    clients. One ServerApp at a time writes a run directory (:func:`~topofl.flower.checkpoint.run_lock`).
     """
     root = root if root is not None else results_root()
-    start, restored = None, None
+    run_id = run_id if run_id is not None else new_run_id()
     if settings.resume_dir:
-        resumed = resume_run_dir(settings.resume_dir, root)
-        if (resumed / "result.json").is_file():
-            raise ValueError(f"resume-dir={settings.resume_dir!r}: that run finished ({resumed / 'result.json'}); nothing to resume")
-        ckpt = load_checkpoint(resumed)
-        run_dir: Path | None = resumed
-        settings = resumed_settings(settings, ckpt.settings)
-        start, restored = ckpt.payload["state"], ckpt.payload
-        log.info("resuming %s in %s after round %d of %d", settings.method, resumed, ckpt.round, settings.rounds)
+        run_dir: Path | None = resume_run_dir(settings.resume_dir, root)
+        key = "resume-dir"
     else:
-        run_dir = resolve_run_dir(settings.out_dir, root, run_id if run_id is not None else new_run_id())
+        run_dir = resolve_run_dir(settings.out_dir, root, run_id)
+        key = "out-dir"
+    with run_lock(run_dir, key) if run_dir is not None else contextlib.nullcontext():
+        return _federated(grid, settings, run_dir, str(run_id))
+
+
+def _federated(grid: Grid, settings: FlowerSettings, run_dir: Path | None, run_id: str) -> History:
+    ckpt = None
+    if settings.resume_dir:
+        assert run_dir is not None  # resume_run_dir returned it
+        if (run_dir / "result.json").is_file():
+            raise ValueError(f"resume-dir={settings.resume_dir!r}: that run finished ({run_dir / 'result.json'}); nothing to resume")
+        ckpt = load_checkpoint(run_dir)
+        settings = resumed_settings(settings, ckpt.settings)
+        log.info("resuming %s in %s after round %d of %d", settings.method, run_dir, ckpt.round, settings.rounds)
     nodes, infos, failures = discover(grid, settings)
     task, n_classes, n_features, left_out = reconcile(nodes, infos, settings, shared_features=True)
     failures.extend(left_out)
     algorithm = build_server(settings.method, dict(settings.hyperparameters))
     model = algorithm.build_model(settings.model, task, n_features, n_classes)
-    job = {**settings.job(), "task": task, "n_classes": n_classes, "n_features": n_features}
-    if restored is not None and restored["job"] != job:
-        was = restored["job"]
-        diff = ", ".join(f"{k}: {was.get(k)!r} → {job[k]!r}" for k in sorted(job) if was.get(k) != job[k])
-        raise ValueError(f"resume-dir={settings.resume_dir!r}: the SuperNodes now declare other data than the checkpointed run ({diff}); "
-                         "not resuming")
+    # ``lineage``: the first run's id, kept by its resumptions, so nodes that keep state on disk
+    # (node config state-dir) take it up again, and never from another run with the same settings
+    job = {**settings.job(), "task": task, "n_classes": n_classes, "n_features": n_features, "lineage": run_id}
+    clients = sorted(nodes)
+    if ckpt is not None:
+        job["lineage"] = ckpt.payload["job"]["lineage"]
+        clients, infos, failures = _resumed_clients(settings, ckpt.payload, job, nodes, infos, failures)
+        ckpt.cut_files()  # everything checked: now drop the rows written after the checkpoint
     log.info("%s on %d SuperNode(s) (clients %s), %d round(s)", settings.method, len(nodes), sorted(nodes), settings.rounds)
     out = RunOutputs(run_dir, ROUND_FIELDS, CURVE_FIELDS)
-    if restored is not None:
-        out.restore(restored["outputs"])
+    if ckpt is not None:
+        out.restore(ckpt.payload["outputs"])
     out.failures.extend(failures)
 
     def on_round(history: History, summary: RoundSummary) -> None:
@@ -81,17 +95,48 @@ def federated_main(grid: Grid, settings: FlowerSettings, run_id: Any = None, roo
 
     def on_checkpoint(state: RoundState) -> None:
         if run_dir is not None and state.round < settings.rounds:  # the last round's record is result.json
-            save_checkpoint(run_dir, state.round, settings.as_dict(), {"state": state, "outputs": out.state(), "job": job})
+            save_checkpoint(run_dir, state.round, settings.as_dict(),
+                            {"state": state, "outputs": out.state(), "job": job, "clients": {c: infos[c] for c in clients}})
 
-    pool = FlowerPool(grid, nodes, job, settings.round_timeout, {cid: client_info(cid, i) for cid, i in infos.items()})
+    pool = FlowerPool(grid, nodes, job, settings.round_timeout, {cid: client_info(cid, infos[cid]) for cid in clients}, clients)
     history = run_rounds(pool, algorithm, model, settings.rounds, settings.seed, client_fraction=settings.client_fraction,
-                         min_replies=settings.min_replies, on_round=on_round, start=start, on_checkpoint=on_checkpoint)
+                         min_replies=settings.min_replies, on_round=on_round, start=ckpt.payload["state"] if ckpt else None,
+                         on_checkpoint=on_checkpoint)
     history.failures[:0] = failures
     history.out_dir = str(run_dir) if run_dir is not None else None
     out.finish(settings.method, settings.as_dict())
     if run_dir is not None:
         remove_checkpoint(run_dir)  # result.json now records the run; a finished run is not resumed
     return history
+
+
+def _resumed_clients(settings: FlowerSettings, payload: dict[str, Any], job: dict[str, Any], nodes: dict[int, int],
+                     infos: dict[int, Any], failures: list[Failure]) -> tuple[list[int], dict[int, Any], list[Failure]]:
+    """The checkpointed run's clients and their declarations, checked against the nodes found now.
+
+    The resumed run has exactly the checkpointed clients, weighted by what they declared then (so
+    selection and weights continue as if the run had never stopped): a node of another client, or
+    one that now declares other data, is left out (a failure of stage ``resume-discover``); a
+    checkpointed client with no node now fails in each round, as an absent node does. Other data
+    for the whole federation (task, features, classes) is refused.
+    """
+    was = payload["job"]
+    if was != job:
+        diff = ", ".join(f"{k}: {was.get(k)!r} → {job[k]!r}" for k in sorted(job) if was.get(k) != job[k])
+        raise ValueError(f"resume-dir={settings.resume_dir!r}: the SuperNodes now declare other data than the checkpointed run ({diff}); "
+                         "not resuming")
+    declared: dict[int, Any] = payload["clients"]
+    renamed = [dataclasses.replace(f, stage="resume-discover") for f in failures]
+    for cid in sorted(nodes):
+        reason = ("not a client of the checkpointed run" if cid not in declared else
+                  "declares other data than in the checkpointed run" if infos[cid] != declared[cid] else None)
+        if reason is not None:
+            renamed.append(Failure(0, cid, "resume-discover", f"{reason}: left out", nodes.pop(cid)))
+            log.warning("resume: client %d %s; left out", cid, reason)
+    missing = sorted(set(declared) - set(nodes))
+    if missing:
+        log.warning("resume: client(s) %s of the checkpointed run have no SuperNode now; they fail in each round until one joins", missing)
+    return sorted(declared), dict(declared), renamed
 
 
 def resumed_settings(given: FlowerSettings, saved: dict[str, Any]) -> FlowerSettings:

@@ -70,7 +70,11 @@ def simulate_flower(
             from topofl.flower.outputs import resume_run_dir
 
             root = results_root if results_root is not None else os.environ.get("TOPOFL_RESULTS_ROOT") or "results"
-            job = FlowerSettings(**checkpoint_settings(resume_run_dir(settings.resume_dir, root)))
+            saved = checkpoint_settings(resume_run_dir(settings.resume_dir, root))
+            try:
+                job = FlowerSettings(**saved)
+            except TypeError as exc:
+                raise ValueError(f"resume-dir={settings.resume_dir!r}: checkpoint.json's settings are not valid settings ({exc})") from None
         n_nodes = len(make_scenario(job.scenario, job.seed, **dict(job.scenario_params)))
     if settings.min_nodes < n_nodes:
         settings = FlowerSettings(**{**settings.as_dict(), "min_nodes": n_nodes})
