@@ -39,7 +39,7 @@ def simulate(
         See :func:`topofl.federation.run_federation`.
     model
         The model every client trains: ``None`` (the task's linear model), a registered name
-        (``"cnn-small"``, ``"cnn-medium"``, ``"cnn-large"``, ``"convnet2"``, ``"resnet18"``,
+        (``"cnn-small"``, ``"cnn-same"``, ``"cnn-medium"``, ``"cnn-large"``, ``"convnet2"``, ``"resnet18"``,
         ``"mlp"``), ``"package.module:factory"``, a ``torch.nn.Module`` or a factory of one
         (:func:`topofl.models.registry.build_model`).
     device

@@ -7,17 +7,23 @@ runs, so that ``topofl --help`` answers at once (``benchmarks/bench_import.py`` 
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
 from topofl import cli_common as ui
 from topofl.cli_parsing import build_spec, check_out_is_free, data_scenario, load_toml, parse_assignments, parse_seeds, prepare_out, resolve
 from topofl.limits import MAX_JOBS
+
+if TYPE_CHECKING:  # the comparison and the tuner (and Optuna) load only when a command runs
+    from topofl.experiments.compare import CompareSpec
+    from topofl.experiments.tuning import TuneSettings
 
 app = typer.Typer(
     help="topofl: topological federated learning (pTopoFL, baselines) on synthetic scenarios or your data.",
@@ -29,26 +35,13 @@ app = typer.Typer(
 
 @app.command(cls=ui.WithHyperparameters, short_help="Compare methods over seeds on a scenario: a table of scores, results in a directory.")
 @ui.friendly_errors
+@ui.with_options(*ui.DATA_OPTIONS, "seeds", "client_fraction", "graph", "graph_param", "overwrite", "verbose")
 def compare(
-    scenario: Optional[str] = ui.ScenarioOpt,
-    data: Optional[Path] = ui.DataOpt,
-    site_column: Optional[str] = ui.SiteColumnOpt,
-    label_column: Optional[str] = ui.LabelColumnOpt,
     methods: Optional[str] = typer.Option(
         None, "--methods", "-m", help="Comma-separated methods (default: every server-based method); `topofl methods` lists them."
     ),
-    seeds: Optional[str] = typer.Option(None, "--seeds", help="Seeds: 0-9 (default), 0,3,7, or 0-4,10."),
-    rounds: Optional[int] = ui.RoundsOpt,
     out: Optional[Path] = ui.OutOpt,
-    param: Optional[list[str]] = ui.ParamOpt,
-    scenario_param: Optional[list[str]] = ui.ScenParamOpt,
-    config: Optional[Path] = ui.ConfigOpt,
-    client_fraction: Optional[float] = ui.FractionOpt,
-    graph: Optional[str] = ui.GraphOpt,
-    graph_param: Optional[list[str]] = ui.GraphParamOpt,
-    model: Optional[str] = ui.ModelOpt,
-    overwrite: bool = ui.OverwriteOpt,
-    verbose: bool = ui.VerboseOpt,
+    **options: Any,
 ) -> None:
     """Compare methods over seeds on a scenario: a table of final AUC and accuracy (mean ± std over
     seeds; each seed's value is the mean over clients of each client's score with the model it
@@ -60,22 +53,18 @@ def compare(
 
     DIR must be new or empty: a second comparison into the same DIR needs --overwrite (or another --out); so does starting an interrupted one again.
     """
-    ui.setup_logging(verbose)
+    o = ui.Options(**options)
+    ui.setup_logging(o.verbose)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from topofl.experiments.compare import run_compare
     from topofl.methods import available
 
-    file = load_toml(config) if config else {}
-    scenario, scenario_param = data_scenario(scenario, data, site_column, label_column, scenario_param)
-    scenario = resolve(scenario, file, "scenario", "healthcare")
+    file = load_toml(o.config) if o.config else {}
     method_list = methods.split(",") if methods is not None else file.get("methods", [file["method"]] if "method" in file else available("server"))
-    spec = build_spec(
-        file, scenario, method_list, resolve(seeds, file, "seeds", "0-9"), resolve(rounds, file, "rounds", 15),
-        param, scenario_param, resolve(client_fraction, file, "client_fraction", 1.0), graph, graph_param, model,
-    )
+    spec = options_spec(o, file, method_list, resolve(o.seeds, file, "seeds", "0-9"))
     out = out or Path("results") / f"compare-{spec.scenario}"
-    check_out_is_free(out, overwrite)
+    check_out_is_free(out, o.overwrite)
     out = prepare_out(out)
     total = len(spec.methods) * len(spec.seeds) * spec.rounds
     t0 = time.perf_counter()
@@ -91,47 +80,126 @@ def compare(
     ui.console.print(f"[dim]{time.perf_counter() - t0:.1f} s · results in {out}/ (rounds.csv, curves.csv, summary.csv, server_log.jsonl, config.json)[/]")
 
 
+def options_spec(o: ui.Options, file: dict, methods: Sequence[str], seeds: object) -> CompareSpec:
+    """The comparison a command's shared options (over the config ``file``) describe, for ``methods`` and ``seeds``."""
+    scenario, scenario_param = data_scenario(o.scenario, o.data, o.site_column, o.label_column, o.scenario_param)
+    return build_spec(file, resolve(scenario, file, "scenario", "healthcare"), methods, seeds, resolve(o.rounds, file, "rounds", 15),
+                      o.param, scenario_param, resolve(o.client_fraction, file, "client_fraction", 1.0), o.graph, o.graph_param, o.model)
+
+
+def tune_settings(trials: int | None, tune_params: str | None, tune_seeds: str | None, validation: float | None,
+                  metric: str | None, sampler_seed: int | None = None, file: dict | None = None) -> TuneSettings:
+    """The :class:`~topofl.experiments.tuning.TuneSettings` of the tuning flags (over a config file's ``[tuning]`` table)."""
+    from topofl.experiments.tuning import DEFAULT_TRIALS, DEFAULT_VALIDATION, TuneSettings
+
+    table = dict((file or {}).get("tuning", {}))
+    seeds = resolve(tune_seeds, table, "seeds", None)
+    params = resolve(tune_params, table, "params", None)
+    if isinstance(params, str):
+        params = [p.strip() for p in params.split(",") if p.strip()]
+    return TuneSettings(
+        trials=resolve(trials, table, "trials", DEFAULT_TRIALS), validation=resolve(validation, table, "validation_fraction", DEFAULT_VALIDATION),
+        metric=resolve(metric, table, "metric", "auto"), seeds=tuple(parse_seeds(seeds)) if seeds is not None else None,
+        params=tuple(params) if params is not None else None, sampler_seed=resolve(sampler_seed, table, "sampler_seed", 0),
+    )
+
+
+@app.command(cls=ui.WithHyperparameters, short_help="Tune every method with the same budget on validation splits, then compare tuned and default.")
+@ui.friendly_errors
+@ui.with_options(*ui.DATA_OPTIONS, "seeds", "verbose")
+def tune(
+    methods: Optional[str] = typer.Option(
+        None, "--methods", "-m", help="Comma-separated server-based methods (default: every one); `topofl methods` lists them and their search spaces."
+    ),
+    trials: Optional[int] = ui.TrialsOpt,
+    tune_params: Optional[str] = ui.TuneParamsOpt,
+    tune_seeds: Optional[str] = ui.TuneSeedsOpt,
+    validation_fraction: Optional[float] = ui.ValidationOpt,
+    tune_metric: Optional[str] = ui.TuneMetricOpt,
+    sampler_seed: Optional[int] = ui.SamplerSeedOpt,
+    reference: Optional[str] = ui.ReferenceOpt,
+    out: Optional[Path] = ui.TuneOutOpt,
+    jobs: int = typer.Option(min(2, os.cpu_count() or 1), "--jobs", "-j", help="Runs executed in parallel (processes)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted tuning: finished runs are reused, the trials come out the same."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Delete the results in --out first and start again."),
+    **options: Any,
+) -> None:
+    """Tune every method with the same number of trials (Optuna's TPE; trial 0 = the method's defaults)
+    on validation splits carved from each client's training data, never the test data; then run
+    every method with its defaults and with its chosen values on the test splits over the seeds.
+
+    Writes DIR/tuning_summary.csv (chosen values, validation scores, seconds per trial), DIR/trials.csv,
+    DIR/summary.csv, DIR/paired.csv (reference − each method, defaults and tuned, raw and
+    Holm-adjusted p), DIR/tuned_vs_default.csv, a figure of the trials and DIR/report.html.
+    -p sets where a hyper-parameter's search starts (trial 0's value); --tune-params names exactly what to tune.
+    """
+    o = ui.Options(**options)
+    ui.setup_logging(o.verbose)
+    import shutil
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from topofl._validation import check_int
+    from topofl.experiments.report import build_report
+    from topofl.experiments.store import RunSpec
+    from topofl.experiments.tuning import total_runs, tune_comparison
+    from topofl.methods import available, family
+
+    check_int("--jobs", jobs, 1, MAX_JOBS)
+    file = load_toml(o.config) if o.config else {}
+    method_list = methods.split(",") if methods is not None else file.get("methods", available("server"))
+    spec = options_spec(o, file, method_list, resolve(o.seeds, file, "seeds", "0-9"))
+    if spec.client_fraction != 1.0:
+        raise ValueError(f"topofl tune runs every client every round; the config file sets client_fraction={spec.client_fraction}")
+    peers = [m for m in spec.methods if family(m) == "peer"]
+    if peers:
+        raise ValueError(f"topofl tune compares server-based methods on a scenario; {', '.join(peers)} is peer-to-peer: tune it "
+                         "through its experiment, e.g. topofl experiment sheaf-digits --tuned")
+    spec.validate()
+    settings = tune_settings(trials, tune_params, tune_seeds, validation_fraction, tune_metric, sampler_seed, file)
+    ref = reference or ("ptopofl" if "ptopofl" in spec.methods else spec.methods[0])
+    specs = [RunSpec("tune", spec.scenario, m, s, spec.rounds, hyperparameters=dict(spec.hyperparameters.get(m, {})),
+                     scenario_params=dict(spec.scenario_params), model=spec.model) for s in spec.seeds for m in spec.methods]
+    out = out or Path("results") / f"tune-{spec.scenario}"
+    if overwrite and out.is_dir():
+        shutil.rmtree(out)
+    prepare_out(out)
+    t0 = time.perf_counter()
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
+                  console=ui.err_console, transient=False, disable=not ui.err_console.is_terminal) as bar:
+        task = bar.add_task("tuning", total=total_runs(specs, settings))
+        tune_comparison(specs, out, settings, reference=ref, resume=resume, jobs=jobs,
+                        on_run=lambda what: bar.update(task, advance=1, description=what))
+    ui.print_tuning(out)
+    ui.console.print(f"report: {build_report(out)}")
+    ui.console.print(f"[dim]{time.perf_counter() - t0:.1f} s · results in {out}/[/]")
+
+
 @app.command(cls=ui.WithHyperparameters, short_help="Run one method with one seed and print its per-round metrics.")
 @ui.friendly_errors
+@ui.with_options(*ui.DATA_OPTIONS, "client_fraction", "graph", "graph_param", "overwrite", "verbose")
 def run(
-    scenario: Optional[str] = ui.ScenarioOpt,
-    data: Optional[Path] = ui.DataOpt,
-    site_column: Optional[str] = ui.SiteColumnOpt,
-    label_column: Optional[str] = ui.LabelColumnOpt,
     method: Optional[str] = typer.Option(None, "--method", "-m", help="Method to run (default ptopofl); `topofl methods` lists them."),
-    rounds: Optional[int] = ui.RoundsOpt,
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed of every random choice (default 0)."),
     out: Optional[Path] = ui.OutOpt,
-    param: Optional[list[str]] = ui.ParamOpt,
-    scenario_param: Optional[list[str]] = ui.ScenParamOpt,
-    config: Optional[Path] = ui.ConfigOpt,
-    client_fraction: Optional[float] = ui.FractionOpt,
-    graph: Optional[str] = ui.GraphOpt,
-    graph_param: Optional[list[str]] = ui.GraphParamOpt,
-    model: Optional[str] = ui.ModelOpt,
     save_models: Optional[Path] = ui.SaveModelsOpt,
-    overwrite: bool = ui.OverwriteOpt,
-    verbose: bool = ui.VerboseOpt,
+    **options: Any,
 ) -> None:
     """Run one method with one seed and print its per-round metrics; with --out, write results
     (DIR new or empty, or --overwrite).
 
     Peer-to-peer methods (sheaf, dfedu, dpsgd, local-peers) run on --graph.
     """
-    ui.setup_logging(verbose)
+    o = ui.Options(**options)
+    ui.setup_logging(o.verbose)
     from topofl.experiments.compare import run_compare
 
-    file = load_toml(config) if config else {}
-    scenario, scenario_param = data_scenario(scenario, data, site_column, label_column, scenario_param)
+    file = load_toml(o.config) if o.config else {}
     if method is None and "method" not in file and len(file.get("methods", [])) > 1:
-        raise ValueError(f"config file {str(config)!r} lists methods {', '.join(file['methods'])}; run takes one: pass --method")
-    spec = build_spec(
-        file, resolve(scenario, file, "scenario", "healthcare"), [resolve(method, file, "method", file.get("methods", ["ptopofl"])[0])],
-        str(resolve(seed, file, "seed", 0)), resolve(rounds, file, "rounds", 15), param, scenario_param,
-        resolve(client_fraction, file, "client_fraction", 1.0), graph, graph_param, model,
-    )
+        raise ValueError(f"config file {str(o.config)!r} lists methods {', '.join(file['methods'])}; run takes one: pass --method")
+    spec = options_spec(o, file, [resolve(method, file, "method", file.get("methods", ["ptopofl"])[0])], str(resolve(seed, file, "seed", 0)))
     if out is not None:
-        check_out_is_free(out, overwrite)
+        check_out_is_free(out, o.overwrite)
         prepare_out(out)
     if save_models is not None:
         prepare_out(save_models, "--save-models")
@@ -153,7 +221,8 @@ def experiment(
     name: str = typer.Argument(
         ...,
         help="pTopoFL: comparison, robustness, continual, privacy, ablation, diagrams, deep (CNNs, Table 2), all (the paper's, "
-        "controls and heart-disease, + report). Controls and real data: controls, heart-disease. Security and privacy: attacks, "
+        "controls and heart-disease, + report). Controls and real data: controls, heart-disease; the paper's own protocol (Table 1 "
+        "exactly, and its control): paper-protocol. Security and privacy: attacks, "
         "privacy-attacks, privacy-dp. Sheaf-FMTL: sheaf-digits, sheaf-school (real data), sheaf-centralised, sheaf-hetero, sheaf-topology, "
         "sheaf-init, sheaf-mnist (CNNs), sheaf-all.",
     ),
@@ -170,10 +239,21 @@ def experiment(
         False, "--smoke", help="A smoke-test budget (deep, sheaf-mnist: a few rounds on a few hundred digits; attacks: one share, three attacks, 3 rounds)."
     ),
     data_root: Optional[Path] = ui.DataRootOpt,
+    tuned: bool = typer.Option(
+        False, "--tuned", help="Also tune every setting with the same budget on validation splits and re-run the experiment with the chosen "
+        "values into DIR/NAME-tuned (tuned − default paired, Holm-adjusted); the defaults go to DIR/NAME as usual."
+    ),
+    trials: Optional[int] = ui.TrialsOpt,
+    tune_params: Optional[str] = ui.TuneParamsOpt,
+    tune_seeds: Optional[str] = ui.TuneSeedsOpt,
+    validation_fraction: Optional[float] = ui.ValidationOpt,
+    tune_metric: Optional[str] = ui.TuneMetricOpt,
+    sampler_seed: Optional[int] = ui.SamplerSeedOpt,
     verbose: bool = ui.VerboseOpt,
 ) -> None:
     """Run one of the pTopoFL paper's experiments (or all of them and the report), writing tidy
     results as runs finish; --resume continues an interrupted one with identical final results.
+    With --tuned, every setting is also tuned on validation splits and the experiment re-run tuned.
     """
     ui.setup_logging(verbose)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -191,6 +271,17 @@ def experiment(
     root = str(data_root) if data_root is not None else None
     seed_list = parse_seeds(seeds) if seeds is not None else default_seeds(name, profile)
     names = list(GROUPS.get(name, (name,)))
+    tuning_flags = [f for f, v in (("--trials", trials), ("--tune-params", tune_params), ("--tune-seeds", tune_seeds),
+                                   ("--validation-fraction", validation_fraction), ("--tune-metric", tune_metric),
+                                   ("--sampler-seed", sampler_seed)) if v is not None]
+    if tuning_flags and not tuned:
+        raise ValueError(f"{', '.join(tuning_flags)} go with --tuned")
+    if tuned:
+        settings = tune_settings(trials, tune_params, tune_seeds, validation_fraction, tune_metric, sampler_seed)
+        if name in GROUPS:
+            raise ValueError(f"--tuned tunes one experiment; {name!r} is a group")
+        _run_tuned(name, seed_list, out, settings, resume, overwrite, jobs, profile, root)
+        return
     prepare_out(out)
     t0 = time.perf_counter()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
@@ -205,8 +296,39 @@ def experiment(
             exp_dir = run_experiment(n, seed_list, out, resume=resume, overwrite=overwrite, jobs=jobs, on_done=tick, profile=profile,
                                      data_root=root)
             ui.console.print(f"[green]✓[/] {n}: results in {exp_dir}/")
+            for line in json.loads((exp_dir / "manifest.json").read_text()).get("console", []):  # the experiment's headline numbers
+                ui.console.print(line, markup=False, highlight=False, soft_wrap=True)
     if name in GROUPS:
         ui.console.print(f"report: {build_report(out)}")
+    ui.console.print(f"[dim]{time.perf_counter() - t0:.1f} s[/]")
+
+
+def _run_tuned(name: str, seeds: Sequence[int], out: Path, settings: TuneSettings, resume: bool, overwrite: bool, jobs: int, profile: str,
+               root: str | None) -> None:
+    """``topofl experiment NAME --tuned``: the defaults into OUT/NAME, the tuned experiment into OUT/NAME-tuned, then the report."""
+    import shutil
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from topofl.experiments.driver import plan_for
+    from topofl.experiments.report import build_report
+    from topofl.experiments.tuning import run_tuned_experiment, total_runs
+
+    prepare_out(out)
+    if overwrite:
+        for d in (out / name, out / f"{name}-tuned"):
+            if d.is_dir():
+                shutil.rmtree(d)
+    t0 = time.perf_counter()
+    specs = plan_for(name, seeds, profile, root)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
+                  console=ui.err_console, transient=False) as bar:
+        task = bar.add_task(name, total=total_runs(specs, settings))
+        tuned_dir = run_tuned_experiment(name, seeds, out, settings, resume=resume, jobs=jobs, profile=profile,
+                                         data_root=root, on_run=lambda what: bar.update(task, advance=1, description=what))
+    ui.console.print(f"[green]✓[/] {name}: defaults in {out / name}/, tuned in {tuned_dir}/")
+    ui.print_tuning(tuned_dir)
+    ui.console.print(f"report: {build_report(out)}")
     ui.console.print(f"[dim]{time.perf_counter() - t0:.1f} s[/]")
 
 

@@ -5,12 +5,14 @@ functions that need them, never at module level.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
+import inspect
 import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
@@ -65,6 +67,43 @@ def friendly_errors(fn: Callable) -> Callable:
     return wrapper
 
 
+def with_options(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Give a command the shared options ``names`` of :data:`SHARED_OPTIONS`, declared once there:
+    they are added to the command's signature (where typer reads its options) and reach the
+    function in its ``**options``; :class:`Options` reads them with their types.
+    """
+    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+        sig = inspect.signature(fn)
+        own = [p for p in sig.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        extra = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=SHARED_OPTIONS[n][1], annotation=SHARED_OPTIONS[n][0])
+                 for n in names]
+        fn.__signature__ = sig.replace(parameters=[*own, *extra])  # type: ignore[attr-defined]
+        return fn
+
+    return deco
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """The shared options a command received (those it does not take stay ``None``)."""
+
+    scenario: str | None = None
+    data: Path | None = None
+    site_column: str | None = None
+    label_column: str | None = None
+    seeds: str | None = None
+    rounds: int | None = None
+    param: list[str] | None = None
+    scenario_param: list[str] | None = None
+    config: Path | None = None
+    model: str | None = None
+    client_fraction: float | None = None
+    graph: str | None = None
+    graph_param: list[str] | None = None
+    overwrite: bool = False
+    verbose: bool = False
+
+
 def setup_logging(verbose: bool) -> None:
     """Log warnings (debug messages with ``--verbose``) as one line each."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -100,7 +139,7 @@ GraphOpt = typer.Option(
 GraphParamOpt = typer.Option(None, "--graph-param", "-g", help="Graph parameter KEY=VALUE (repeatable), e.g. p=0.3 for erdos_renyi.")
 ModelOpt = typer.Option(
     None, "--model",
-    help="Model every client trains: linear (default), cnn-small, cnn-medium, cnn-large, convnet2, resnet18, mlp, "
+    help="Model every client trains: linear (default), cnn-small, cnn-same, cnn-medium, cnn-large, convnet2, resnet18, mlp, "
     "or package.module:factory (a torch.nn.Module); `topofl models` lists them.",
 )
 DataOpt = typer.Option(
@@ -121,21 +160,56 @@ FlowerResumeOpt = typer.Option(
     None, "--resume", help="Continue the unfinished run in RUN_DIR (DIR/run-<id> of an earlier --out DIR) after its last "
     "checkpointed round, with its own settings (the options above are then ignored)."
 )
+ReferenceOpt = typer.Option(None, "--reference", help="The method every other one is compared with (default ptopofl, else the first).")
+TuneOutOpt = typer.Option(None, "--out", "-o", help="Directory (default results/tune-SCENARIO); new or empty unless --resume or --overwrite.")
+TrialsOpt = typer.Option(None, "--trials", help="Tuning: trials per method and setting, the same for every method (default 30; trial 0 = the defaults).")
+TuneParamsOpt = typer.Option(
+    None, "--tune-params",
+    help="Tuning: comma-separated hyper-parameters to tune (default: each method's declared search space, less what the experiment varies "
+    "between its settings; `topofl methods`).",
+)
+TuneSeedsOpt = typer.Option(None, "--tune-seeds", help="Tuning: seeds the trials are scored on (default: the same seeds; see the README).")
+ValidationOpt = typer.Option(None, "--validation-fraction", help="Tuning: share of each client's training data held out for validation (default 0.25).")
+SamplerSeedOpt = typer.Option(None, "--sampler-seed", help="Tuning: seed of the TPE sampler (default 0); another seed gives another equally fair tuning.")
+TuneMetricOpt = typer.Option(None, "--tune-metric", help="Tuning: the validation metric trials are scored by (auto, auc, accuracy, pooled_auc, mse, r2).")
 DataRootOpt = typer.Option(None, "--data-root", help="Real CIFAR-10 pickles or LEAF FEMNIST JSON (experiment deep): the paper's protocol.")
 ExperimentsOutOpt = typer.Option(Path("results/experiments"), "--out", "-o", help="Directory; each experiment writes into DIR/NAME/.")
 ReportDirArg = typer.Argument(Path("results/experiments"), help="Experiments directory (as given to --out).")
 
 
+def p_text(p: float) -> str:
+    """A p-value as tables print it: ``p=0.012``, ``p<0.001``, or ``–`` when there is none."""
+    if p != p:
+        return "–"
+    return "p<0.001" if p < 0.001 else f"p={p:.3f}"
+
+
+SeedsOpt = typer.Option(None, "--seeds", help="Seeds: 0-9 (default), 0,3,7, or 0-4,10.")
+#: options several commands take, declared once: name -> (type, typer option); see :func:`with_options`
+SHARED_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "scenario": (Optional[str], ScenarioOpt), "data": (Optional[Path], DataOpt), "site_column": (Optional[str], SiteColumnOpt),
+    "label_column": (Optional[str], LabelColumnOpt), "seeds": (Optional[str], SeedsOpt), "rounds": (Optional[int], RoundsOpt),
+    "param": (Optional[list[str]], ParamOpt), "scenario_param": (Optional[list[str]], ScenParamOpt), "config": (Optional[Path], ConfigOpt),
+    "model": (Optional[str], ModelOpt), "client_fraction": (Optional[float], FractionOpt), "graph": (Optional[str], GraphOpt),
+    "graph_param": (Optional[list[str]], GraphParamOpt), "overwrite": (bool, OverwriteOpt), "verbose": (bool, VerboseOpt),
+}
+#: the options of a run on a scenario or the user's data (compare, run, tune)
+DATA_OPTIONS = ("scenario", "data", "site_column", "label_column", "rounds", "param", "scenario_param", "config", "model")
+
+
 def paired_cell(r: dict[str, Any], metric: str = "auc") -> str:
-    """``+0.018 ±0.008 10/0``: the method's ``metric`` minus FedAvg's, paired over seeds (± half the
-    95 % t-interval; seeds won/lost — for MSE a win is a lower value).
+    """``+0.018 ±0.008 10/0 p=0.004*``: the method's ``metric`` minus FedAvg's, paired over seeds
+    (± half the 95 % t-interval; seeds won/lost — for MSE a win is a lower value; the
+    Holm-adjusted p over every method's comparison with FedAvg, ``*`` when below 0.05).
     """
     d = r.get(f"{metric}_vs_fedavg_mean", float("nan"))
     if d != d:
         return "–"
     half = (r[f"{metric}_vs_fedavg_ci_high"] - r[f"{metric}_vs_fedavg_ci_low"]) / 2
     ci = f" ±{half:.3f}" if half == half else ""
-    return f"{d:+.3f}{ci} {r[f'{metric}_vs_fedavg_wins']}/{r[f'{metric}_vs_fedavg_losses']}"
+    p = r.get(f"{metric}_vs_fedavg_p_holm", float("nan"))
+    star = "*" if p == p and p < 0.05 else ""
+    return f"{d:+.3f}{ci} {r[f'{metric}_vs_fedavg_wins']}/{r[f'{metric}_vs_fedavg_losses']} {p_text(p)}{star}"
 
 
 def summary_table(rows: list[dict[str, Any]], title: str) -> Table:
@@ -143,9 +217,13 @@ def summary_table(rows: list[dict[str, Any]], title: str) -> Table:
     (highest AUC; for a regression task, whose rows carry MSE, RMSE and R², the lowest MSE).
     """
     regression = bool(rows) and "mse_mean" in rows[0]
-    table = Table(title=title, title_justify="left")
-    cols = (("method", "MSE (mean ± std)", "RMSE", "R² (mean ± std)", "ΔMSE vs FedAvg", "conv. round", "s/run") if regression else
-            ("method", "AUC (mean ± std)", "accuracy (mean ± std)", "ΔAUC vs FedAvg", "pooled AUC", "conv. round", "s/run"))
+    key_p = f"{'mse' if regression else 'auc'}_vs_fedavg_p"
+    n_cmp = sum(1 for r in rows if r.get(key_p, float("nan")) == r.get(key_p, float("nan")))  # finite p-values (NaN != NaN)
+    caption = (f"Δ vs FedAvg: paired over seeds (± half the 95 % t-interval, seeds won/lost); p: paired t-test, Holm-adjusted over the "
+               f"{n_cmp} comparisons with FedAvg; * p < 0.05" if n_cmp else None)
+    table = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
+    cols = (("method", "MSE (mean ± std)", "RMSE", "R² (mean ± std)", "ΔMSE vs FedAvg (Holm p)", "conv. round", "s/run") if regression else
+            ("method", "AUC (mean ± std)", "accuracy (mean ± std)", "ΔAUC vs FedAvg (Holm p)", "pooled AUC", "conv. round", "s/run"))
     for col in cols:
         table.add_column(col, justify="right" if col != "method" else "left")
     key = "mse_mean" if regression else "auc_mean"
@@ -194,13 +272,17 @@ def print_methods() -> None:
 
     width = text_width()
     print_wrapped("Methods (server: a server aggregates; peer: neighbours on a --graph, no server), each hyper-parameter "
-                   "with its default; set one with -p KEY=VALUE, or -p METHOD.KEY=VALUE for one method.", width, "")
+                   "with its default; set one with -p KEY=VALUE, or -p METHOD.KEY=VALUE for one method. [tune: ...] is the "
+                   "search space `topofl tune` explores (tune on request: only with --tune-params).", width, "")
     for name, m in REGISTRY.items():
         console.print()
         console.print(f"[bold]{escape(name)}[/] ({m.family})", highlight=False)
         print_wrapped(m.summary, width, "  ")
+        spaces = m.config.search_space(list(m.config.search_space_names()))
         for key, (default, help_text) in m.config.field_help().items():
-            print_wrapped(f"{key}={as_typed(default)}: {help_text}", width, "    ", "      ")
+            space = spaces.get(key)
+            tune = f" [tune: {space.describe()}{'' if space.tuned else ', on request'}]" if space is not None else ""
+            print_wrapped(f"{key}={as_typed(default)}: {help_text}{tune}", width, "    ", "      ")
 
 
 def print_models() -> None:
@@ -279,3 +361,54 @@ def print_flower(history: Any, title: str, seconds: float) -> None:
     failures = getattr(history, "failures", [])
     console.print(f"{len(failures)} failed or dropped repl{'y' if len(failures) == 1 else 'ies'}; {seconds:.1f} s wall"
                   + (f"; results in {history.out_dir}/" if history.out_dir else ""))
+
+
+def print_tuning(out: Path) -> None:
+    """What ``topofl tune`` and ``experiment --tuned`` print: each setting's chosen values and
+    validation scores, then tuned − default and (``tune``) reference − method on the test splits,
+    with Holm-adjusted p (``*`` below 0.05).
+    """
+    from topofl.experiments.results import read_csv
+
+    def f(v: str, fmt: str = ".3f") -> str:
+        try:
+            x = float(v)
+        except ValueError:
+            return v
+        return "–" if x != x else format(x, fmt)
+
+    def star(p: str) -> str:
+        try:
+            return "*" if float(p) < 0.05 else ""
+        except ValueError:
+            return ""
+
+    summary = read_csv(out / "tuning_summary.csv") if (out / "tuning_summary.csv").exists() else []
+    extra = [c for c in (summary[0] if summary else {}) if c not in (
+        "method", "trials", "failed", "metric", "validation_default", "validation_best", "best_trial", "chosen", "defaults", "space",
+        "seconds_per_trial", "tuning_seeds")]
+    table = Table(title="Tuning (validation splits; trial 0 = defaults)", title_justify="left")
+    for col in (*extra, "method", "default", "best", "trial", "chosen values", "s/trial"):
+        table.add_column(col, justify="left" if col in (*extra, "method", "chosen values") else "right")
+    for r in summary:
+        table.add_row(*(r[c] for c in extra), r["method"], f(r["validation_default"]), f(r["validation_best"]), r["best_trial"],
+                      escape(r["chosen"]), f(r["seconds_per_trial"], ".2f"))
+    console.print(table)
+    for stem, title, sign in (("tuned_vs_default", "Tuned − default on the test splits (paired over seeds)", "method"),
+                              ("paired", "Reference − method on the test splits (paired over seeds)", "method")):
+        path = out / f"{stem}.csv"
+        if not path.exists():
+            continue
+        rows = read_csv(path)
+        lead = [c for c in (rows[0] if rows else {}) if c in ("tuning", "geometry") or c not in (
+            "method", "reference", "metric", "n_seeds", "diff_mean", "ci_low", "ci_high", "tuned_wins", "tuned_losses", "reference_wins",
+            "other_wins", "p_value", "p_holm", "n_comparisons")]
+        t = Table(title=title, title_justify="left", caption="p: paired t-test; Holm: adjusted over the comparisons of one family; "
+                  "* Holm p < 0.05", caption_justify="left")
+        for col in (*lead, sign, "metric", "difference (95 % CI)", "won/lost", "p", "Holm p"):
+            t.add_column(col, justify="left" if col in (*lead, sign, "metric") else "right")
+        for r in rows:
+            won = f"{r.get('tuned_wins', r.get('reference_wins'))}/{r.get('tuned_losses', r.get('other_wins'))}"
+            t.add_row(*(r[c] for c in lead), r["method"], r["metric"], f"{f(r['diff_mean'], '+.3f')} ({f(r['ci_low'], '+.3f')}, "
+                      f"{f(r['ci_high'], '+.3f')})", won, f(r["p_value"]), f(r["p_holm"]) + star(r["p_holm"]))
+        console.print(t)

@@ -92,12 +92,31 @@ def test_pfedme_refuses_unstable_step_sizes():
         simulate(make_scenario("healthcare", seed=0), "pfedme", rounds=1, lr=0.2, lam=15.0)
 
 
-def test_perfedavg_variants_differ_and_adapt():
+@pytest.mark.parametrize("variant", ["fo", "hf"])
+def test_perfedavg_adaptation_step_lowers_every_clients_loss(variant):
+    """Each client uses the global model after one gradient step on its own data (Fallah et al. 2020,
+    Eq. 4): θ_k = w − α ∇f_k(w). Checked against that formula, and the step must lower every
+    client's training loss (measured on benchmark seed 0, 5 rounds: mean 0.548 → 0.507 (FO),
+    0.552 → 0.507 (HF), 10 of 10 clients lower; test loss 0.596 → 0.557 and 0.605 → 0.561).
+    """
+    fed = make_scenario("benchmark", seed=0)
+    algo = build("perfedavg", {"variant": variant})
+    h = simulate(fed, algo, rounds=5, seed=0)
+    w, m = algo.global_params, h.model
+    for c in fed:
+        theta = h.client_models[c.client_id]
+        np.testing.assert_allclose(theta, w - algo.config.alpha * m.grad(w, c.X_train, c.y_train), rtol=0, atol=1e-12)
+        assert m.loss(theta, c.X_train, c.y_train) < m.loss(w, c.X_train, c.y_train), c.client_id
+    before = np.mean([m.loss(w, c.X_test, c.y_test) for c in fed])
+    after = np.mean([m.loss(h.client_models[c.client_id], c.X_test, c.y_test) for c in fed])
+    assert after < before - 0.02  # the adaptation also helps on held-out data, on average
+
+
+def test_perfedavg_variants_differ():
     fed = make_scenario("benchmark", seed=0)
     fo = simulate(fed, "perfedavg", rounds=3, seed=0, variant="fo")
     hf = simulate(fed, "perfedavg", rounds=3, seed=0, variant="hf")
     assert not np.array_equal(metrics(fo), metrics(hf))
-    assert np.isfinite(metrics(hf)).all()
 
 
 def test_perfedavg_hessian_vector_product_is_exact_on_a_quadratic():
@@ -110,21 +129,51 @@ def test_perfedavg_hessian_vector_product_is_exact_on_a_quadratic():
     np.testing.assert_allclose((m.grad(w + d * v, X, y) - m.grad(w - d * v, X, y)) / (2 * d), Z.T @ Z / 30 @ v, atol=1e-8)
 
 
-def test_ifca_forms_clusters_on_healthcare():
-    h = simulate(make_scenario("healthcare", seed=0), "ifca", rounds=5, seed=0, k=2)
-    assert len(set(h.server_logs[-1]["clusters"].values())) == 2
+def _two_rules(seed, n_clients=8, d=5, n=120):
+    """Clients of two groups with opposite decision rules (y = 1[x·w > 0] and 1[x·w < 0]) on the same
+    feature distribution: one global model cannot fit both (FedAvg's AUC ~0.5), k = 2 cluster models can.
+    """
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal(d)
+    arrays, meta = [], []
+    for k in range(n_clients):
+        X = rng.standard_normal((n, d))
+        y = ((X @ w) * (1 if k % 2 == 0 else -1) > 0).astype(float)
+        arrays.append((X[:90], y[:90], X[90:], y[90:]))
+        meta.append({"group": k % 2})
+    return Federation.from_arrays(arrays, meta=meta)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_ifca_recovers_the_rule_groups_where_one_model_cannot_fit_all(seed):
+    """Measured on seeds 0-9: adjusted Rand index 1.0 on every seed, AUC 0.989-0.999 against FedAvg's 0.47-0.56."""
+    from sklearn.metrics import adjusted_rand_score
+
+    fed = _two_rules(seed)
+    h = simulate(fed, "ifca", rounds=5, seed=seed, k=2)
+    labels = h.server_logs[-1]["clusters"]
+    assert adjusted_rand_score([c.meta["group"] for c in fed], [labels[c.client_id] for c in fed]) == 1.0
+    assert h.final["auc"] > 0.97 and simulate(fed, "fedavg", rounds=5, seed=seed).final["auc"] < 0.6
+
+
+#: (scenario, largest gap between any round from the 5th and the final AUC, largest drop of the final AUC
+#: below the best round): bounds ~1.5x the worst measured on seed 0 over every method (healthcare: 0.022,
+#: Ditto, and 0.006; benchmark, a hard draw whose AUC wanders 0.65-0.73 for every method: 0.05, pFedMe)
+STABILITY = {"healthcare": (0.035, 0.01), "benchmark": (0.07, 0.06)}
 
 
 @pytest.mark.parametrize("scenario", ["healthcare", "benchmark"])
 def test_every_method_is_stable_over_15_rounds(scenario):
+    """No collapse and no late drop over 15 rounds (in the authors' paper-era code SCAFFOLD dips from 0.910 to 0.802 on benchmark)."""
     fed = make_scenario(scenario, seed=0)
+    gap, drop = STABILITY[scenario]
     for method in available("server"):
         h = simulate(fed, method, rounds=15, seed=0)
-        auc = h.curve("auc")
-        assert np.isfinite(auc).all() and np.isfinite(h.curve("loss")).all(), method
-        # stable: no collapse towards 0.5 at any round, no late drop (the reference SCAFFOLD falls
-        # to 0.5 from round 10); seed 0 of benchmark is a hard draw (all methods ~0.70)
-        assert auc.min() > 0.6 and auc[-1] >= auc.max() - 0.1, (method, auc)
+        auc, loss = h.curve("auc"), h.curve("loss")
+        assert np.isfinite(auc).all() and np.isfinite(loss).all(), method
+        assert np.abs(auc[4:] - auc[-1]).max() <= gap and auc.max() - auc[-1] <= drop, (method, auc)
+        if scenario == "healthcare":  # training lowers the test loss of the model each client uses (measured: by 0.12-0.17)
+            assert loss[-1] < loss[0] - 0.08, (method, loss)
 
 
 @pytest.mark.parametrize(

@@ -73,15 +73,6 @@ def test_clusters_recover_the_healthcare_subpopulations():
     assert adjusted_rand_score(groups, [labels[c] for c in fed.client_ids]) == 1.0
 
 
-def test_ptopofl_beats_fedavg_on_healthcare_over_seeds():
-    """Measured over seeds 0-4 (not tuned per seed): pTopoFL's mean client AUC exceeds FedAvg's."""
-    gains = []
-    for s in range(5):
-        fed = make_scenario("healthcare", seed=s)
-        gains.append(simulate(fed, "ptopofl", rounds=10, seed=s).final["auc"] - simulate(fed, "fedavg", rounds=10, seed=s).final["auc"])
-    assert np.mean(gains) > 0.005
-
-
 def test_topological_outlier_is_flagged_and_down_weighted():
     rng = np.random.default_rng(0)
     clients = [blob_client(rng, 100) for _ in range(6)]

@@ -212,3 +212,48 @@ def test_nearest_cluster_and_centroids():
 def test_trust_gate_is_validated():
     with pytest.raises(ValueError, match="gate must be one of all, flagged; got 'flaged'"):
         trust_from_z(np.array([1.5]), 2.0, gate="flaged")
+
+
+# ---------------------------------------------------------------------------------------------
+# Wasserstein-exponential weights (Eq. 12)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_wasserstein_weights_by_hand():
+    from topofl.algorithms.ptopofl.maths import wasserstein_weights
+
+    # exp(-1·0) = 1, exp(-1·ln 2) = 1/2: weights 2/3, 1/3
+    np.testing.assert_allclose(wasserstein_weights(np.array([0.0, np.log(2.0)]), 1.0), [2 / 3, 1 / 3])
+    # λ = 2 squares the ratio: 1 : 1/4
+    np.testing.assert_allclose(wasserstein_weights(np.array([0.0, np.log(2.0)]), 2.0), [0.8, 0.2])
+    # a common shift of the distances leaves them unchanged, and large distances do not underflow to 0/0
+    np.testing.assert_allclose(wasserstein_weights(np.array([1000.0, 1000.0 + np.log(2.0)]), 1.0), [2 / 3, 1 / 3])
+    np.testing.assert_allclose(wasserstein_weights(np.array([3.0, 3.0, 3.0]), 5.0), [1 / 3] * 3)
+
+
+def test_wasserstein_weights_bound_adversarial_mass_as_theorem_3_5():
+    """ε K clients at distance Δ beyond the others get Σ_A α = ε e^{−λΔ} / ((1 − ε) + ε e^{−λΔ})."""
+    from topofl.algorithms.ptopofl.maths import wasserstein_weights
+
+    eps, lam, delta = 0.25, 2.0, 0.7
+    W = np.array([1.0] * 6 + [1.0 + delta] * 2)  # K = 8, ε K = 2 adversaries
+    a = wasserstein_weights(W, lam)
+    bound = eps * np.exp(-lam * delta) / ((1 - eps) + eps * np.exp(-lam * delta))
+    assert a[6:].sum() == pytest.approx(bound, rel=1e-12)
+    # The theorem's second claim, Σ_A α <= ε² once λΔ >= log((1 − ε)/ε), does not follow from the
+    # first: at equality the mass is ε² / ((1 − ε)² + ε²) — 0.1 for ε = 1/4, above ε² = 0.0625 —
+    # which is at most 2ε² for ε <= 1/2 (docs/ptopofl-options.md)
+    lam2 = np.log((1 - eps) / eps) / delta
+    mass = wasserstein_weights(W, lam2)[6:].sum()
+    assert mass == pytest.approx(eps**2 / ((1 - eps) ** 2 + eps**2), rel=1e-12)
+    assert eps**2 < mass <= 2 * eps**2
+
+
+@pytest.mark.parametrize("bad", [np.array([-1.0, 0.0]), np.array([np.nan]), np.array([])])
+def test_wasserstein_weights_refuse_bad_distances(bad):
+    from topofl.algorithms.ptopofl.maths import wasserstein_weights
+
+    with pytest.raises(ValueError, match="distances must be"):
+        wasserstein_weights(bad, 1.0)
+    with pytest.raises(ValueError, match="temperature must be"):
+        wasserstein_weights(np.array([1.0]), 0.0)

@@ -1,5 +1,7 @@
 """Sheaf-FMTL and the decentralised runtime: special cases (paper §3.3), exact compact maps,
 accounting, bad input."""
+import re
+
 import networkx as nx
 import numpy as np
 import pytest
@@ -161,6 +163,62 @@ def test_memory_budget_errors_or_recompresses():
     assert len(algo.recompressions) >= 2  # re-compressed each time the history outgrew the budget
     assert algo.state_bytes() <= 30_000
     assert all(0.0 <= lost < 1.0 for _, lost in algo.recompressions)
+
+
+def test_a_run_that_would_outgrow_the_budget_is_refused_up_front_with_the_bytes_it_needs():
+    """Compact maps grow by exactly one row of U and V per node and iteration (Eq. 28 is rank one),
+    so the bytes a run needs are known before it starts: a budget one byte short is refused before
+    the first iteration, naming that number and the iteration the run would have stopped at."""
+    clients = classification_clients()
+    g = make_graph("complete", 6)
+    hp = {"gamma": 0.5, "map_init": "sparse_sign", "maps": "compact"}
+    h = run_decentralised(clients, g, build("sheaf", hp), 12, seed=0, n_classes=3)
+    need, first = h.final["map_storage_bytes"], h.rounds[0]["map_storage_bytes"]
+    per = h.rounds[1]["map_storage_bytes"] - first
+    assert need == first + 11 * per  # linear growth: the projection is exact
+    rounds_run = []
+    needed = re.escape(f"{need:.4g}")
+    with pytest.raises(MemoryError, match=rf"grow to .* over 12 iterations .* the run would stop at iteration 12\. Set memory_budget >= {needed}"):
+        run_decentralised(clients, g, build("sheaf", {**hp, "memory_budget": need - 1}), 12, seed=0, n_classes=3,
+                          on_round=lambda hist, row: rounds_run.append(row["round"]))
+    assert rounds_run == []  # refused before the first iteration
+    with pytest.raises(MemoryError, match=r"the run would stop at iteration 8\."):  # the maps hold first + 6·per after 7 iterations
+        run_decentralised(clients, g, build("sheaf", {**hp, "memory_budget": first + 6 * per}), 12, seed=0, n_classes=3)
+    run_decentralised(clients, g, build("sheaf", {**hp, "memory_budget": first + 6 * per}), 7, seed=0, n_classes=3)
+    exact = run_decentralised(clients, g, build("sheaf", {**hp, "memory_budget": need}), 12, seed=0, n_classes=3)
+    assert exact.final["map_storage_bytes"] == need
+    run_decentralised(clients, g, build("sheaf", {**hp, "memory_budget": need - 1, "on_budget": "recompress"}), 12, seed=0, n_classes=3)
+
+
+def test_model_init_common_starts_every_client_of_an_architecture_from_one_vector():
+    """θ_i⁰ (Algorithm 1, line 1): independent starts by default (the authors' code builds one network
+    per client), one start per architecture with ``model_init="common"``."""
+    pytest.importorskip("torch")
+    from topofl.models.registry import build_model
+
+    clients = classification_clients(n_clients=5, d=64)  # 8×8 images for the CNN
+    g = make_graph("ring", 5)
+    names = ["cnn-small", "mlp", "cnn-small", "mlp", "cnn-small"]
+    starts = {}
+    for init in ("independent", "common"):
+        algo = build("local-peers", {"model_init": init})
+        original = algo.setup
+
+        def setup(peers, graph, rng, original=original, init=init):
+            original(peers, graph, rng)
+            starts[init] = [p.theta.copy() for p in peers]
+
+        algo.setup = setup
+        models = [build_model(m, task="multiclass", n_features=64, n_classes=3) for m in names]
+        run_decentralised(clients, g, algo, 1, seed=2, n_classes=3, models=models)
+    ind, com = starts["independent"], starts["common"]
+    assert not np.array_equal(ind[0], ind[2]) and not np.array_equal(ind[1], ind[3])
+    assert np.array_equal(com[0], com[2]) and np.array_equal(com[2], com[4]) and np.array_equal(com[1], com[3])
+    assert all(np.abs(t).max() > 0 for t in com)  # a random start, not zeros
+    lin = build("dpsgd", {"model_init": "common"})
+    run_decentralised(clients, g, lin, 1, seed=2, n_classes=3)  # linear models start at zero either way
+    with pytest.raises(ValueError, match="model_init must be one of"):
+        build("dpsgd", {"model_init": "shared"})
 
 
 def test_divergence_is_reported_with_the_step_sizes():

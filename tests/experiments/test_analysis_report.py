@@ -111,7 +111,8 @@ def test_paired_differences_pair_only_common_finite_seeds_and_refuse_bad_argumen
         paired_differences(done, ("part",), "ptopofl", level=1.5)
 
 
-def test_heart_disease_experiment_has_both_references_and_paired_rows(tmp_path):
+def test_heart_disease_experiment_has_both_references_and_holm_adjusted_paired_rows(tmp_path):
+    """The plan and tables; the measured conclusions over 10 seeds are pinned in test_conclusions.py."""
     import csv
 
     from topofl.experiments.driver import plan_for
@@ -124,22 +125,34 @@ def test_heart_disease_experiment_has_both_references_and_paired_rows(tmp_path):
     out = run_experiment("heart-disease", [0, 1], tmp_path)
     summary = {r["method"]: r for r in csv.DictReader(open(out / "summary.csv"))}
     assert {"ptopofl", "local", "pooled"} <= set(summary)
-    assert all(0.5 < float(r["auc_mean"]) <= 1.0 for r in summary.values())
     paired = list(csv.DictReader(open(out / "paired.csv")))
     assert {r["method"] for r in paired} == set(summary) - {"ptopofl"} and all(r["n_seeds"] == "2" for r in paired)
+    for metric in ("auc", "accuracy"):
+        fam = [r for r in paired if r["metric"] == metric]
+        assert {r["n_comparisons"] for r in fam} == {str(len(summary) - 1)}
+        assert all(float(r["p_holm"]) >= float(r["p_value"]) for r in fam)
     assert (out / "auc_curves.png").is_file()
 
 
-def test_controls_experiment_plans_every_geometry_and_measures_cluster_agreement(tmp_path, monkeypatch):
+def test_controls_cluster_agreement_is_high_only_where_geometry_carries_the_groups(tmp_path, monkeypatch):
+    """pTopoFL's clusters against the rule groups (adjusted Rand index), seeds 0-9. Measured (15 rounds;
+    the clusters form in round 1 and static data never drift, so one round gives the same): coupled
+    0.849 (1.0 on 8 seeds, 0.495 and 0.0 on the others), independent −0.021, shared −0.033.
+    """
     import csv
 
     from topofl.experiments.suite import controls
 
-    monkeypatch.setattr(controls, "ROUNDS", 3)
-    out = run_experiment("controls", [0, 1], tmp_path)
-    rows = list(csv.DictReader(open(out / "summary.csv")))
-    assert {r["geometry"] for r in rows} == set(controls.GEOMETRIES)
+    monkeypatch.setattr(controls, "ROUNDS", 1)
+    monkeypatch.setattr(controls, "available", lambda family: ["ptopofl", "fedavg"])
+    out = run_experiment("controls", list(range(10)), tmp_path)
     ari = {r["geometry"]: float(r["ari_mean"]) for r in csv.DictReader(open(out / "cluster_agreement.csv"))}
-    assert set(ari) == set(controls.GEOMETRIES) and all(-1.0 <= v <= 1.0 for v in ari.values())
+    assert ari["coupled"] == pytest.approx(0.849, abs=0.01)
+    assert abs(ari["independent"]) < 0.1 and abs(ari["shared"]) < 0.1
+    per_seed = [r for r in controls.cluster_agreement(out) if r["geometry"] == "coupled"]
+    assert sum(r["ari"] == 1.0 for r in per_seed) == 8
     paired = list(csv.DictReader(open(out / "paired.csv")))
     assert {(r["geometry"], r["metric"]) for r in paired} == {(g, m) for g in controls.GEOMETRIES for m in ("auc", "accuracy")}
+    assert all(r["n_comparisons"] == "1" and r["p_holm"] == r["p_value"] for r in paired)  # a family of one comparison
+
+

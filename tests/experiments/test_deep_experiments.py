@@ -48,3 +48,27 @@ def test_smoke_runs_write_results_and_resume(tmp_path, name):
     run_experiment(name, [0], tmp_path, profile="smoke", resume=True)
     assert (out / "curves.csv").read_bytes() == before
     assert not any(math.isnan(float(r["accuracy_mean"])) for r in rows)
+
+
+def test_ptopofl_uses_table_3s_three_clusters_and_a_trained_representation_variant():
+    for profile in ("quick", "full"):
+        specs = plan_for("deep", [0], profile)
+        p = [s for s in specs if s.method == "ptopofl"]
+        assert p and all(s.hyperparameters["n_clusters"] == 3 for s in p)
+        assert all("n_clusters" not in s.hyperparameters for s in specs if s.method != "ptopofl")
+        trained = [s for s in p if s.label == "ptopofl-trained"]
+        assert {s.setting["part"] for s in trained} == {"C'"} and len(trained) == 2
+        assert all(s.hyperparameters["cluster_after"] == s.rounds // 3 for s in trained)
+
+
+def test_label_groups_and_the_note_on_dominant_clusters():
+    import numpy as np
+
+    from topofl.experiments.suite.deep import cluster_note, label_groups
+
+    y = [np.array([0] * 9 + [1]), np.array([0] * 8 + [1] * 2), np.array([2] * 10), np.array([2] * 9 + [1]), np.array([1] * 10)]
+    assert label_groups(y, 3, 3) == [0, 0, 1, 1, 2]  # mostly 0, mostly 2, all 1
+    rows = [{"method": "ptopofl", "largest_share": 0.8, "accuracy_minus_fedavg": -0.002},
+            {"method": "ptopofl", "largest_share": 0.5, "accuracy_minus_fedavg": 0.01}]
+    note = cluster_note(rows)
+    assert "ptopofl: in 1 of 2 runs one cluster holds at least 80% of the clients" in note and "-0.002" in note

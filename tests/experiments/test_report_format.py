@@ -38,7 +38,7 @@ def test_columns_are_grouped_into_mean_std_intervals_and_won_lost():
         ("method", ["method"]), ("auc (mean ± std)", ["auc_mean", "auc_std"]),
         ("difference (95 % CI)", ["diff_mean", "ci_low", "ci_high"]), ("won/lost", ["wins", "losses"]),
         ("auc vs fedavg (95 % CI)", ["auc_vs_fedavg_mean", "auc_vs_fedavg_ci_low", "auc_vs_fedavg_ci_high"]),
-        ("reference won/lost", ["reference_wins", "other_wins"]), ("paper auc", ["paper_auc"]),
+        ("ref. won/lost", ["reference_wins", "other_wins"]), ("paper auc", ["paper_auc"]),
     ]
 
 

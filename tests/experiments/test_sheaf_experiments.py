@@ -127,3 +127,73 @@ def test_sheaf_school_plan_and_a_seed_with_original_units(tmp_path):
     for d in done:
         assert d["final"]["mse"] == pytest.approx(2 * d["final"]["loss"], rel=1e-9)
     assert float(rows["Local"]["transmitted_MB"]) == 0 and float(rows["dFedU"]["transmitted_MB"]) > float(rows["Sheaf-FMTL γ=0.1"]["transmitted_MB"])
+
+
+def test_topology_plan_pairs_sheaf_fmtl_and_dfedu_at_the_same_lambda():
+    """Table 5 compares Sheaf-FMTL with dFedU per topology and λ; Sheaf-FMTL stops where Theorem 1's
+    step condition fails for its N(0, 1) maps, dFedU also runs at larger λ."""
+    from topofl.experiments.suite.sheaf import DFEDU_LAMBDAS, LAMBDAS, TOPOLOGIES, plan_topology
+
+    specs = plan_topology([0, 1])
+    by = {(s.label, s.setting["topology"], s.setting["lam"], s.seed): s for s in specs}
+    assert len(by) == len(specs) == 2 * len(TOPOLOGIES) * (len(LAMBDAS) + len(DFEDU_LAMBDAS))
+    for (label, topo, lam, seed), s in by.items():
+        assert s.hyperparameters["lam"] == lam and s.graph == TOPOLOGIES[topo]
+        if label == "dFedU":
+            assert s.method == "dfedu" and lam in DFEDU_LAMBDAS
+        else:
+            assert (label, s.method, s.hyperparameters["gamma"]) == ("Sheaf-FMTL γ=0.03", "sheaf", 0.03) and lam in LAMBDAS
+            assert ("dFedU", topo, lam, seed) in by  # every Sheaf-FMTL run has its dFedU pair
+    assert max(LAMBDAS) * 0.5 * 2058 < 2 < 0.01 * 0.5 * 2058  # α·λ·λ_max(L_F) against Theorem 1's bound (module comment)
+
+
+def test_topology_analysis_reports_both_methods_and_their_paired_difference(tmp_path, monkeypatch):
+    import csv
+
+    from topofl.experiments.driver import run_experiment
+    from topofl.experiments.suite import sheaf
+
+    monkeypatch.setattr(sheaf, "ROUNDS", 4)
+    monkeypatch.setattr(sheaf, "TOPOLOGIES", {"Watts–Strogatz": sheaf.TOPOLOGIES["Watts–Strogatz"]})
+    monkeypatch.setattr(sheaf, "DFEDU_LAMBDAS", (*sheaf.LAMBDAS, 0.05))
+    out = run_experiment("sheaf-topology", [0, 1], tmp_path)
+    rows = list(csv.DictReader(open(out / "summary.csv")))
+    assert sorted((r["method"], float(r["lam"])) for r in rows) == sorted([("Sheaf-FMTL γ=0.03", lam) for lam in sheaf.LAMBDAS]
+                                                                          + [("dFedU", lam) for lam in (*sheaf.LAMBDAS, 0.05)])
+    assert all(float(r["transmitted_MB"]) > 0 for r in rows)
+    pairs = list(csv.DictReader(open(out / "paired_vs_dfedu.csv")))
+    assert sorted(float(p["lam"]) for p in pairs) == sorted(sheaf.LAMBDAS)  # dFedU's λ = 0.05 has no Sheaf-FMTL pair
+    assert all(p["method"] == "Sheaf-FMTL γ=0.03" and p["versus"] == "dFedU" and p["n_seeds"] == "2" for p in pairs)
+
+
+def test_sheaf_mnist_full_budget_uses_the_papers_cnn_and_every_budget_measures_a_common_start():
+    from topofl.experiments.driver import plan_for
+    from topofl.experiments.suite.sheaf_mnist import BUDGETS
+
+    for profile in ("full", "quick", "smoke"):
+        specs = plan_for("sheaf-mnist", [0], profile)
+        assert {s.model for s in specs if s.setting["part"] != "hetero"} == {"cnn-same" if profile == "full" else "cnn-small"}
+        base = {s.label: s for s in specs if s.setting["part"] == "same"}
+        common = [s for s in specs if s.setting["part"] == "same-common"]
+        labels = {f"Sheaf-FMTL γ={g:g}" for g in BUDGETS[profile]["gammas"]} | {"dFedU", "D-PSGD", "Local"}
+        assert {s.label.removesuffix(", common init") for s in common} == labels
+        for s in common:  # the default run but for the initial models
+            ref = base[s.label.removesuffix(", common init")]
+            assert s.hyperparameters == {**ref.hyperparameters, "model_init": "common"} and (s.method, s.model) == (ref.method, ref.model)
+        assert all("model_init" not in s.hyperparameters for s in specs if s.setting["part"] != "same-common")
+        assert all(s.hyperparameters.get("on_budget", "error") == "error" for s in specs)  # exact maps: no recompression
+
+
+@pytest.mark.deep
+def test_sheaf_mnist_smoke_pairs_the_common_start_with_the_default(tmp_path):
+    import csv
+
+    pytest.importorskip("torch")
+    from topofl.experiments.driver import run_experiment
+
+    out = run_experiment("sheaf-mnist", [0, 1], tmp_path, profile="smoke")
+    pairs = list(csv.DictReader(open(out / "paired_common_init.csv")))
+    assert {p["base"] for p in pairs} == {"Sheaf-FMTL γ=0.1", "dFedU", "D-PSGD", "Local"}
+    assert all(p["method"] == "common" and p["versus"] == "independent" and p["n_seeds"] == "2" for p in pairs)
+    vs_local = list(csv.DictReader(open(out / "paired_vs_local.csv")))
+    assert {p["versus"] for p in vs_local} == {"Local", "Local, common init", "Local (hetero)"}

@@ -12,6 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import topofl  # noqa: E402
+import topofl.methods  # noqa: E402  (binds topofl.methods for the parametrisation below, also when this file runs alone)
 from topofl.data.loaders.mnist10k import mnist_federation  # noqa: E402
 from topofl.models.registry import build_model, is_deep  # noqa: E402
 
@@ -50,7 +51,9 @@ def test_a_users_module_trains_in_process_and_on_flower_with_identical_metrics(m
     assert local.final["auc"] > 0.6
 
 
-def test_sheaf_with_a_users_module_in_process_and_through_the_relay():
+@pytest.mark.parametrize("model_init", ["independent", "common"])
+def test_sheaf_with_a_users_module_in_process_and_through_the_relay(model_init):
+    """Both starts of Algorithm 1's θ_i⁰ (each node its own, or one common one) are the same through the relay."""
     pytest.importorskip("flwr")
     from fake_grid import FakeGrid
     from helpers import make_mlp
@@ -58,7 +61,7 @@ def test_sheaf_with_a_users_module_in_process_and_through_the_relay():
     from topofl.flower.settings import FlowerSettings
 
     fed = topofl.make_scenario("healthcare", seed=1, **SMALL)
-    hp = {"gamma": 0.1, "lr": 0.05}
+    hp = {"gamma": 0.1, "lr": 0.05, "model_init": model_init}
     local = topofl.simulate_decentralised(fed, "sheaf", rounds=3, seed=1, graph="ring", model=make_mlp, **hp)
     relayed = relay_main(FakeGrid(4), FlowerSettings(method="sheaf", rounds=3, seed=1, scenario_params=SMALL, graph="ring",
                                                      hyperparameters=hp, model="helpers:make_mlp"))

@@ -58,10 +58,29 @@ def test_parameter_counts_match_the_paper(size, dataset):
     assert (model.task, model.n_classes, model.n_outputs) == ("multiclass", 10, 10)
 
 
+def test_same_size_cnn_is_the_one_table_4_counts():
+    """§4.2's CNN ("two convolutional layers (32 and 64 filters) followed by a fully connected
+    layer"): Table 4's FedAvg sends 27.9 MB on R-MNIST, 200 rounds of one float32 model."""
+    from topofl.models.registry import MODELS, build_model, describe, rebuild_registered
+
+    model = paper_cnn("same", "rmnist")
+    assert model.n_params == PAPER_ARCHITECTURES["same"].n_params((1, 28, 28), 10) == 34_826
+    assert round(200 * model.n_params * 4 / 1e6, 1) == 27.9
+    assert abs(model.n_params / PAPER_PARAM_COUNTS[("same", "rmnist")] - 1) < 0.002
+    convs = [m for m in model.module_factory() if isinstance(m, torch.nn.Conv2d)]
+    linears = [m for m in model.module_factory() if isinstance(m, torch.nn.Linear)]
+    assert [(c.out_channels, c.kernel_size, c.padding) for c in convs] == [(32, (3, 3), (0, 0)), (64, (3, 3), (0, 0))]
+    assert [(f.in_features, f.out_features) for f in linears] == [(64 * 5 * 5, 10)]
+    assert paper_cnn("same", "cifar10").n_params == 42_442  # the public code's CIFAR10CNN: 64·6·6 into the FC layer
+    built = build_model("cnn-same", task="multiclass", n_features=784, n_classes=10)
+    assert "cnn-same" in MODELS and built == model and describe(built)["name"] == "cnn-same"
+    assert rebuild_registered(describe(built)) == model
+
+
 def test_dataset_names_and_factories():
     assert dataset_shape("R-MNIST") == dataset_shape("rotated_mnist") == (1, 28, 28)
     assert dataset_shape("H-CIFAR-10") == dataset_shape("cifar") == (3, 32, 32)
-    assert set(CNN_FACTORIES) == {"small", "medium", "large"}
+    assert set(CNN_FACTORIES) == {"small", "medium", "large", "same"}
     assert paper_cnn("small", "mnist") == small_cnn((1, 28, 28), 10)  # builders compare by value
     with pytest.raises(ValueError, match="size"):
         paper_cnn("huge", "mnist")

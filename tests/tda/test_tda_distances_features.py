@@ -201,3 +201,19 @@ def test_topo_context_degenerate_scale_falls_back_to_one():
     ctx = TopoContext.from_data(X, diagrams(X), n_points=5)
     assert ctx.scale == 1.0
     np.testing.assert_allclose(ctx.transform(X)[:, 0], [0.0, 0.0, 0.0, 1.0, 1.0])
+
+
+def test_topological_sample_weights_by_hand():
+    """§3.2 as the paper-era code weights samples: exp(−‖x − x̄‖ / max(A_0, 0.1)), mean one, clipped to [0.2, 5]."""
+    from topofl.tda.features import topological_sample_weights
+
+    X = np.array([[-1.0, 0.0], [1.0, 0.0], [0.0, 0.0], [0.0, 0.0]])  # centroid 0; distances 1, 1, 0, 0
+    dgm0 = np.array([[0.0, 3.0], [0.0, 4.0]])  # A_0 = √(9 + 16) = 5
+    raw = np.array([np.exp(-0.2), np.exp(-0.2), 1.0, 1.0])
+    np.testing.assert_allclose(topological_sample_weights(X, dgm0), raw / raw.mean())
+    # no H0 pairs: the scale floor 0.1; far points fall to the lower clip, the near one to the upper
+    ring = np.vstack([[[0.0, 0.0]], 10 * np.column_stack([np.cos(np.arange(6) * np.pi / 3), np.sin(np.arange(6) * np.pi / 3)])])
+    w = topological_sample_weights(ring, np.empty((0, 2)))  # centre at distance 0, six points at 10: e^{-100} ≈ 0
+    np.testing.assert_allclose(w, [5.0] + [0.2] * 6)  # before clipping: 7 and ~0
+    with pytest.raises(ValueError, match="non-empty"):
+        topological_sample_weights(np.empty((0, 3)), dgm0)

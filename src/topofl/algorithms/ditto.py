@@ -10,6 +10,7 @@ import numpy as np
 from topofl._validation import check_range
 from topofl.algorithms.base import AlgorithmConfig, ClientContext, hp, personal_rng
 from topofl.algorithms.fedavg import GlobalModelAlgorithm
+from topofl.config import floats
 from topofl.federation.local import AffineGrad
 from topofl.federation.messages import ClientUpdate, ServerMessage
 
@@ -18,7 +19,7 @@ from topofl.federation.messages import ClientUpdate, ServerMessage
 class DittoConfig(AlgorithmConfig):
     """Hyper-parameters of Ditto: the pull λ of each personal model towards the global one."""
 
-    lam: float = hp(0.1, "pull λ of the personal model towards the global one (>= 0; 0 = local training)")
+    lam: float = hp(0.1, "pull λ of the personal model towards the global one (>= 0; 0 = local training)", space=floats(1e-3, 10.0, log=True))
 
     def __post_init__(self) -> None:
         super().__post_init__()

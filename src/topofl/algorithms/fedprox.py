@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from topofl._validation import check_range
 from topofl.algorithms.base import ClientContext, hp
 from topofl.algorithms.fedavg import GlobalModelAlgorithm, GlobalModelConfig
+from topofl.config import floats
 from topofl.federation.local import AffineGrad
 from topofl.federation.messages import ClientUpdate, ServerMessage
 
@@ -14,7 +15,7 @@ from topofl.federation.messages import ClientUpdate, ServerMessage
 class FedProxConfig(GlobalModelConfig):
     """Hyper-parameters of FedProx: the proximal strength μ (and FedAvg's server, aggregation rule included)."""
 
-    mu: float = hp(0.1, "proximal strength μ (>= 0; pTopoFL paper: 0.1; μ = 0 is FedAvg)")
+    mu: float = hp(0.1, "proximal strength μ (>= 0; pTopoFL paper: 0.1; μ = 0 is FedAvg)", space=floats(1e-3, 1.0, log=True))
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -17,6 +17,7 @@ import numpy as np
 
 from topofl._validation import check_int, check_range
 from topofl.algorithms.base import Algorithm, AlgorithmConfig, ClientContext, hp, weighted_average
+from topofl.config import ints
 from topofl.federation.messages import ClientUpdate, ServerMessage
 from topofl.federation.validation import ArraySpec, ClientInfo, ReplySchema
 from topofl.models.base import Model
@@ -26,7 +27,7 @@ from topofl.models.base import Model
 class IFCAConfig(AlgorithmConfig):
     """Hyper-parameters of IFCA: the number of cluster models and the scale of their random initialisation."""
 
-    k: int = hp(2, "number of cluster models (>= 1; 1 = FedAvg)")
+    k: int = hp(2, "number of cluster models (>= 1; 1 = FedAvg)", space=ints(1, 4))
     init_scale: float = hp(
         0.05,
         "std of the random initial weights of clusters 1..k-1 (small: near-zero models split clients by gradient alignment; "

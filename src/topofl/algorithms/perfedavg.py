@@ -17,6 +17,7 @@ import numpy as np
 from topofl._validation import check_choice, check_range
 from topofl.algorithms.base import AlgorithmConfig, ClientContext, hp
 from topofl.algorithms.fedavg import GlobalModelAlgorithm
+from topofl.config import choice, floats
 from topofl.federation.local import ensure_finite
 from topofl.federation.messages import ClientUpdate, ServerMessage
 
@@ -25,8 +26,8 @@ from topofl.federation.messages import ClientUpdate, ServerMessage
 class PerFedAvgConfig(AlgorithmConfig):
     """Hyper-parameters of Per-FedAvg: adaptation step α, first-order or Hessian-free variant, and δ."""
 
-    alpha: float = hp(0.05, "adaptation step size α (> 0)")
-    variant: str = hp("fo", "'fo' (first-order) or 'hf' (Hessian-free)")
+    alpha: float = hp(0.05, "adaptation step size α (> 0)", space=floats(1e-3, 0.5, log=True))
+    variant: str = hp("fo", "'fo' (first-order) or 'hf' (Hessian-free)", space=choice("fo", "hf"))
     delta: float = hp(1e-3, "finite-difference step δ of the Hessian-vector product (HF)")
 
     def __post_init__(self) -> None:

@@ -17,6 +17,7 @@ import numpy as np
 from topofl._validation import check_int, check_range
 from topofl.algorithms.base import AlgorithmConfig, ClientContext, hp
 from topofl.algorithms.fedavg import GlobalModelAlgorithm
+from topofl.config import floats
 from topofl.federation.local import ensure_finite
 from topofl.federation.messages import ClientUpdate, ServerMessage
 
@@ -25,11 +26,11 @@ from topofl.federation.messages import ClientUpdate, ServerMessage
 class PFedMeConfig(AlgorithmConfig):
     """Hyper-parameters of pFedMe: step sizes, Moreau-envelope strength λ, inner steps K and server mixing β."""
 
-    lr: float = hp(0.05, "local-model step size η (> 0); η·λ must stay below 2 for stability")
-    lam: float = hp(15.0, "Moreau-envelope strength λ (pTopoFL paper: 15)")
-    personal_lr: float = hp(0.05, "step size of the K inner steps solving for θ (> 0)")
+    lr: float = hp(0.05, "local-model step size η (> 0); η·λ must stay below 2 for stability", space=floats(1e-3, 0.1, log=True))
+    lam: float = hp(15.0, "Moreau-envelope strength λ (pTopoFL paper: 15)", space=floats(0.5, 30.0, log=True))
+    personal_lr: float = hp(0.05, "step size of the K inner steps solving for θ (> 0)", space=floats(5e-3, 0.5, log=True))
     inner_steps: int = hp(5, "inner steps K per mini-batch (>= 1)")
-    beta: float = hp(1.0, "server mixing β in (0, 2] (1 = plain averaging)")
+    beta: float = hp(1.0, "server mixing β in (0, 2] (1 = plain averaging)", space=floats(0.5, 2.0))
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -17,6 +17,7 @@ import numpy as np
 
 from topofl._validation import check_range
 from topofl.algorithms.base import Algorithm, AlgorithmConfig, ClientContext, hp
+from topofl.config import floats
 from topofl.federation.local import AffineGrad
 from topofl.federation.messages import ClientUpdate, ServerMessage
 from topofl.federation.validation import ArraySpec, ClientInfo, ReplySchema
@@ -27,7 +28,7 @@ from topofl.models.base import Model
 class ScaffoldConfig(AlgorithmConfig):
     """Hyper-parameters of SCAFFOLD: the server step size η_g."""
 
-    global_lr: float = hp(1.0, "server step size η_g (> 0)")
+    global_lr: float = hp(1.0, "server step size η_g (> 0)", space=floats(0.25, 2.0, log=True))
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -206,6 +206,36 @@ def feature_scale_problem(clients: Sequence[ClientData], ratio: float = 100.0) -
     )
 
 
+def validation_clients(clients: Sequence[ClientData], fraction: float, seed: int, stratify: bool = True) -> list[ClientData]:
+    """Each client's training rows split into a training part and a validation part (``fraction``
+    of them), stratified by label (``stratify``; classes of two or more rows keep a row on each
+    side) with a generator of ``seed`` and the client's id; the validation part becomes the
+    client's test split and the client's real test split is dropped. The carve is per client and
+    local — what a site does before a tuning study — and leaves metadata (groups, flags) as they are.
+
+    Preprocessing already applied to the federation (standardisation, imputation) was fitted on
+    the whole training split, validation rows included, but never on a test row.
+
+    ``ValueError`` when ``fraction`` is outside (0, 0.5] or a client has fewer than four training
+    rows (three to train on, one to validate).
+    """
+    from topofl._validation import check_range
+    from topofl.data.partition import train_test_split
+
+    check_range("validation_fraction", fraction, 0.0, 0.5, low_open=True)
+    out = []
+    for c in clients:
+        if c.n_train < 4:
+            raise ValueError(f"client {c.client_id} has {c.n_train} training rows; a validation split needs at least 4 "
+                             "(3 to train on, 1 to validate)")
+        rng = np.random.default_rng(np.random.SeedSequence([int(seed), int(c.client_id), 0x7A11D]))
+        tr, va = train_test_split(np.asarray(c.y_train), fraction, rng, stratify=stratify)
+        if tr.size < 3:  # stratification kept one row of each small class on both sides
+            raise ValueError(f"client {c.client_id}: a validation fraction of {fraction} leaves {tr.size} training rows; use a smaller one")
+        out.append(ClientData(c.X_train[tr], c.y_train[tr], c.X_train[va], c.y_train[va], c.client_id, c.meta))
+    return out
+
+
 def _checked_n_classes(task: str, inferred: int, given: int | None) -> int:
     """The number of classes: what the labels need, widened by ``given`` (some classes may be absent
     from the data); ``ValueError`` when ``given`` contradicts the task or the labels.
@@ -366,6 +396,20 @@ class Federation:
     def at_round(self, rnd: int) -> Federation:
         """The federation's data at round ``rnd`` (1-based). Static federations return themselves."""
         return self
+
+    def with_validation(self, fraction: float, seed: int) -> Federation:
+        """The federation a tuner scores hyper-parameters on: every client's *training* split
+        divided by :func:`validation_clients` into a training part and a validation part that
+        takes the place of the test split. The test split is left out entirely, so nothing chosen
+        on this federation has seen a test row. Refused for a federation whose data change by
+        round (the continual scenario), which has no fixed training split to divide.
+        """
+        if type(self).at_round is not Federation.at_round:
+            raise ValueError(f"a validation split needs a static federation; {self.name!r} changes its data by round")
+        clients = validation_clients(self.clients, fraction, seed, stratify=self.task != "regression")
+        fed = Federation(clients, task=self.task, n_classes=self.n_classes, name=self.name,
+                         info={**self.info, "validation_fraction": fraction})
+        return fed
 
     def __repr__(self) -> str:
         sizes = [c.n_train for c in self.clients]

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from topofl.config import TrainingConfig, hp
+from topofl._validation import check_choice
+from topofl.config import TrainingConfig, floats, hp
 from topofl.data.federation import ClientData
 from topofl.decentralised.spec import NodeSpec
 from topofl.decentralised.transport import InProcessTransport
@@ -34,12 +35,29 @@ if TYPE_CHECKING:  # networkx is imported where a graph is built or checked (laz
 __all__ = ["NodeSpec", "Peer", "PeerAlgorithm", "PeerConfig", "PeerNode"]
 
 
+#: how the clients' initial models θ_i⁰ are drawn (:func:`topofl.decentralised.runner.initial_theta`)
+MODEL_INITS = ("independent", "common")
+
+
 @dataclass(frozen=True)
 class PeerConfig(TrainingConfig):
-    """Shared peer hyper-parameters: ``lr`` is the model step size α; one mini-batch per iteration."""
+    """Shared peer hyper-parameters: ``lr`` is the model step size α; one mini-batch per iteration.
 
-    lr: float = hp(0.1, "model step size α (> 0); Theorem 1 needs α < 2/(N·L)")
+    ``model_init`` sets the initial models θ_i⁰ of Algorithm 1 (line 1), which the Sheaf-FMTL paper
+    leaves unspecified: ``"independent"`` (default) draws each client's start from its own stream,
+    as the authors' public code does (one freshly constructed network per client); ``"common"``
+    gives every client of the same architecture one shared start (the usual start of D-PSGD and
+    FedAvg-style methods). Linear models start at zero either way.
+    """
+
+    lr: float = hp(0.1, "model step size α (> 0); Theorem 1 needs α < 2/(N·L)", space=floats(1e-3, 1.0, log=True))
     local_epochs: int = hp(1, "unused by decentralised methods (one mini-batch step per iteration)")
+    model_init: str = hp("independent", "initial models: independent (each client its own random start, as the authors' public code) | "
+                         "common (one start shared by every client of the same architecture); linear models start at zero either way")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_choice("model_init", self.model_init, MODEL_INITS)
 
 
 class Peer:
@@ -234,6 +252,13 @@ class PeerAlgorithm(ABC):
 
     def after_outgoing(self, phase: str, k: int) -> None:
         """Hook between the sends and the receives of a phase (in-process only); no-op by default."""
+        return
+
+    def before_run(self, rounds: int) -> None:
+        """Hook after :meth:`setup`, before the first of ``rounds`` iterations (in-process only): refuse
+        up front a run that cannot finish (Sheaf-FMTL: compact maps that would outgrow their budget);
+        no-op by default.
+        """
         return
 
     def flops(self, batch: int) -> float:

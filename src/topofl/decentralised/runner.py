@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from topofl._validation import TrainingWarning, check_int
+from topofl._validation import TrainingWarning, check_choice, check_int
 from topofl.data.federation import ClientData, feature_scale_problem
-from topofl.decentralised.protocol import Peer, PeerAlgorithm
+from topofl.decentralised.protocol import MODEL_INITS, Peer, PeerAlgorithm
 from topofl.decentralised.transport import InProcessTransport
 from topofl.federation.history import nanmean, nanstd, regression_summary
 from topofl.limits import MAX_ROUNDS, MAX_SEED
@@ -84,20 +84,39 @@ def init_rng(seed: int, node: int) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence([int(seed), 0x1417, int(node)]))
 
 
+def common_init_rng(seed: int) -> np.random.Generator:
+    """The generator of the initial model every node shares with ``model_init="common"`` (a stream
+    of its own, distinct from every node's :func:`init_rng`): each node draws it locally, no message.
+    """
+    return np.random.default_rng(np.random.SeedSequence([int(seed), 0xC0DE]))
+
+
+def initial_theta(model: Any, seed: int, node: int, model_init: str = "independent") -> np.ndarray:
+    """θ_i⁰ of node ``node`` (Algorithm 1, line 1, which the paper leaves open): ``"independent"``
+    draws ``model.init(init_rng(seed, node))``, the node's own start (the authors' public code
+    builds one network per client); ``"common"`` draws ``model.init(common_init_rng(seed))``, so
+    every node with an equal model (the same architecture) starts from the same vector.
+    """
+    check_choice("model_init", model_init, MODEL_INITS)
+    theta: np.ndarray = model.init(common_init_rng(seed) if model_init == "common" else init_rng(seed, node))
+    return theta
+
+
 def build_peers(
     clients: Sequence[ClientData], task: str, n_classes: int, l2: float, models: Sequence[Any] | None = None, server_node: bool = False,
-    rng: np.random.Generator | None = None, seed: int = 0,
+    rng: np.random.Generator | None = None, seed: int = 0, model_init: str = "independent",
 ) -> list[Peer]:
     """Peers for the clients (node k = client k); ``server_node`` appends a data-less node.
 
-    Default (linear) models start at zero; given models start at ``model.init(init_rng(seed, k))``.
+    Default (linear) models start at zero; given models start at :func:`initial_theta` (each its own
+    random start, or with ``model_init="common"`` one start per architecture).
     """
     peers = []
     for k, c in enumerate(clients):
         model = models[k] if models is not None else make_model(task, c.n_features, max(n_classes, 2), l2)
         if getattr(model, "n_features", c.n_features) != c.n_features:
             raise ValueError(f"client {k} has {c.n_features} features but its model expects {model.n_features}")
-        peers.append(Peer(k, c, model, model.init(init_rng(seed, k)) if models is not None else model.init()))
+        peers.append(Peer(k, c, model, initial_theta(model, seed, k, model_init) if models is not None else model.init()))
     if server_node:
         ref = peers[0]
         if len({p.dim for p in peers}) > 1:
@@ -145,8 +164,10 @@ def run_decentralised(
     if not nx.is_connected(graph):
         raise ValueError("the communication graph is disconnected; every client must be reachable")
     rng = np.random.default_rng(np.random.SeedSequence([int(seed), 0xDEC]))
-    peers = build_peers(clients, task, n_classes, algorithm.config.l2, models, server_node, rng, seed=seed)
+    peers = build_peers(clients, task, n_classes, algorithm.config.l2, models, server_node, rng, seed=seed,
+                        model_init=getattr(algorithm.config, "model_init", "independent"))
     algorithm.setup(peers, graph, rng)
+    algorithm.before_run(rounds)
     transport = InProcessTransport(graph)
     history = DecentralisedHistory(algorithm.name, seed)
     start_norm = max(1.0, max(float(np.linalg.norm(p.theta)) for p in peers))

@@ -58,12 +58,70 @@ def final_table(done: Sequence[Mapping[str, Any]], by: Sequence[str], metrics: S
     return rows
 
 
+def paired_t_p(diff: np.ndarray) -> float:
+    """Two-sided p-value of the paired Student t-test that the mean of the per-seed differences
+    ``diff`` is 0 (``scipy.stats.ttest_1samp``): NaN with fewer than two differences; with no
+    spread at all, 1 when every difference is 0 and 0 when they are all the same non-zero value
+    (the t statistic is then infinite).
+    """
+    from scipy.stats import t as student_t
+
+    d = np.asarray(diff, dtype=float)
+    if d.size < 2:
+        return float("nan")
+    if np.all(d == d[0]):
+        return 1.0 if d[0] == 0 else 0.0
+    # t = mean / (s / √n) with n − 1 degrees of freedom, as ttest_1samp computes it (written out: SciPy warns of
+    # "precision loss" when the differences are nearly equal, where the statistic is still right)
+    t = d.mean() / (d.std(ddof=1) / np.sqrt(d.size))
+    return float(2.0 * student_t.sf(abs(t), d.size - 1))
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment (Holm 1979, "A simple sequentially rejective multiple test
+    procedure", Scand. J. Statist. 6:65–70) of a family of p-values: sorted ascending,
+    ``p_(i)`` becomes ``max_{j <= i} min(1, (m − j + 1) · p_(j))`` with m the number of finite
+    p-values; NaN stays NaN and does not count in m. Rejecting where the adjusted p < α controls
+    the family-wise error rate at α under any dependence between the tests.
+    """
+    p = np.asarray(pvalues, dtype=float)
+    out = np.full(p.shape, np.nan)
+    finite = np.flatnonzero(np.isfinite(p))
+    m = finite.size
+    running = 0.0
+    for rank, i in enumerate(finite[np.argsort(p[finite], kind="stable")]):
+        running = max(running, min(1.0, (m - rank) * p[i]))
+        out[i] = running
+    return out.tolist()
+
+
+#: the family-wise significance level at which tables mark a difference (Holm-adjusted p below it)
+ALPHA = 0.05
+
+
+def add_holm(rows: list[dict[str, Any]], family: Sequence[str]) -> list[dict[str, Any]]:
+    """Add ``p_holm`` (Holm-adjusted ``p_value``) and ``n_comparisons`` (the family's size) to
+    ``rows`` in place, the family being the rows that share the ``family`` columns; returns ``rows``.
+    """
+    fams: dict[tuple, list[int]] = defaultdict(list)
+    for i, r in enumerate(rows):
+        fams[tuple(r.get(c) for c in family)].append(i)
+    for idx in fams.values():
+        adjusted = holm([rows[i]["p_value"] for i in idx])
+        m = sum(np.isfinite(rows[i]["p_value"]) for i in idx)
+        for i, a in zip(idx, adjusted, strict=True):
+            rows[i]["p_holm"] = a
+            rows[i]["n_comparisons"] = int(m)
+    return rows
+
+
 def paired_differences(
     done: Sequence[Mapping[str, Any]],
     by: Sequence[str],
     reference: str,
     metric: str = "accuracy",
     level: float = 0.95,
+    family: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
     """Paired differences ``reference − other`` of a final metric over the seeds both ran.
 
@@ -71,8 +129,13 @@ def paired_differences(
     one method in several settings store each setting's label there) and each method other than
     ``reference``: the per-seed differences ``d_s = m_ref(s) − m_other(s)`` on the
     seeds where both have a finite value, their mean, a Student-t confidence interval at
-    ``level`` (NaN with fewer than two seeds), and on how many seeds each one wins (ties count for neither).
-    Pairing removes the seed-to-seed variation both methods share (same data, same split).
+    ``level`` (NaN with fewer than two seeds), on how many seeds each one wins (ties count for
+    neither), the paired t-test's two-sided ``p_value`` (:func:`paired_t_p`) and ``p_holm``, the
+    p-value adjusted by Holm's method over the family of the group's comparisons — ``reference``
+    against each other method of the same ``by`` group, for this metric (``n_comparisons`` of
+    them; :func:`holm`) — or, with ``family``, over the rows sharing those of the ``by`` columns
+    (``()``: every row, the whole table of this metric). Pairing removes the seed-to-seed
+    variation both methods share (same data, same split).
     """
     from scipy.stats import t as student_t
 
@@ -99,9 +162,9 @@ def paired_differences(
             row: dict[str, Any] = dict(zip(by, g, strict=True))
             row.update({"method": m, "reference": reference, "metric": metric, "n_seeds": n, "diff_mean": mean,
                         "ci_low": mean - half, "ci_high": mean + half, "reference_wins": int(np.sum(diff > 0)),
-                        "other_wins": int(np.sum(diff < 0))})
+                        "other_wins": int(np.sum(diff < 0)), "p_value": paired_t_p(diff)})
             rows.append(row)
-    return rows
+    return add_holm(rows, by if family is None else family)
 
 
 def against(
@@ -110,16 +173,20 @@ def against(
     baseline: str,
     metric: str = "auc",
     level: float = 0.95,
+    family: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
     """Each method minus ``baseline`` (``method − baseline``, so positive means a higher metric than
     the baseline), paired over seeds: :func:`paired_differences` read the other way round, with
-    ``wins`` (seeds where the method is higher) and ``losses``.
+    ``wins`` (seeds where the method is higher) and ``losses``, and the same raw and Holm-adjusted
+    p-values (the family: every method against ``baseline`` within one ``by`` group, or as ``family`` says).
     """
     rows = []
-    for p in paired_differences(done, by, baseline, metric, level):
-        r = {k: v for k, v in p.items() if k not in ("reference", "reference_wins", "other_wins", "diff_mean", "ci_low", "ci_high")}
+    for p in paired_differences(done, by, baseline, metric, level, family):
+        r = {k: v for k, v in p.items()
+             if k not in ("reference", "reference_wins", "other_wins", "diff_mean", "ci_low", "ci_high", "p_value", "p_holm", "n_comparisons")}
         r.update({"versus": baseline, "diff_mean": -p["diff_mean"], "ci_low": -p["ci_high"], "ci_high": -p["ci_low"],
-                  "wins": p["other_wins"], "losses": p["reference_wins"]})
+                  "wins": p["other_wins"], "losses": p["reference_wins"], "p_value": p["p_value"], "p_holm": p["p_holm"],
+                  "n_comparisons": p["n_comparisons"]})
         rows.append(r)
     return rows
 

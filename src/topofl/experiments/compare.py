@@ -40,9 +40,11 @@ CURVE_FIELDS = ("method", "seed") + tuple(RoundSummary.__dataclass_fields__)
 def _paired_fields(metric: str) -> tuple[str, ...]:
     return (
         f"{metric}_vs_fedavg_mean", f"{metric}_vs_fedavg_ci_low", f"{metric}_vs_fedavg_ci_high", f"{metric}_vs_fedavg_wins",
-        f"{metric}_vs_fedavg_losses", "best_other", f"{metric}_vs_best_other_mean", f"{metric}_vs_best_other_ci_low",
-        f"{metric}_vs_best_other_ci_high", f"{metric}_vs_best_other_wins", f"{metric}_vs_best_other_losses",
+        f"{metric}_vs_fedavg_losses", f"{metric}_vs_fedavg_p", f"{metric}_vs_fedavg_p_holm", "best_other",
+        f"{metric}_vs_best_other_mean", f"{metric}_vs_best_other_ci_low", f"{metric}_vs_best_other_ci_high",
+        f"{metric}_vs_best_other_wins", f"{metric}_vs_best_other_losses", f"{metric}_vs_best_other_p", f"{metric}_vs_best_other_p_holm",
     )
+
 
 
 _RUN_FIELDS = ("convergence_round_mean", "convergence_round_std", "bytes_up_per_run", "bytes_down_per_run", "seconds_per_run")
@@ -121,10 +123,12 @@ def add_paired(summary: list[dict[str, Any]], runs: Mapping[str, Mapping[int, Hi
     """Add to each summary row the method's final ``metric`` minus FedAvg's and minus the best other
     method's (by mean; highest AUC, or lowest MSE), paired over the seeds both ran: mean, 95 %
     Student-t interval (see :func:`topofl.experiments.analysis.paired_differences`), seeds won and
-    lost (won: higher AUC, or lower MSE). Runs with the same seed share the data, so pairing
-    removes the seed-to-seed difficulty they share.
+    lost (won: higher AUC, or lower MSE), the paired t-test's p-value and the Holm-adjusted one.
+    Each column is one family for Holm's method: every method against FedAvg (``_vs_fedavg_p_holm``)
+    and every method against its best other (``_vs_best_other_p_holm``). Runs with the same seed
+    share the data, so pairing removes the seed-to-seed difficulty they share.
     """
-    from topofl.experiments.analysis import paired_differences
+    from topofl.experiments.analysis import holm, paired_differences
 
     lower_is_better = metric in ("mse", "rmse", "loss")
     done = [{"method": m, "seed": s, "final": h.final} for m, per in runs.items() for s, h in per.items()]
@@ -141,6 +145,11 @@ def add_paired(summary: list[dict[str, Any]], runs: Mapping[str, Mapping[int, Hi
             row[f"{metric}_vs_{tag}_ci_high"] = d["ci_high"] if d else float("nan")
             wins, losses = (d["other_wins"], d["reference_wins"]) if d and lower_is_better else (d["reference_wins"], d["other_wins"]) if d else (0, 0)
             row[f"{metric}_vs_{tag}_wins"], row[f"{metric}_vs_{tag}_losses"] = wins, losses
+            row[f"{metric}_vs_{tag}_p"] = d["p_value"] if d else float("nan")
+    for tag in ("fedavg", "best_other"):
+        adjusted = holm([row[f"{metric}_vs_{tag}_p"] for row in summary])
+        for row, a in zip(summary, adjusted, strict=True):
+            row[f"{metric}_vs_{tag}_p_holm"] = a
 
 
 def run_compare(

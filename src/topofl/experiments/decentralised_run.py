@@ -64,6 +64,12 @@ def execute_decentralised(spec: RunSpec, paths: dict[str, Path]) -> dict[str, An
     for p in paths.values():
         p.unlink(missing_ok=True)
     data = load_peer_data(spec.scenario, spec.seed, spec.scenario_params)
+    if spec.validation:
+        from dataclasses import replace
+
+        from topofl.data.federation import validation_clients
+
+        data = replace(data, clients=validation_clients(data.clients, spec.validation, spec.seed, stratify=data.task != "regression"))
     graph_args = dict(spec.graph)
     kind = graph_args.pop("kind", "erdos_renyi")
     graph = make_graph(kind, len(data.clients), seed=spec.seed, **graph_args)

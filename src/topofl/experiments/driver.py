@@ -13,7 +13,8 @@ from topofl.experiments.results import write_json_atomic
 from topofl.experiments.runs import RunSpec, execute
 from topofl.experiments.suite import EXPERIMENTS
 
-ORDER = ("comparison", "controls", "heart-disease", "robustness", "continual", "privacy", "ablation", "diagrams")
+ORDER = ("comparison", "paper-protocol", "controls", "heart-disease", "robustness", "continual", "privacy", "ablation", "ptopofl-options",
+         "diagrams")
 SHEAF_ORDER = ("sheaf-digits", "sheaf-school", "sheaf-centralised", "sheaf-hetero", "sheaf-topology", "sheaf-init")
 GROUPS = {"all": ORDER, "sheaf-all": SHEAF_ORDER}
 

@@ -22,6 +22,8 @@ def execute_federated(spec: RunSpec, paths: dict[str, Path]) -> dict[str, Any]:
         p.unlink(missing_ok=True)
     key = spec.key
     fed = make_scenario(spec.scenario, seed=spec.seed, **spec.scenario_params)
+    if spec.validation:
+        fed = fed.with_validation(spec.validation, spec.seed)
     algo = build_server(spec.method, spec.hyperparameters)
     attackers: frozenset[int] = frozenset()
     if spec.attack:

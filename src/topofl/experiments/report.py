@@ -19,10 +19,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from topofl.experiments.analysis import ALPHA
 from topofl.experiments.results import read_csv
 
 ORDER = (
-    "comparison", "controls", "heart-disease", "robustness", "attacks", "continual", "privacy", "privacy-attacks", "privacy-dp", "ablation", "diagrams",
+    "comparison", "paper-protocol", "controls", "heart-disease", "robustness", "attacks", "continual", "privacy", "privacy-attacks", "privacy-dp",
+    "ablation", "ptopofl-options", "diagrams",
     "sheaf-digits", "sheaf-school", "sheaf-centralised", "sheaf-hetero", "sheaf-topology", "sheaf-init",
 )
 
@@ -32,11 +34,12 @@ h1{border-bottom:3px solid #1b9e77;padding-bottom:.3em}h2{margin-top:2.2em;borde
 .tw{max-width:100%;overflow-x:auto}
 table{border-collapse:collapse;margin:.8em 0 1.6em;font-size:.82em}th,td{border:1px solid #ddd;padding:.22em .45em;text-align:right}
 th{background:#f3f6f4;font-weight:600;vertical-align:bottom}td{white-space:nowrap}
-td:first-child,th:first-child{text-align:left}td.t{text-align:left;white-space:normal;min-width:5em}
+td:first-child,th:first-child{text-align:left}td.t{text-align:left;white-space:normal;min-width:5em;overflow-wrap:anywhere}
 @media (max-width:900px){body{padding:0 .5em}table{font-size:.74em}th,td{padding:.2em .3em}}
 caption{caption-side:top;text-align:left;font-weight:600;padding:.3em 0}
 figure{margin:1em 0 2em}figure img{max-width:100%;height:auto;border:1px solid #eee}figcaption{font-size:.9em;color:#555}
-.ci{color:#555;font-size:.9em}.note{background:#fff8e1;border-left:4px solid #f0b400;padding:.5em .8em;margin:.6em 0}.meta{color:#666;font-size:.9em}
+.ci{color:#555;font-size:.9em}tr.sig td{font-weight:600}
+.note{background:#fff8e1;border-left:4px solid #f0b400;padding:.5em .8em;margin:.6em 0}.meta{color:#666;font-size:.9em}
 details{margin:.4em 0 1.2em}summary{cursor:pointer;color:#155;font-size:.92em}
 nav a{margin-right:1em;white-space:nowrap}code{font-size:.92em}
 """
@@ -54,6 +57,8 @@ def _kind(name: str, values: list[str]) -> str:
     decimals, thousands separated), ``small`` (every value below 0.01: three significant figures),
     ``diff`` (signed, three decimals) or ``metric`` (three decimals).
     """
+    if _is_p(name):
+        return "p"
     nums = [f for f in (_num(v) for v in values) if f is not None and math.isfinite(f)]
     if not nums:
         return "text" if any(_num(v) is None and v for v in values) else "metric"
@@ -72,13 +77,22 @@ def _kind(name: str, values: list[str]) -> str:
     return "metric"
 
 
+def _is_p(name: str) -> bool:
+    """Whether a column holds p-values: ``p_value``, ``p_holm`` or ``<stem>_p`` / ``<stem>_p_holm``."""
+    return name in ("p_value", "p_holm") or name.endswith(("_p", "_p_holm"))
+
+
 def _fmt(v: str, kind: str) -> str:
-    """One cell: NaN as an en dash, text escaped, numbers as their column's ``kind`` says."""
+    """One cell: NaN as an en dash, text escaped, numbers as their column's ``kind`` says
+    (p-values to three decimals, ``<0.001`` below that).
+    """
     f = _num(v)
     if f is None:
         return html.escape(v)
     if math.isnan(f):
         return "–"
+    if kind == "p":
+        return "&lt;0.001" if f < 0.001 else f"{f:.3f}"
     if math.isinf(f):
         return "∞" if f > 0 else "−∞"
     if kind == "int" or (kind == "big" and abs(f) >= 1000):
@@ -110,11 +124,32 @@ def _groups(cols: list[str]) -> list[tuple[str, list[str], str]]:
             out.append((f"{c[:-4]}won/lost".replace("_", " "), [c, c[:-4] + "losses"], "/"))
             used.add(c[:-4] + "losses")
         elif c == "reference_wins" and "other_wins" in cols:
-            out.append(("reference won/lost", [c, "other_wins"], "/"))
+            out.append(("ref. won/lost", [c, "other_wins"], "/"))
             used.add("other_wins")
+        elif _is_p(c) and not c.endswith("p_holm") and _holm_of(c) in cols:
+            keys = [c, _holm_of(c)] + (["n_comparisons"] if "n_comparisons" in cols else [])
+            out.append((f"{c[:-2] + ' ' if c.endswith('_p') else ''}p (Holm)".replace("_", " "), keys, "p"))
+            used.update(keys[1:])
         else:
             out.append((c.replace("_", " "), [c], ""))
     return out
+
+
+def _below(v: str, alpha: float) -> bool:
+    """Whether a cell holds a number below ``alpha`` (NaN and text do not)."""
+    f = _num(v)
+    return f is not None and f < alpha
+
+
+def _holm_of(p_column: str) -> str:
+    """The Holm-adjusted column beside a raw p-value column."""
+    return "p_holm" if p_column == "p_value" else p_column + "_holm"
+
+
+def _p_cell(parts: list[str]) -> str:
+    """Raw p above its Holm-adjusted value (and the family's size when known)."""
+    of = f" of {parts[2]}" if len(parts) > 2 else ""
+    return f"{parts[0]}<br><span class=ci>Holm {parts[1]}{of}</span>"
 
 
 def _table(path: Path, title: str, max_rows: int = 60, show: list[str] | None = None) -> str:
@@ -125,19 +160,24 @@ def _table(path: Path, title: str, max_rows: int = 60, show: list[str] | None = 
     kinds = {c: _kind(c, [r[c] for r in rows]) for c in cols}
     groups = _groups(cols)
     head = "".join(f"<th>{html.escape(name)}</th>" for name, _, _ in groups)
+    holm_cols = [c for c in cols if c.endswith("p_holm")]
     body = []
     for r in rows[:max_rows]:
         cells = []
         for _, keys, joiner in groups:
             parts = [_fmt(r[k], kinds[k]) for k in keys]
-            text = f"{parts[0]}<br><span class=ci>({parts[1]}, {parts[2]})</span>" if joiner == "ci" else joiner.join(parts)
+            text = (f"{parts[0]}<br><span class=ci>({parts[1]}, {parts[2]})</span>" if joiner == "ci" else _p_cell(parts) if joiner == "p"
+                    else joiner.join(parts))
             cls = " class=t" if len(keys) == 1 and kinds[keys[0]] == "text" else ""
             cells.append(f"<td{cls}>{text}</td>")
-        body.append("<tr>" + "".join(cells) + "</tr>")
+        significant = any(_below(r[c], ALPHA) for c in holm_cols)
+        body.append(("<tr class=sig>" if significant else "<tr>") + "".join(cells) + "</tr>")
     more = f"<p class=meta>{len(rows) - max_rows} more rows in {path.name}</p>" if len(rows) > max_rows else ""
     if show is not None and len(cols) < len(rows[0]):
         more += f"<p class=meta>{path.name} has {len(rows[0]) - len(cols)} more columns.</p>"
-    return (f"<div class=tw><table><caption>{html.escape(title)} <span class=meta>({path.name})</span></caption>"
+    note = (" <span class=meta>p: two-sided paired t-test over seeds; Holm: adjusted by Holm's method over the comparisons of one "
+            f"family (its size after “of”); rows in bold: Holm-adjusted p &lt; {ALPHA:g}.</span>" if holm_cols else "")
+    return (f"<div class=tw><table><caption>{html.escape(title)} <span class=meta>({path.name})</span>{note}</caption>"
             f"<tr>{head}</tr>{''.join(body)}</table></div>{more}")
 
 
@@ -191,12 +231,17 @@ def _defaults(methods: set[str]) -> str:
 
 
 def build_report(out: Path) -> Path:
-    """Write ``out/report.html`` from every ``out/<experiment>/manifest.json``; return its path."""
+    """Write ``out/report.html`` from every ``out/<experiment>/manifest.json`` (each experiment
+    followed by its tuned version, ``<experiment>-tuned``) and ``out/manifest.json`` itself when
+    there is one (``topofl tune``); return its path.
+    """
     out = Path(out)
     if not out.is_dir():
         raise ValueError(f"report directory {str(out)!r} does not exist")
-    dirs = [out / n for n in ORDER if (out / n / "manifest.json").exists()]
+    dirs = [out / n for base in ORDER for n in (base, f"{base}-tuned") if (out / n / "manifest.json").exists()]
     dirs += [d for d in sorted(out.iterdir()) if (d / "manifest.json").exists() and d not in dirs]
+    if (out / "manifest.json").exists():  # a directory of one result (topofl tune) is its own section
+        dirs.insert(0, out)
     if not dirs:
         raise ValueError(f"{str(out)!r} holds no experiment results (no */manifest.json); run `topofl experiment NAME --out {out}` first")
     sections: list[str] = []

@@ -3,7 +3,8 @@
 An experiment is a list of :class:`~topofl.experiments.store.RunSpec` (one method, one seed, one
 setting). :func:`execute` runs those not yet complete — each through the executor of its
 method's family (:mod:`~topofl.experiments.federated_run` or
-:mod:`~topofl.experiments.decentralised_run`), in parallel worker processes — and merges the
+:mod:`~topofl.experiments.decentralised_run`; a ``paper:`` method, the authors' paper-era protocol
+of :mod:`~topofl.experiments.paper_protocol`), in parallel worker processes — and merges the
 results. With ``resume=True`` a run counts as complete only when its done-record parses and
 every file still matches it; a run whose files were torn, edited or deleted, or whose
 done-record is torn, is redone from scratch with a warning naming the file. Since every run is
@@ -23,6 +24,7 @@ from typing import Any
 from topofl._validation import check_int
 from topofl.experiments.decentralised_run import execute_decentralised
 from topofl.experiments.federated_run import execute_federated
+from topofl.experiments.paper_protocol import execute_paper_protocol, is_protocol_run
 from topofl.experiments.store import RunSpec, load_curves, load_done, merge, run_paths, verified_done, write_done
 from topofl.limits import MAX_JOBS
 from topofl.methods import family
@@ -35,6 +37,8 @@ __all__ = ["RunSpec", "execute", "execute_run", "load_curves", "load_done", "mer
 def execute_run(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
     """Run one spec with the executor of its method's family; return its done-record."""
     paths = run_paths(run_dir, spec)
+    if is_protocol_run(spec):  # the authors' paper-era protocol (``paper:<method>``): its own training and scoring
+        return execute_paper_protocol(spec, paths)
     if family(spec.method) == "peer":
         return execute_decentralised(spec, paths)
     return execute_federated(spec, paths)

@@ -41,6 +41,14 @@ class RunSpec:
     graph: Mapping[str, Any] = field(default_factory=dict)  # peer methods: make_graph arguments
     model: str = "linear"  # a topofl.models name; peer methods: a comma list is dealt to the clients in turn
     attack: str = ""  # server methods: an attack of topofl.robustness.attacks, "kind:key=value,..." ("" = none)
+    #: tuning runs: the fraction of every client's training split held out and scored instead of the test
+    #: split (:func:`topofl.data.federation.validation_clients`); 0 = train on it all, score on the test split
+    validation: float = 0.0
+
+    def __post_init__(self) -> None:
+        from topofl._validation import check_range
+
+        check_range("validation", self.validation, 0.0, 0.5)
 
     @property
     def key(self) -> dict[str, Any]:
@@ -56,6 +64,8 @@ class RunSpec:
             del fields["model"]
         if not fields["attack"]:  # runs planned before attacks existed keep their ids
             del fields["attack"]
+        if not fields["validation"]:  # runs scored on the test split keep their ids
+            del fields["validation"]
         text = json.dumps(fields, sort_keys=True, default=_json_default)
         setting = "_".join(f"{k}{v}" for k, v in self.setting.items())
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{self.scenario}_{self.label or self.method}_{setting}_s{self.seed}")

@@ -178,14 +178,16 @@ class Algorithm(ABC):
     # ---- shared helpers -----------------------------------------------------------------------
     def local_sgd(
         self, ctx: ClientContext, theta: np.ndarray, X: np.ndarray, lr_scale: float = 1.0,
-        extra_grad: ExtraGrad | None = None, rng: np.random.Generator | None = None,
+        extra_grad: ExtraGrad | None = None, rng: np.random.Generator | None = None, sample_weight: np.ndarray | None = None,
     ) -> np.ndarray:
-        """Mini-batch SGD with this algorithm's local hyper-parameters."""
+        """Mini-batch SGD with this algorithm's local hyper-parameters (``sample_weight``: one
+        weight per training sample of the local loss, see :func:`~topofl.federation.local.sgd`).
+        """
         c = self.config
         return sgd(
             ctx.model, theta, X, ctx.data.y_train,
             epochs=c.local_epochs, lr=c.lr * lr_scale, batch_size=c.batch_size, rng=ctx.rng if rng is None else rng,
-            extra_grad=extra_grad,
+            extra_grad=extra_grad, sample_weight=sample_weight,
         )
 
     def local_steps(self, n: int) -> int:

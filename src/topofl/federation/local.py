@@ -70,16 +70,22 @@ def sgd(
     batch_size: int,
     rng: np.random.Generator,
     extra_grad: ExtraGrad | None = None,
+    sample_weight: np.ndarray | None = None,
 ) -> np.ndarray:
     """Run ``epochs`` passes of mini-batch SGD from ``theta`` and return the new parameters.
 
     ``extra_grad(theta)`` is added to every stochastic gradient: the proximal term of FedProx,
     a control-variate correction, a personalisation penalty, … Each epoch visits the samples in a
-    fresh random order; the last batch of an epoch may be smaller.
+    fresh random order; the last batch of an epoch may be smaller. ``sample_weight`` (one weight
+    per row of ``X``) makes each batch's loss the mean of its weighted losses (the model's
+    ``grad(..., sample_weight=...)``); the batches are the same.
     """
     native = getattr(model, "sgd", None)
+    weighted = {} if sample_weight is None else {"sample_weight": np.asarray(sample_weight, dtype=np.float64)}
     if native is not None and (extra_grad is None or isinstance(extra_grad, AffineGrad)):
-        return native(theta, X, y, epochs=epochs, lr=lr, batch_size=batch_size, rng=rng, extra=extra_grad)  # type: ignore[no-any-return]
+        return native(theta, X, y, epochs=epochs, lr=lr, batch_size=batch_size, rng=rng, extra=extra_grad, **weighted)  # type: ignore[no-any-return]
+    if sample_weight is not None and weighted["sample_weight"].shape != (X.shape[0],):
+        raise ValueError(f"sample_weight must have shape ({X.shape[0]},); got {weighted['sample_weight'].shape}")
     theta = np.array(theta, dtype=np.float64, copy=True)
     n = X.shape[0]
     bs = max(1, min(batch_size, n))
@@ -88,7 +94,8 @@ def sgd(
             order = rng.permutation(n)
             for start in range(0, n, bs):
                 idx = order[start : start + bs]
-                g = model.grad(theta, X[idx], y[idx])
+                g = model.grad(theta, X[idx], y[idx]) if sample_weight is None else model.grad(
+                    theta, X[idx], y[idx], sample_weight=weighted["sample_weight"][idx])
                 if extra_grad is not None:
                     g = g + extra_grad(theta)
                 theta -= lr * g

@@ -21,7 +21,7 @@ import numpy as np
 from flwr.app import ConfigRecord, MetricRecord, RecordDict
 
 from topofl.decentralised import NodeSpec, Peer
-from topofl.decentralised.runner import init_rng, peer_metrics
+from topofl.decentralised.runner import initial_theta, peer_metrics
 from topofl.flower.node import job_key, node_data
 from topofl.flower.records import arrays_record, load_state, record_arrays, save_state
 from topofl.methods import build_peer
@@ -76,7 +76,7 @@ def setup(node_config: Mapping[str, Any], state: RecordDict, content: RecordDict
     model = peer_model(str(config["task"]), data.n_features, int(config["n_classes"]), algorithm.config.l2, str(config.get("model", "linear")))
     if model.n_params != spec.dim:
         raise ValueError(f"node {spec.node}: its model has {model.n_params} parameters but the relay's spec says dim={spec.dim}")
-    theta = model.init(init_rng(int(config["seed"]), spec.node)) if is_deep(model) else model.init()
+    theta = initial_theta(model, int(config["seed"]), spec.node, algorithm.config.model_init) if is_deep(model) else model.init()
     node = algorithm.make_node(spec, Peer(spec.node, data, model, theta))
     save_state(state, job_key(config), {"node": node, "rng": None, "rng_k": 0})
     return _reply(node, data.client_id, {})

@@ -37,7 +37,7 @@ KEYS: dict[str, tuple[str, Any, str]] = {
     "pooled-metrics": ("pooled_metrics", False, "clients also send test labels and scores so the server can compute pooled metrics"),
     "task": ("task", "", "binary | multiclass | regression; '' = what most nodes declare (nodes that disagree are left out)"),
     "classes": ("classes", "", "label values in class order, 'a,b,c': a node with its own data-path maps label classes[i] to class i"),
-    "model": ("model", "linear", "the model every node trains: linear, cnn-small, cnn-medium, cnn-large, convnet2, resnet18, mlp, or "
+    "model": ("model", "linear", "the model every node trains: linear, cnn-small, cnn-same, cnn-medium, cnn-large, convnet2, resnet18, mlp, or "
               "'package.module:factory' (installed on every node)"),
     "device": ("device", "cpu", "where a PyTorch model computes on each node: cpu, cuda or auto"),
     "resume-dir": ("resume_dir", "", "continue the run whose directory this is (inside the results root, as out-dir; e.g. "

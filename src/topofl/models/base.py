@@ -31,14 +31,18 @@ class Model(Protocol):
     def init(self, rng: np.random.Generator | None = None, scale: float = 0.0) -> np.ndarray:
         """Initial parameters."""
 
-    def loss_grad(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
-        """Mean loss with the L2 penalty, and its gradient."""
+    def loss_grad(
+        self, theta: np.ndarray, X: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None = None
+    ) -> tuple[float, np.ndarray]:
+        """Mean loss with the L2 penalty, and its gradient; with ``sample_weight`` (n,), the mean
+        of the weighted losses (1/n) Σ w_i ℓ_i (pTopoFL's paper-era §3.2 sample weighting).
+        """
 
     def loss(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> float:
         """Mean loss with the L2 penalty."""
 
-    def grad(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> np.ndarray:
-        """Gradient of :meth:`loss`."""
+    def grad(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None = None) -> np.ndarray:
+        """Gradient of :meth:`loss` (of the weighted mean loss with ``sample_weight``)."""
 
     def predict_scores(self, theta: np.ndarray, X: np.ndarray) -> np.ndarray:
         """P(y = 1) (binary), class probabilities (multiclass) or predictions (regression)."""

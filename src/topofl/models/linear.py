@@ -30,6 +30,17 @@ def _special() -> ModuleType:
     return scipy.special
 
 
+def _weigh(values: np.ndarray, sample_weight: np.ndarray | None) -> np.ndarray:
+    """Per-sample ``values`` (samples on the first axis) times ``sample_weight``; the same array without weights."""
+    if sample_weight is None:
+        return values
+    w = np.asarray(sample_weight, dtype=np.float64)
+    if w.shape != (values.shape[0],):
+        raise ValueError(f"sample_weight must have shape ({values.shape[0]},); got {w.shape}")
+    weighted: np.ndarray = values * w.reshape((-1,) + (1,) * (values.ndim - 1))
+    return weighted
+
+
 @dataclass(frozen=True)
 class LinearModel:
     """Common parameter bookkeeping of the linear models.
@@ -88,14 +99,16 @@ class LinearModel:
         g[: self.n_features * self.n_outputs] += self.l2 * theta[: self.n_features * self.n_outputs]
         return g
 
-    def loss_grad(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+    def loss_grad(
+        self, theta: np.ndarray, X: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None = None
+    ) -> tuple[float, np.ndarray]:
         raise NotImplementedError
 
     def loss(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> float:
         return self.loss_grad(theta, X, y)[0]
 
-    def grad(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> np.ndarray:
-        return self.loss_grad(theta, X, y)[1]
+    def grad(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None = None) -> np.ndarray:
+        return self.loss_grad(theta, X, y, sample_weight)[1]
 
     def predict_scores(self, theta: np.ndarray, X: np.ndarray) -> np.ndarray:
         """Scores of samples ``X`` (probabilities, or predictions for regression); each model defines them."""
@@ -113,12 +126,13 @@ class BinaryLogistic(LinearModel):
     task = "binary"
     n_outputs = 1
 
-    def loss_grad(self, theta, X, y):
+    def loss_grad(self, theta, X, y, sample_weight=None):
         sp = _special()
         z = self._logits(theta, X)[:, 0]
         # -[y log σ(z) + (1 - y) log σ(-z)], computed stably
-        loss = -float(np.mean(y * sp.log_expit(z) + (1.0 - y) * sp.log_expit(-z))) + self._penalty(theta)
-        return loss, self._pack_grad(X, (sp.expit(z) - y)[:, None], theta)
+        per_sample = y * sp.log_expit(z) + (1.0 - y) * sp.log_expit(-z)
+        loss = -float(np.mean(_weigh(per_sample, sample_weight))) + self._penalty(theta)
+        return loss, self._pack_grad(X, _weigh((sp.expit(z) - y)[:, None], sample_weight), theta)
 
     def predict_scores(self, theta, X):
         return _special().expit(self._logits(theta, X)[:, 0])
@@ -139,14 +153,14 @@ class SoftmaxRegression(LinearModel):
         check_int("n_classes", self.n_classes, 2)
         object.__setattr__(self, "n_outputs", self.n_classes)
 
-    def loss_grad(self, theta, X, y):
+    def loss_grad(self, theta, X, y, sample_weight=None):
         Z = self._logits(theta, X)
         idx = y.astype(np.int64)
         lse = _special().logsumexp(Z, axis=1)
-        loss = float(np.mean(lse - Z[np.arange(len(idx)), idx])) + self._penalty(theta)
+        loss = float(np.mean(_weigh(lse - Z[np.arange(len(idx)), idx], sample_weight))) + self._penalty(theta)
         P = np.exp(Z - lse[:, None])
         P[np.arange(len(idx)), idx] -= 1.0
-        return loss, self._pack_grad(X, P, theta)
+        return loss, self._pack_grad(X, _weigh(P, sample_weight), theta)
 
     def predict_scores(self, theta, X):
         return _special().softmax(self._logits(theta, X), axis=1)
@@ -162,9 +176,9 @@ class LeastSquares(LinearModel):
     task = "regression"
     n_outputs = 1
 
-    def loss_grad(self, theta, X, y):
+    def loss_grad(self, theta, X, y, sample_weight=None):
         r = self._logits(theta, X)[:, 0] - y
-        return 0.5 * float(r @ r) / len(r) + self._penalty(theta), self._pack_grad(X, r[:, None], theta)
+        return 0.5 * float(r @ _weigh(r, sample_weight)) / len(r) + self._penalty(theta), self._pack_grad(X, _weigh(r[:, None], sample_weight), theta)
 
     def predict_scores(self, theta, X):
         return self._logits(theta, X)[:, 0]

@@ -5,7 +5,7 @@
 * ``None`` or ``"linear"`` — the NumPy linear model of the task (logistic regression, softmax
   regression, least squares; :mod:`topofl.models.linear`), the default everywhere;
 * a registered PyTorch name (:data:`MODELS`): ``"cnn-small"``, ``"cnn-medium"``, ``"cnn-large"``
-  (the Sheaf-FMTL paper's CNNs), ``"convnet2"`` (LEAF's FEMNIST CNN), ``"resnet18"`` (CIFAR
+  (the Sheaf-FMTL paper's Table 2 CNNs), ``"cnn-same"`` (its §4.2 same-size CNN), ``"convnet2"`` (LEAF's FEMNIST CNN), ``"resnet18"`` (CIFAR
   variant, GroupNorm) and ``"mlp"`` (two hidden layers, for tabular data);
 * ``"package.module:factory"`` — an importable zero-argument callable returning a
   ``torch.nn.Module`` (how a Flower run names a user's model; it must be installed on every node);
@@ -35,6 +35,7 @@ MODELS: dict[str, str] = {
     "cnn-small": "Sheaf-FMTL's small CNN: conv3×3(16), maxpool 3/2, FC (23,210 parameters on 1×28×28, 10 classes)",
     "cnn-medium": "Sheaf-FMTL's medium CNN: conv5×5(24), maxpool 2, conv5×5(48), FC (123,562 on 1×28×28)",
     "cnn-large": "Sheaf-FMTL's large CNN: conv3×3(32), pool, conv3×3(64), pool, FC 120, FC (212,146 on 1×28×28)",
+    "cnn-same": "Sheaf-FMTL's same-size CNN (§4.2, Table 4): conv3×3(32), pool, conv3×3(64), pool, FC (34,826 on 1×28×28)",
     "convnet2": "LEAF's FEMNIST CNN: conv5×5(32), pool, conv5×5(64), pool, FC 2048, FC (6,479,626 on 1×28×28, 10 classes)",
     "resnet18": "ResNet-18, CIFAR variant, GroupNorm instead of BatchNorm (11,173,962 on 3×32×32, 10 classes)",
     "mlp": "two hidden ReLU layers of 64 on flat features",

@@ -52,6 +52,19 @@ CNN within a few percent on both inputs (3×3 valid with 2×2 pooling gives 27,2
 5×5 valid with 2×2 pooling 23,466 / 32,586), so it uses 3×3 windows with stride-2 pooling. The
 medium CNN needs "same" 5×5 convolutions and a single pooling stage to reach ~121k/154k with one
 FC layer (3×3 "same" gives 104,746 / 133,978).
+
+The same-size CNN (``"same"``; registry name ``cnn-same``) is the one every client trains in the
+paper's §4.2 ("Experiment 1: same model size", Fig. 2, Table 4): "two convolutional layers (32 and
+64 filters) followed by a fully connected layer outputting 10 classes". The text gives no kernel,
+padding or pooling; Table 4 fixes them through its byte counts. FedAvg transmits 27.9 MB on
+R-MNIST, one float32 model per round for 200 rounds: 27.9e6 / (200 × 4 B) ≈ 34,875 parameters, and
+the only such CNN near that count is conv3×3(32) valid → ReLU → maxpool 2 → conv3×3(64) valid →
+ReLU → maxpool 2 → FC 10: on 1×28×28 the maps are 26 → 13 → 11 → 5, so 320 + 18,496 + 16,010 =
+**34,826** parameters, 200 × 34,826 × 4 B = 27.86 MB (5×5 kernels would give 52,096 before the FC
+layer; "same" padding 7×7×64 → 50,186 in the FC layer alone). The authors' public code
+(``models/cnn.py``, ``SimpleCNN``/``CIFAR10CNN``) has exactly this network, without dropout; on
+3×32×32 it has 42,442 parameters (150 rounds × 42,442 × 4 B = 25.5 MB, Table 4's H-CIFAR-10 FedAvg
+row). It is the large CNN of Table 2 without its hidden FC layer of 120.
 """
 from __future__ import annotations
 
@@ -289,11 +302,16 @@ class TorchClassifier:
         return 0.5 * self.l2 * float(np.einsum("i,i->", w, w))
 
     # ---- the contract --------------------------------------------------------------------
-    def loss_grad(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
-        """Mean cross-entropy plus the L2 penalty, and its gradient (flat float64)."""
+    def loss_grad(
+        self, theta: np.ndarray, X: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None = None
+    ) -> tuple[float, np.ndarray]:
+        """Mean cross-entropy plus the L2 penalty, and its gradient (flat float64); with
+        ``sample_weight``, the mean of the weighted cross-entropies (1/n) Σ w_i ℓ_i.
+        """
         theta, X = self._theta(theta), self._X(X)
         labels = self._y(y, X.shape[0])
         n = X.shape[0]
+        sample_w = self._sample_weight(sample_weight, n)
         if n == 0:
             raise ValueError("loss_grad needs at least one sample")
         rt, torch = self._rt, self._rt.torch
@@ -306,7 +324,10 @@ class TorchClassifier:
             xb = rt.images(X[start:stop], self.input_shape)
             yb = torch.from_numpy(labels[start:stop]).to(rt.device)
             with torch.enable_grad():
-                loss = F.cross_entropy(rt.module(xb), yb, reduction="sum") / n
+                if sample_w is None:
+                    loss = F.cross_entropy(rt.module(xb), yb, reduction="sum") / n
+                else:
+                    loss = (F.cross_entropy(rt.module(xb), yb, reduction="none") * sample_w[start:stop]).sum() / n
                 gs = torch.autograd.grad(loss, rt.params, allow_unused=True)
             flat_g = torch.cat([(g if g is not None else torch.zeros_like(p)).reshape(-1) for g, p in zip(gs, rt.params, strict=True)])
             grad = flat_g if grad is None else grad.add_(flat_g)
@@ -329,8 +350,18 @@ class TorchClassifier:
         data = float(torch.nn.functional.cross_entropy(logits, torch.from_numpy(labels)))
         return data + self._penalty(theta)
 
-    def grad(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> np.ndarray:
-        return self.loss_grad(theta, X, y)[1]
+    def grad(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None = None) -> np.ndarray:
+        return self.loss_grad(theta, X, y, sample_weight)[1]
+
+    def _sample_weight(self, sample_weight: np.ndarray | None, n: int) -> Tensor | None:
+        """The per-sample weights as a tensor of the model's dtype on its device (``None`` stays ``None``)."""
+        if sample_weight is None:
+            return None
+        w = np.asarray(sample_weight, dtype=np.float64)
+        if w.shape != (n,):
+            raise ValueError(f"sample_weight must have shape ({n},); got {w.shape}")
+        rt = self._rt
+        return rt.torch.from_numpy(w).to(device=rt.device, dtype=rt.dtype)
 
     def _logits(self, theta: np.ndarray, X: np.ndarray) -> np.ndarray:
         """Float64 logits of shape (n, n_classes), computed chunk by chunk without autograd."""
@@ -391,7 +422,7 @@ class TorchClassifier:
 
     def sgd(
         self, theta: np.ndarray, X: np.ndarray, y: np.ndarray, *, epochs: int, lr: float, batch_size: int,
-        rng: np.random.Generator, extra: Any = None,
+        rng: np.random.Generator, extra: Any = None, sample_weight: np.ndarray | None = None,
     ) -> np.ndarray:
         """Mini-batch SGD run inside torch (:func:`topofl.federation.local.sgd` delegates here).
 
@@ -399,10 +430,12 @@ class TorchClassifier:
         of ``batch_size`` — and the same update θ ← θ − lr·(∇(mean CE + l2/2‖w‖²) + extra(θ)), but
         the parameters stay in the model's dtype on its device for the whole call: converted once
         on entry and once on exit, not per step. ``extra`` is an
-        :class:`~topofl.federation.local.AffineGrad` (proximal and control-variate terms).
+        :class:`~topofl.federation.local.AffineGrad` (proximal and control-variate terms). With
+        ``sample_weight`` each batch's loss is the mean of its weighted cross-entropies.
         """
         theta, X = self._theta(theta), self._X(X)
         labels = self._y(y, X.shape[0])
+        sample_w = self._sample_weight(sample_weight, X.shape[0])
         rt, torch = self._rt, self._rt.torch
         F = torch.nn.functional
         rt.load(theta)
@@ -419,7 +452,10 @@ class TorchClassifier:
             for start in range(0, n, bs):
                 idx = torch.from_numpy(order[start : start + bs]).to(rt.device)
                 with torch.enable_grad():
-                    loss = F.cross_entropy(rt.module(Xt[idx]), yt[idx])
+                    if sample_w is None:
+                        loss = F.cross_entropy(rt.module(Xt[idx]), yt[idx])
+                    else:
+                        loss = (F.cross_entropy(rt.module(Xt[idx]), yt[idx], reduction="none") * sample_w[idx]).mean()
                     gs = [gi if gi is not None else torch.zeros_like(p)
                           for gi, p in zip(torch.autograd.grad(loss, params, allow_unused=True), params, strict=True)]
                 with torch.no_grad():
@@ -525,6 +561,8 @@ PAPER_ARCHITECTURES: dict[str, CNNArchitecture] = {
     "small": CNNArchitecture(convs=(ConvBlock(16, 3, padding=0, pool=3, pool_stride=2),)),
     "medium": CNNArchitecture(convs=(ConvBlock(24, 5, padding=2, pool=2), ConvBlock(48, 5, padding=2, pool=0))),
     "large": CNNArchitecture(convs=(ConvBlock(32, 3, pool=2), ConvBlock(64, 3, pool=2)), hidden=(120,)),
+    # §4.2's same-size CNN (34,826 parameters on 1×28×28; see the module docstring)
+    "same": CNNArchitecture(convs=(ConvBlock(32, 3, pool=2), ConvBlock(64, 3, pool=2))),
 }
 
 MNIST_SHAPE = (1, 28, 28)
@@ -540,8 +578,10 @@ DATASET_SHAPES: dict[str, tuple[int, int, int]] = {
     "hcifar10": CIFAR_SHAPE,
 }
 
-#: Table 2 of the paper (approximate, as printed): parameters of each (size, dataset).
+#: Table 2 of the paper (approximate, as printed): parameters of each (size, dataset); and the
+#: same-size CNN's count on R-MNIST implied by Table 4 (FedAvg: 27.9 MB = 200 rounds × n × 4 B).
 PAPER_PARAM_COUNTS: dict[tuple[str, str], int] = {
+    ("same", "rmnist"): 34_875,
     ("small", "rmnist"): 23_000,
     ("medium", "rmnist"): 121_000,
     ("large", "rmnist"): 212_000,
@@ -562,7 +602,7 @@ def cnn(
     task: str = "multiclass",
     device: str = "cpu",
 ) -> TorchClassifier:
-    """The paper's ``size`` CNN ("small", "medium" or "large") for images of ``input_shape``."""
+    """The paper's ``size`` CNN ("small", "medium" or "large" of Table 2, or §4.2's "same") for images of ``input_shape``."""
     _require_torch()
     check_choice("size", size, tuple(PAPER_ARCHITECTURES))
     shape = tuple(int(s) for s in input_shape)
@@ -588,11 +628,19 @@ def large_cnn(input_shape=MNIST_SHAPE, n_classes: int = 10, **kwargs) -> TorchCl
     return cnn("large", input_shape, n_classes, **kwargs)
 
 
+def same_cnn(input_shape=MNIST_SHAPE, n_classes: int = 10, **kwargs) -> TorchClassifier:
+    """§4.2's same-size CNN: conv3×3(32) → pool 2 → conv3×3(64) → pool 2 → FC (34,826 parameters on
+    1×28×28, 10 classes; the module docstring derives it from Table 4) (kwargs: see :func:`cnn`).
+    """
+    return cnn("same", input_shape, n_classes, **kwargs)
+
+
 #: Factories by size name: ``CNN_FACTORIES[size](input_shape, n_classes, l2=..., dtype=...)``.
 CNN_FACTORIES: dict[str, Callable[..., TorchClassifier]] = {
     "small": small_cnn,
     "medium": medium_cnn,
     "large": large_cnn,
+    "same": same_cnn,
 }
 
 
@@ -605,7 +653,7 @@ def dataset_shape(dataset: str) -> tuple[int, int, int]:
 
 
 def paper_cnn(size: str, dataset: str, *, n_classes: int = 10, l2: float = 1e-3, dtype: str = "float32") -> TorchClassifier:
-    """The Sheaf-FMTL CNN of a size ("small", "medium", "large") for a dataset ("rmnist", "cifar10", …)."""
+    """The Sheaf-FMTL CNN of a size ("small", "medium", "large", "same") for a dataset ("rmnist", "cifar10", …)."""
     _require_torch()
     check_choice("size", size, tuple(CNN_FACTORIES))
     return CNN_FACTORIES[size](dataset_shape(dataset), n_classes, l2=l2, dtype=dtype)
@@ -629,5 +677,6 @@ __all__ = [
     "large_cnn",
     "medium_cnn",
     "paper_cnn",
+    "same_cnn",
     "small_cnn",
 ]

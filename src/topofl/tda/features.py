@@ -14,6 +14,11 @@ Each client appends four columns to its feature matrix:
 The paper names the four statistics but not their scaling; the scalings above keep every column
 O(1) so that one SGD step size serves raw and augmented features. The client-level columns act
 as a client-specific offset that a shared linear model can use.
+
+§3.2 is titled "Topology-Guided Sample Weighting", and the authors' paper-era code (the
+``framework/`` directory of MorillaLab/TopoFederatedL before June 2026) implements it as
+per-sample weights of the local loss, not as features: :func:`topological_sample_weights` is that
+rule, written from its description (pTopoFL's ``topo_features="sample_weight"``).
 """
 from __future__ import annotations
 
@@ -21,10 +26,44 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from topofl.tda.descriptor import betti_curve, persistence_entropy, thresholds_for
+from topofl.tda.descriptor import _amplitude, betti_curve, persistence_entropy, thresholds_for
 
 FEATURE_NAMES = ("centroid_distance", "h0_entropy", "h1_entropy", "betti0_median")
 N_FEATURES = len(FEATURE_NAMES)
+#: constants of the paper-era sample weighting: floor of the H0 amplitude, and the range the
+#: mean-one weights are clipped to
+SAMPLE_WEIGHT_MIN_SCALE = 0.1
+SAMPLE_WEIGHT_CLIP = (0.2, 5.0)
+
+
+def topological_sample_weights(points: np.ndarray, dgm0: np.ndarray) -> np.ndarray:
+    """Per-sample weights of the local loss: §3.2 as the authors' paper-era code implements it.
+
+    Parameters
+    ----------
+    points : ndarray of shape (n, d)
+        The client's training points in the space (and scaling) its diagrams were computed in.
+    dgm0 : ndarray of shape (m, 2)
+        The client's H0 diagram (finite pairs).
+
+    Returns
+    -------
+    ndarray of shape (n,)
+        w_i = exp(−‖x_i − x̄‖₂ / s), s = max(A_0, 0.1) with A_0 = (Σ pers²)^{1/2} the H0
+        amplitude of Eq. 5 (the "characteristic scale" of the client's components), divided by
+        their mean and clipped to [0.2, 5]: points far from the client's centroid, relative to
+        its topological scale, weigh less. The weights have mean 1 before clipping, so the
+        weighted mean loss keeps the scale of the unweighted one.
+    """
+    P = np.asarray(points, dtype=np.float64)
+    if P.ndim != 2 or P.shape[0] == 0:
+        raise ValueError(f"points must be a non-empty (n, d) array; got shape {P.shape}")
+    d0 = np.asarray(dgm0, dtype=np.float64).reshape(-1, 2)
+    scale = max(_amplitude(d0[:, 1] - d0[:, 0]), SAMPLE_WEIGHT_MIN_SCALE)
+    dist = np.linalg.norm(P - P.mean(axis=0), axis=1)
+    w = np.exp(-(dist - dist.min()) / scale)  # the shift cancels in w / mean(w) and keeps a weight of 1
+    clipped: np.ndarray = np.clip(w / w.mean(), *SAMPLE_WEIGHT_CLIP)
+    return clipped
 
 
 @dataclass(frozen=True)

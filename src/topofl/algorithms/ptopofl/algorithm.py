@@ -10,6 +10,15 @@ Server: clusters clients once by descriptor distance (§3.3 Step 1), scores anom
 blends cluster models with the consensus (Eq. 7), tracks descriptor drift (§3.5, Eq. 9) and
 re-assigns drifted clients to their nearest cluster, optionally boosting their step size.
 
+Where the paper says two things, the other is an option (docs/ptopofl-options.md):
+``intra_weighting="wasserstein_exp"`` weights a cluster's members by Eq. 12's
+exp(−λ W_p(PD_k, PD̄)) instead of Eq. 6's, PD̄ the Fréchet mean of the cluster's diagrams
+(:mod:`topofl.tda.barycentre`); ``topo_features="sample_weight"`` is §3.2 as the authors'
+paper-era code implements it (per-sample loss weights) instead of the text's feature augmentation.
+``cluster_after`` and ``recluster_every`` cluster on descriptors of the *trained* model (with
+``descriptor_space="representation"``, the default for deep models) rather than once, on the
+untrained initial network's representation.
+
 Differential privacy (paper §3.6 made formal), both channels off by default:
 
 * updates — with ``dp_noise_multiplier`` > 0 each cluster is aggregated by DP-FedAvg (McMahan,
@@ -49,6 +58,7 @@ from topofl.algorithms.base import (
     robust_round,
 )
 from topofl.algorithms.ptopofl import maths
+from topofl.config import choice, floats, ints
 from topofl.federation.messages import ClientUpdate, ServerMessage
 from topofl.federation.validation import ArraySpec, ClientInfo, ReplySchema
 from topofl.models.base import Model
@@ -56,11 +66,22 @@ from topofl.models.registry import is_deep, representation
 from topofl.privacy import accounting
 from topofl.privacy.dp import descriptor_mechanism, dp_fedavg_aggregate, gaussian_sigma, privacy_report
 from topofl.privacy.risk import PRIVACY_METRICS, client_privacy
-from topofl.tda.descriptor import LAYOUT, SCALINGS, descriptor, descriptor_from_diagrams, descriptor_problems, subsample
+from topofl.tda.barycentre import diagram_barycentre, distances_to_barycentre
+from topofl.tda.descriptor import (
+    LAYOUT,
+    SCALINGS,
+    descriptor,
+    descriptor_from_diagrams,
+    descriptor_problems,
+    scale_points,
+    subsample,
+)
 from topofl.tda.distances import normalise_rows, pairwise_descriptor_distances, pairwise_diagram_distances
-from topofl.tda.features import N_FEATURES, TopoContext
+from topofl.tda.features import N_FEATURES, TopoContext, topological_sample_weights
 
 CLUSTER_DISTANCES = ("l2", "wasserstein", "bottleneck")
+INTRA_WEIGHTINGS = ("eq6", "wasserstein_exp")
+TOPO_FEATURES = ("auto", "augment", "sample_weight", "off")
 #: tag of the client-private generator of descriptor noise (distinct from the subsample's 0x70F0)
 _DESCRIPTOR_NOISE_TAG = 0xD9D0
 _H0_ENTROPY, _H1_ENTROPY = LAYOUT.index("h0_entropy"), LAYOUT.index("h1_entropy")
@@ -70,13 +91,13 @@ _H0_ENTROPY, _H1_ENTROPY = LAYOUT.index("h0_entropy"), LAYOUT.index("h1_entropy"
 class PTopoFLConfig(RobustAggregationConfig):
     """Hyper-parameters of pTopoFL; defaults are the paper's (Table 3) where it gives one."""
 
-    n_clusters: int = hp(2, "number of topology clusters M (paper: 2 for scenarios A/B)")
-    beta: float = hp(0.3, "inter-cluster blending β in [0, 1] (Eq. 7; 0 = pure cluster models, 1 = consensus)")
+    n_clusters: int = hp(2, "number of topology clusters M (paper: 2 for scenarios A/B)", space=ints(1, 4))
+    beta: float = hp(0.3, "inter-cluster blending β in [0, 1] (Eq. 7; 0 = pure cluster models, 1 = consensus)", space=floats(0.0, 1.0))
     tau: float = hp(
         2.0, "anomaly z-score threshold τ: clients with z > τ are reported as flagged (paper: 2.0; 1.8 in robustness runs); "
         "it changes the models only with trust_gate='flagged'"
     )
-    use_trust: bool = hp(True, "multiply aggregation weights by trust t_k (§3.4)")
+    use_trust: bool = hp(True, "multiply aggregation weights by trust t_k (§3.4)", space=choice(True, False))
     trust_gate: str = hp(
         "all", "apply t_k = exp(-max(z-1,0)) to 'all' clients (§3.4 as written: τ then only decides which clients are reported as "
         "flagged, never the models) or only to 'flagged' ones, z > τ (τ <= 1 is then the same as 'all')"
@@ -120,6 +141,29 @@ class PTopoFLConfig(RobustAggregationConfig):
         "(0: descriptors sent as computed); needs cluster_distance='l2' (diagrams would leak)"
     )
     descriptor_dp_epsilon: float = hp(1.0, "descriptor DP: ε > 0 of each fresh descriptor release (δ = dp_delta; analytic Gaussian)")
+    # -- faithfulness options (docs/ptopofl-options.md); their defaults leave the results unchanged
+    intra_weighting: str = hp(
+        "eq6", "within-cluster weights: eq6 = n_k·exp(−‖φ̂_k − φ̂_C‖)·t_k (Eq. 6, Algorithm 1) | wasserstein_exp = "
+        "exp(−λ·W_p(PD_k, PD̄)) normalised (§1, Eq. 12), PD̄ the W2 Fréchet mean of the cluster's diagrams (Turner et al. 2014); "
+        "clients then send their diagrams", space=choice("eq6", "wasserstein_exp", tuned=False)
+    )
+    wasserstein_temperature: float = hp(
+        1.0, "temperature λ > 0 of Eq. 12's weights, per unit of diagram distance (the paper gives no value)",
+        space=floats(0.1, 10.0, log=True, tuned=False)
+    )
+    topo_features: str = hp(
+        "auto", "§3.2 mechanism: augment (the text: four TDA features appended to the input) | sample_weight (the authors' "
+        "paper-era code: per-sample weights exp(−‖x − x̄‖/A_0) of the local loss) | off | auto (follow augment)",
+        space=choice("auto", "sample_weight", "off", tuned=False)
+    )
+    cluster_after: int = hp(
+        0, "warm-up: rounds 1..N train one FedAvg-like group; clients then recompute φ on the model they receive and the first "
+        "clustering happens in round N + 1 (0: at the first round, on the initial model)"
+    )
+    recluster_every: int = hp(
+        0, "every N rounds after a clustering, clients recompute φ on the model they receive and the server clusters again "
+        "from scratch (0: never; §3.3 clusters once)"
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -147,6 +191,21 @@ class PTopoFLConfig(RobustAggregationConfig):
         self.check_dp_rule("intra_aggregator", self.intra_aggregator)
         check_range("descriptor_dp_radius", self.descriptor_dp_radius, 0.0)
         check_range("descriptor_dp_epsilon", self.descriptor_dp_epsilon, 0.0, low_open=True)
+        check_choice("intra_weighting", self.intra_weighting, INTRA_WEIGHTINGS)
+        check_range("wasserstein_temperature", self.wasserstein_temperature, 0.0, 1e6, low_open=True)
+        check_choice("topo_features", self.topo_features, TOPO_FEATURES)
+        clash = {"on": ("sample_weight", "off"), "off": ("augment", "sample_weight")}.get(self.augment, ())
+        if self.topo_features in clash:
+            raise ValueError(f"topo_features={self.topo_features!r} contradicts augment={self.augment!r}; set one of them "
+                             "(augment='auto' defers to topo_features)")
+        check_int("cluster_after", self.cluster_after, 0)
+        check_int("recluster_every", self.recluster_every, 0)
+        if self.intra_weighting == "wasserstein_exp" and self.dp_descriptors:
+            raise ValueError("intra_weighting='wasserstein_exp' cannot be combined with descriptor_dp_radius > 0: Eq. 12 needs the "
+                             "persistence diagrams, which would be sent without noise; use intra_weighting='eq6'")
+        if self.intra_weighting == "wasserstein_exp" and self.dp_updates:
+            raise ValueError("intra_weighting='wasserstein_exp' has no effect with dp_noise_multiplier > 0: DP-FedAvg aggregates "
+                             "with uniform weights; use intra_weighting='eq6'")
         if self.dp_descriptors and self.cluster_distance != "l2":
             raise ValueError(
                 f"cluster_distance={self.cluster_distance!r} cannot be combined with descriptor_dp_radius={self.descriptor_dp_radius!r}: "
@@ -183,12 +242,30 @@ class PTopoFL(Algorithm):
     config: PTopoFLConfig
 
     # ---- choices that depend on the model (linear or deep) ----------------------------------
-    def augments(self, deep: bool) -> bool:
-        """Whether clients append the §3.2 TDA features (``augment``, resolved for the model)."""
-        a = self.config.augment
+    def topo_mode(self, deep: bool) -> str:
+        """The §3.2 mechanism, resolved for the model: ``"augment"``, ``"sample_weight"`` or ``"off"``.
+
+        ``topo_features="auto"`` follows ``augment`` (its own ``"auto"``: augment for linear
+        models, off for deep ones, whose input is an image the features cannot be appended to).
+        """
+        a, t = self.config.augment, self.config.topo_features
         if a == "on" and deep:
             raise ValueError("augment='on' appends four TDA features to a deep model's input, an image; use augment='auto' or 'off'")
-        return a == "on" or (a == "auto" and not deep)
+        if t == "auto":
+            return "augment" if a == "on" or (a == "auto" and not deep) else "off"
+        if t == "augment" and deep:
+            raise ValueError("topo_features='augment' appends four TDA features to a deep model's input, an image; "
+                             "use topo_features='sample_weight' or 'off'")
+        return t
+
+    def augments(self, deep: bool) -> bool:
+        """Whether clients append the §3.2 TDA features (``topo_features``/``augment``, resolved for the model)."""
+        return self.topo_mode(deep) == "augment"
+
+    @property
+    def sends_diagrams(self) -> bool:
+        """Whether clients send their persistence diagrams with φ: a diagram clustering distance, or Eq. 12's weights."""
+        return self.config.cluster_distance != "l2" or self.config.intra_weighting == "wasserstein_exp"
 
     def subsample_size(self, deep: bool) -> int:
         """n_sub, resolved: Table 3's 80 for linear models, §4.1's 200 for deep ones."""
@@ -203,7 +280,7 @@ class PTopoFL(Algorithm):
         return n_features + (N_FEATURES if self.augments(deep) else 0)
 
     # ================================ client side =============================================
-    def ensure_descriptor(self, ctx: ClientContext, theta: np.ndarray | None = None) -> None:
+    def ensure_descriptor(self, ctx: ClientContext, theta: np.ndarray | None = None, refresh: bool = False) -> None:
         """(Re)compute φ_k when the client's data changed or the schedule says so (§3.5).
 
         On the data (§3.1), or — for a deep model, by default — on the penultimate-layer
@@ -212,20 +289,28 @@ class PTopoFL(Algorithm):
         representation descriptor is recomputed: here, as for data descriptors, when the client's
         data change and every ``descriptor_every`` rounds (0: only at the client's first round),
         so the clusters are formed on the representation of the common initial model — random
-        features of each client's data — and drift tracks the data, not the training.
+        features of each client's data — and drift tracks the data, not the training, unless
+        ``cluster_after``/``recluster_every`` ask for descriptors of the trained model (``refresh``).
 
         With ``descriptor_dp_radius`` > 0 the stored (and sent) φ is the Gaussian mechanism's
         release (:func:`~topofl.privacy.dp.descriptor_mechanism`), drawn from a generator of the
         client's own seed and a private tag — not the subsample's, which a server knowing the
         seeds could replay — fresh for every recomputation; ``ctx.state["dp_releases"]`` counts
         them. The diagrams stay on the client (its §3.2 features use them locally).
+
+        ``refresh`` (the server's request before a clustering on trained models, ``cluster_after``
+        / ``recluster_every``) recomputes φ once this round on the same subsample rows as the
+        first descriptor, so that it moves with the model (a representation) and not with
+        sampling noise. With ``topo_features="sample_weight"`` the §3.2 weights of the local
+        loss are recomputed with φ, in the same space (:func:`~topofl.tda.features.topological_sample_weights`).
         """
         st, c = ctx.state, self.config
         deep = is_deep(ctx.model)
         X = ctx.data.X_train
         fp = data_fingerprint(X)
         due = c.descriptor_every > 0 and ctx.round - st.get("desc_round", ctx.round) >= c.descriptor_every
-        if st.get("fingerprint") == fp and not due:
+        refresh = refresh and st.get("desc_round") != ctx.round
+        if st.get("fingerprint") == fp and not due and not refresh:
             return
         k = st.get("n_descriptors", 0)
         # A data change reuses the same subsample rows (so the descriptor moves with the data, not
@@ -245,8 +330,12 @@ class PTopoFL(Algorithm):
             phi = descriptor_mechanism(phi, c.descriptor_dp_radius, c.descriptor_dp_epsilon, c.dp_delta, noise).phi
             st["dp_releases"] = st.get("dp_releases", 0) + 1
         st.update(fingerprint=fp, phi=phi, dgms=dgms, desc_round=ctx.round, n_descriptors=k + 1, desc_dirty=True)
-        if self.augments(deep):
+        mode = self.topo_mode(deep)
+        if mode == "augment":
             st["topo"] = TopoContext.from_data(X, dgms, min(X.shape[0], n_sub))
+        elif mode == "sample_weight":
+            points = representation(ctx.model, theta, X) if theta is not None and self.space(deep) == "representation" else X
+            st["sample_weight"] = topological_sample_weights(scale_points(points, c.descriptor_scale), dgms[0])
 
     def client_features(self, ctx: ClientContext, X: np.ndarray) -> np.ndarray:
         if not self.augments(is_deep(ctx.model)):
@@ -256,13 +345,14 @@ class PTopoFL(Algorithm):
         return augmented
 
     def client_fit(self, ctx: ClientContext, message: ServerMessage) -> ClientUpdate:
-        self.ensure_descriptor(ctx, message.params)
+        self.ensure_descriptor(ctx, message.params, refresh=bool(message.config.get("refresh_descriptor", False)))
         st = ctx.state
         X = self.client_features(ctx, ctx.data.X_train)
-        theta = self.local_sgd(ctx, message.params, X, lr_scale=float(message.config.get("lr_scale", 1.0)))
+        theta = self.local_sgd(ctx, message.params, X, lr_scale=float(message.config.get("lr_scale", 1.0)),
+                               sample_weight=st.get("sample_weight"))
         send = bool(st.pop("desc_dirty", False) or message.config.get("need_descriptor", False))
         extras = {}
-        if send and self.config.cluster_distance != "l2":  # never with descriptor DP (the config refuses it)
+        if send and self.sends_diagrams:  # never with descriptor DP (the config refuses it)
             extras = {f"dgm{j}": d for j, d in enumerate(st["dgms"])}
         n, d = ctx.data.X_train.shape
         metrics = client_privacy(n, d, theta.size, st["phi"].size, self.config.alpha_c)
@@ -286,21 +376,23 @@ class PTopoFL(Algorithm):
         return ReplySchema(
             ArraySpec((self.update_size(),)),
             centers=message.params[None, :],
-            extras={} if c.cluster_distance == "l2" else {"dgm0": dgm, "dgm1": dgm},
+            extras={"dgm0": dgm, "dgm1": dgm} if self.sends_diagrams else {},
             descriptor=ArraySpec((self.descriptor_size(),), required=bool(message.config.get("need_descriptor", False))),
             descriptor_check=check,
             metrics={k: (0.0, float("inf")) for k in PRIVACY_METRICS},
         )
 
     def reply_problem(self, update: ClientUpdate, message: ServerMessage, info: ClientInfo) -> str | None:
-        """With a diagram distance, the descriptor must be the one of the diagrams sent beside it."""
-        if self.config.cluster_distance == "l2":
+        """With a diagram distance (or Eq. 12's weights), the descriptor must be the one of the diagrams sent beside it."""
+        if not self.sends_diagrams:
             return None
         dgms = [update.extras.get(k) for k in ("dgm0", "dgm1")]
         if update.descriptor is None:
             return "diagrams sent without a descriptor" if any(d is not None for d in dgms) else None
         if any(d is None for d in dgms):
-            return f"cluster_distance={self.config.cluster_distance!r} needs the diagrams dgm0 and dgm1 with the descriptor"
+            c = self.config
+            why = f"cluster_distance={c.cluster_distance!r}" if c.cluster_distance != "l2" else f"intra_weighting={c.intra_weighting!r}"
+            return f"{why} needs the diagrams dgm0 and dgm1 with the descriptor"
         present = cast("list[np.ndarray]", dgms)  # no None left: checked just above
         if any(np.any(d[:, 1] <= d[:, 0]) for d in present):
             return "diagram pairs must die after they are born"
@@ -326,6 +418,10 @@ class PTopoFL(Algorithm):
         # DP: the server's own noise generator (spawned only for DP runs) and the distinct descriptors received per client
         self._dp_rng = dp_server_rng(rng) if self.config.dp_updates else None
         self.descriptor_releases: dict[int, int] = {}
+        self.clustered_round = 0  # the round of the latest (re-)clustering (cluster_after, recluster_every)
+        self.dgm_version: dict[int, int] = {}  # diagrams received per client (keys of the barycentre cache)
+        self.barycentres: dict[tuple[tuple[int, int], ...], list[np.ndarray]] = {}  # Eq. 12's PD̄ per group of diagrams
+        self.barycentres_used: dict[tuple[tuple[int, int], ...], list[np.ndarray]] = {}  # those this round used
 
     def _params_for(self, cid: int) -> np.ndarray:
         if cid in self.labels:
@@ -338,10 +434,12 @@ class PTopoFL(Algorithm):
 
     def configure_fit(self, rnd: int, selected: list[int]) -> dict[int, ServerMessage]:
         boost = self.config.drift_lr_boost
+        refresh = {"refresh_descriptor": True} if self._refresh_due(rnd) else {}
         messages = {
             cid: ServerMessage(
                 self._params_for(cid),
-                config={"lr_scale": boost if cid in self.boosted else 1.0, "need_descriptor": cid not in self.phi},
+                config={"lr_scale": boost if cid in self.boosted else 1.0, "need_descriptor": bool(refresh) or cid not in self.phi,
+                        **refresh},
             )
             for cid in selected
         }
@@ -371,8 +469,25 @@ class PTopoFL(Algorithm):
             sizes[lab] = sizes.get(lab, 0) + 1
         return sizes
 
-    def _cluster_all(self) -> None:
-        """Round-0 clustering of every client with a descriptor (§3.3 Step 1)."""
+    def _refresh_due(self, rnd: int) -> bool:
+        """Whether round ``rnd`` clusters on descriptors the clients recompute on the model they
+        receive: the first clustering after a ``cluster_after`` warm-up (every round from
+        ``cluster_after + 1`` until it happens), then every ``recluster_every`` rounds.
+        """
+        c = self.config
+        if not self.labels:
+            return c.cluster_after > 0 and rnd > c.cluster_after
+        return c.recluster_every > 0 and rnd - self.clustered_round >= c.recluster_every
+
+    def _cluster_all(self, rnd: int, fresh: bool = False) -> None:
+        """Clustering of every client with a descriptor (§3.3 Step 1): at the first round with M
+        descriptors (and past the ``cluster_after`` warm-up), and again every ``recluster_every``
+        rounds. The first clustering starts every cluster from the model the clients were sent
+        (after a warm-up, the warm-up's model); a re-clustering starts each new cluster from the
+        mean of its members' previous cluster models (the consensus if none had one). On
+        ``fresh`` descriptors (requested by :meth:`_refresh_due`) the drift history (Eq. 9)
+        restarts from them: φ moved with the model, not with the data.
+        """
         ids = sorted(self.phi)
         c = self.config
         if c.n_clusters > len(ids):
@@ -382,8 +497,19 @@ class PTopoFL(Algorithm):
         else:
             D = pairwise_diagram_distances([self.dgms[i] for i in ids], c.cluster_distance, c.wasserstein_p, c.wasserstein_rel_error)
         labels = maths.cluster_clients(D, c.n_clusters)
+        old_labels, old_raw, consensus = self.labels, self.cluster_raw, (self.server_params() if self.labels else None)
         self.labels = dict(zip(ids, labels.tolist(), strict=True))
-        self.cluster_raw = {j: self.init_params.copy() for j in set(self.labels.values())}
+        self.clustered_round = rnd
+        if not old_labels:
+            self.cluster_raw = {j: self.init_params.copy() for j in set(self.labels.values())}
+        else:
+            starts: dict[int, list[np.ndarray]] = {j: [] for j in set(self.labels.values())}
+            for cid, j in self.labels.items():
+                if cid in old_labels:
+                    starts[j].append(old_raw[old_labels[cid]])
+            self.cluster_raw = {j: np.mean(v, axis=0) if v else cast(np.ndarray, consensus).copy() for j, v in starts.items()}
+        if fresh:
+            self.history = {cid: [phi] for cid, phi in self.phi.items()}
 
     def _provisional(self, rnd: int, updates: list[ClientUpdate]) -> dict[str, Any]:
         """Before M clients have sent descriptors (partial participation, dropped replies) the
@@ -394,20 +520,54 @@ class PTopoFL(Algorithm):
         robust: dict[str, Any] = {}
         self.trust, z, flagged = self._trust()
         members = [u for u in updates if u.client_id in self.phi]
+        distances: dict[int, float] = {}
         if self.config.dp_updates:  # one group of all the run's clients, released every round
             self.init_params = self._dp_aggregate(members, self.init_params, len(self.client_ids), robust)
         elif members:
+            w = self._weights(members, sorted(u.client_id for u in members), None, distances)
+            self.init_params = self._aggregate(members, w, robust, "all")
+        c = self.config
+        waiting = (f"{len(self.phi)} descriptor(s) < n_clusters={c.n_clusters}: clustering waits" if len(self.phi) < c.n_clusters
+                   else f"warm-up round {rnd} of cluster_after={c.cluster_after}: clustering waits")
+        return {"clusters": {}, "trust": self.trust, "z": z, "flagged": flagged, "drift": {}, "reclustered": [],
+                "waiting": waiting, **self._weights_log(distances), **self._robust_log(robust), **self._dp_log(rnd, robust)}
+
+    def _weights(self, members: list[ClientUpdate], group: list[int], centroid: np.ndarray | None,
+                 distances: dict[int, float]) -> np.ndarray:
+        """Aggregation weights of one group's participating ``members``, capped by ``max_client_weight``.
+
+        ``intra_weighting="eq6"``: n_k · exp(−‖φ̂_k − φ̂_C‖) · t_k (Eq. 6) with φ̂_C = ``centroid``
+        (the cluster's centroid; ``None``: the members' mean). ``"wasserstein_exp"``:
+        exp(−λ W_p(PD_k, PD̄)) normalised (Eq. 12), PD̄ the Fréchet mean of the diagrams of the
+        clients in ``group`` (the whole cluster, participants or not), cached while they stay the
+        same; each member's W_p is recorded in ``distances``.
+        """
+        c = self.config
+        if c.intra_weighting == "wasserstein_exp":
+            key = tuple((cid, self.dgm_version[cid]) for cid in group)
+            bary = self.barycentres.get(key)
+            if bary is None:
+                bary = diagram_barycentre([self.dgms[cid] for cid in group])
+            self.barycentres_used[key] = bary
+            W = distances_to_barycentre([self.dgms[u.client_id] for u in members], bary, c.wasserstein_p, c.wasserstein_rel_error)
+            distances.update({u.client_id: float(d) for u, d in zip(members, W, strict=True)})
+            w = maths.wasserstein_weights(W, c.wasserstein_temperature)
+        else:
             phi_hat = normalise_rows(np.vstack([self.phi[u.client_id] for u in members]))
             w = maths.intra_cluster_weights(
-                np.array([u.n_examples for u in members], float), phi_hat, phi_hat.mean(axis=0),
+                np.array([u.n_examples for u in members], float), phi_hat, phi_hat.mean(axis=0) if centroid is None else centroid,
                 np.array([self.trust[u.client_id] for u in members]),
             )
-            if self.config.max_client_weight < 1.0:
-                w = cap_shares(w, self.config.max_client_weight)
-            self.init_params = self._aggregate(members, w, robust, "all")
-        return {"clusters": {}, "trust": self.trust, "z": z, "flagged": flagged, "drift": {}, "reclustered": [],
-                "waiting": f"{len(self.phi)} descriptor(s) < n_clusters={self.config.n_clusters}: clustering waits",
-                **self._robust_log(robust), **self._dp_log(rnd, robust)}
+        if c.max_client_weight < 1.0:
+            w = cap_shares(w, c.max_client_weight)
+        return w
+
+    def _weights_log(self, distances: dict[int, float]) -> dict[str, Any]:
+        """With Eq. 12's weights, the round's W_p(PD_k, PD̄) per participant (``barycentre_distance``); nothing otherwise."""
+        if self.config.intra_weighting != "wasserstein_exp":
+            return {}
+        self.barycentres, self.barycentres_used = self.barycentres_used, {}  # keep the barycentres this round used
+        return {"barycentre_distance": {int(k): v for k, v in sorted(distances.items())}}
 
     def _aggregate(self, members: list[ClientUpdate], w: np.ndarray, robust: dict[str, Any], group: str) -> np.ndarray:
         """One group's model from its members' models with weights ``w`` (Eq. 6): their weighted
@@ -521,12 +681,14 @@ class PTopoFL(Algorithm):
                 self.phi[u.client_id] = new
                 if u.extras:
                     self.dgms[u.client_id] = [np.asarray(u.extras[k]) for k in sorted(u.extras)]
+                    self.dgm_version[u.client_id] = self.dgm_version.get(u.client_id, 0) + 1
         for cid, phi in self.phi.items():  # signature tracking: φ_k^(r) ← φ_k (Algorithm 1)
             self.history.setdefault(cid, []).append(phi)
-        if not self.labels and len(self.phi) < self.config.n_clusters:
+        fresh = self._refresh_due(rnd)  # as configure_fit decided for this round
+        if not self.labels and (len(self.phi) < self.config.n_clusters or rnd <= self.config.cluster_after):
             return self._provisional(rnd, updates)
-        if not self.labels:
-            self._cluster_all()
+        if not self.labels or fresh:
+            self._cluster_all(rnd, fresh)
         for cid in self.phi:
             if cid not in self.labels:
                 self.labels[cid] = self._assign_nearest(cid)
@@ -534,6 +696,7 @@ class PTopoFL(Algorithm):
         self.trust, z, flagged = self._trust()
         centroids = maths.cluster_centroids(self.phi, self.labels)
         robust: dict[str, Any] = {}
+        distances: dict[int, float] = {}
         sizes = self._sizes()
         for j in sorted(set(self.labels.values())):
             members = [u for u in updates if self.labels.get(u.client_id) == j]
@@ -542,14 +705,8 @@ class PTopoFL(Algorithm):
                 continue
             if not members:
                 continue
-            w = maths.intra_cluster_weights(
-                np.array([u.n_examples for u in members], float),
-                normalise_rows(np.vstack([self.phi[u.client_id] for u in members])),
-                centroids[j],
-                np.array([self.trust[u.client_id] for u in members]),
-            )
-            if self.config.max_client_weight < 1.0:
-                w = cap_shares(w, self.config.max_client_weight)
+            group = sorted(cid for cid, lab in self.labels.items() if lab == j and cid in self.dgms)
+            w = self._weights(members, group, centroids[j], distances)
             self.cluster_raw[j] = self._aggregate(members, w, robust, str(j))
         self.cluster_models = maths.blend(self.cluster_raw, self._sizes(), self.config.beta)
         return {
@@ -562,6 +719,8 @@ class PTopoFL(Algorithm):
             "signature": {
                 int(k): [float(v[_H0_ENTROPY]), float(v[_H1_ENTROPY])] for k, v in self.phi.items()
             },  # (h0_entropy, h1_entropy) of each client's latest descriptor (§3.5, Fig. 5)
+            **({"reclustered_all": True} if fresh else {}),
+            **self._weights_log(distances),
             **self._robust_log(robust),
             **self._dp_log(rnd, robust),
         }

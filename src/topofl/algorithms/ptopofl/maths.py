@@ -69,6 +69,34 @@ def intra_cluster_weights(n: np.ndarray, phi_hat: np.ndarray, centroid: np.ndarr
     return shares
 
 
+def wasserstein_weights(distances: np.ndarray, temperature: float) -> np.ndarray:
+    """α_k = exp(−λ W_k) / Σ_j exp(−λ W_j): the Wasserstein-exponential weights of Eq. 12.
+
+    Parameters
+    ----------
+    distances : ndarray of shape (K,)
+        W_k = W_p(PD_k, PD̄), each client's diagram distance to the barycentre of its group
+        (:func:`topofl.tda.barycentre.distances_to_barycentre`); finite and non-negative.
+    temperature : float
+        λ > 0: 0 would give uniform weights, large λ all the weight to the client nearest PD̄.
+
+    Returns
+    -------
+    ndarray of shape (K,)
+        Weights summing to 1. As Eq. 12 writes them (and §1, Theorems 3.5 and 3.9), neither the
+        sample sizes n_k nor the trust t_k enter; computed as a softmax shifted by min_k W_k,
+        which leaves them unchanged and cannot overflow.
+    """
+    W = np.asarray(distances, dtype=np.float64)
+    if W.ndim != 1 or W.size == 0 or not np.all(np.isfinite(W)) or np.any(W < 0):
+        raise ValueError(f"distances must be a non-empty vector of finite non-negative numbers; got {W.tolist()}")
+    if not (np.isfinite(temperature) and temperature > 0):
+        raise ValueError(f"temperature must be a finite number > 0; got {temperature!r}")
+    e = np.exp(-temperature * (W - W.min()))
+    alpha: np.ndarray = e / e.sum()
+    return alpha
+
+
 def blend(cluster_models: Mapping[int, np.ndarray], sizes: Mapping[int, int], beta: float) -> dict[int, np.ndarray]:
     """θ*_C = (1 − β) θ_C + β θ̄ with θ̄ = Σ_j |C_j|/K θ_Cj (Eq. 7)."""
     K = float(sum(sizes.get(j, 0) for j in cluster_models))

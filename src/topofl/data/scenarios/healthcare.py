@@ -1,8 +1,9 @@
 """Scenario A — healthcare (pTopoFL paper §4.1): 8 hospitals, 20 features (10 informative),
 60–250 patients, mortality prevalence 10–45 %, 2 adversarial hospitals with label flips.
 
-The generator is built so that the methods can differ (the authors' generator is so easy that
-every method scores AUC 1.000):
+The generator follows the paper's description, built so that the methods can differ; it is not the
+authors' paper-era generator (that one is the scenario ``paper-healthcare``,
+:mod:`topofl.data.scenarios.paper_era`):
 
 * **Sub-populations.** Hospitals belong to ``n_groups`` sub-populations (default 2) that differ in
   *case-mix* — group 0 patients form one broad full-dimensional cloud, the other groups' patients

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from topofl._validation import check_choice, check_int, check_range
-from topofl.config import hp
+from topofl.config import floats, hp
 from topofl.decentralised.protocol import NodeSpec, Peer, PeerAlgorithm, PeerConfig, PeerNode
 from topofl.decentralised.sheaf import maths
 from topofl.decentralised.sheaf.maps import INITS, NodeMaps, initial_maps
@@ -50,14 +50,15 @@ if TYPE_CHECKING:  # networkx is imported where a graph is built or checked (laz
 class SheafConfig(PeerConfig):
     """Hyper-parameters of Sheaf-FMTL: coupling λ, map step η, edge spaces, initial maps and their storage."""
 
-    lam: float = hp(0.001, "sheaf-Laplacian strength λ (paper Table 1: 0.001 for R-MNIST)")
-    eta: float = hp(0.05, "restriction-map step size η (>= 0; 0 keeps the maps fixed); Theorem 1 needs η < 2/(λ·D²)")
-    gamma: float = hp(0.03, "edge-space fraction γ in (0, 1]: d_ij = floor(γ·min(d_i, d_j))")
+    lam: float = hp(0.001, "sheaf-Laplacian strength λ (paper Table 1: 0.001 for R-MNIST)", space=floats(1e-5, 0.1, log=True))
+    eta: float = hp(0.05, "restriction-map step size η (>= 0; 0 keeps the maps fixed); Theorem 1 needs η < 2/(λ·D²)", space=floats(1e-3, 0.5, log=True))
+    gamma: float = hp(0.03, "edge-space fraction γ in (0, 1]: d_ij = floor(γ·min(d_i, d_j)) (tuned on request)", space=floats(0.01, 1.0, log=True, tuned=False))
     map_init: str = hp("gaussian", "initial maps: gaussian (paper) | shared (both ends of an edge start from the same N(0, σ²) map) | uniform | "
                        "orthogonal | identity_noise | scaled_identity | sparse_sign (compact-capable)")
     map_scale: float = hp(1.0, "σ of the initial maps (gaussian/orthogonal scale, uniform half-width, noise sd; √a for scaled_identity)")
     maps: str = hp("auto", "storage: dense | compact (exact low-rank form; needs map_init=sparse_sign) | auto (dense when it fits)")
-    memory_budget: float = hp(2e9, "bytes the restriction maps may use (auto picks dense only below min(budget, dense_limit))")
+    memory_budget: float = hp(2e9, "bytes the restriction maps may use (auto picks dense only below min(budget, dense_limit)); compact "
+                              "maps that would outgrow it within the run's rounds are refused up front, naming the bytes needed")
     dense_limit: float = hp(5e8, "largest dense map storage auto mode accepts, in bytes")
     on_budget: str = hp("error", "when compact maps would outgrow the budget: error | recompress (opt-in, approximate)")
     recompress_rank: int = hp(8, "rank kept by recompress (approximate once the history rank exceeds it)")
@@ -269,6 +270,15 @@ class SheafFMTL(PeerAlgorithm):
         """Before the map step (Eq. 28) the in-process runner enforces the memory budget."""
         if phase == "proj_new":
             self._check_budget(k)
+
+    def before_run(self, rounds: int) -> None:
+        """Refuse up front (``on_budget="error"``) a run whose compact maps would outgrow ``memory_budget``
+        within ``rounds`` iterations, naming the bytes it needs (:func:`maths.budget_refusal`).
+        """
+        per = sum(m.bytes_per_update() for m in self.maps.values()) if self.compact and self.config.eta > 0 else 0
+        problem = maths.budget_refusal(self.state_bytes(), per, rounds, self.config.memory_budget, self.config.map_precision == "float64")
+        if problem and self.config.on_budget == "error":
+            raise MemoryError(problem)
 
     def _check_budget(self, k: int) -> None:
         if not self.compact or self.config.eta == 0:

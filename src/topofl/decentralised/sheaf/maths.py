@@ -30,6 +30,24 @@ def dense_map_bytes(sizes: Mapping[int, Sequence[int]], dims: Mapping[int, int])
     return int(sum(sum(sizes[i]) * dims[i] * FLOAT for i in sizes))
 
 
+def budget_refusal(start: float, per_iteration: float, rounds: int, budget: float, float64: bool = True) -> str | None:
+    """Why a run cannot finish within the maps' memory budget, or None if it can.
+
+    Compact maps grow by exactly ``per_iteration`` bytes per map step (Eq. 28 is rank one: one row
+    of U and of V per node), so after ``rounds`` iterations they hold ``start + rounds·per_iteration``
+    bytes; the message names that number and the iteration at which the run would stop (and, for
+    ``float64`` factors, that float32 ones would halve the growth).
+    """
+    need = start + rounds * per_iteration
+    if need <= budget:
+        return None
+    stop = int((budget - start) // per_iteration) + 1 if per_iteration > 0 else 1
+    return (f"compact restriction maps would grow to {need / 1e9:.4g} GB over {rounds} iterations ({start / 1e9:.3g} GB at the start, "
+            f"+{per_iteration / 1e6:.4g} MB per iteration), above memory_budget={budget:.4g} bytes: the run would stop at iteration "
+            f"{stop}. Set memory_budget >= {need:.4g} (bytes), or run fewer rounds, "
+            + ("map_precision='float32' (half the growth) " if float64 else "") + "or on_budget='recompress' (approximate)")
+
+
 def model_step(theta: np.ndarray, grad: np.ndarray, coupling: np.ndarray, lr: float, lam: float) -> np.ndarray:
     """Eq. 27: θ_i − α (∇f_i(θ_i; ξ) + λ Σ_j P_ijᵀ (P_ij θ_i − P_ji θ_j)), with ``coupling`` the sum."""
     return theta - lr * (grad + lam * coupling)

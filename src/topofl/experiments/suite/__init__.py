@@ -10,9 +10,11 @@ from topofl.experiments.suite import (
     deep,
     diagrams,
     heart_disease,
+    paper_protocol,
     privacy,
     privacy_attacks,
     privacy_dp,
+    ptopofl_options,
     robustness,
     sheaf,
     sheaf_mnist,
@@ -24,7 +26,7 @@ EXPERIMENTS: dict[str, Experiment] = {
     e.name: e
     for e in (comparison.EXPERIMENT, robustness.EXPERIMENT, continual.EXPERIMENT, privacy.EXPERIMENT, ablation.EXPERIMENT, attacks.EXPERIMENT,
               privacy_attacks.EXPERIMENT, diagrams.EXPERIMENT, heart_disease.EXPERIMENT, controls.EXPERIMENT, deep.EXPERIMENT, *sheaf.EXPERIMENTS,
-              sheaf_mnist.EXPERIMENT, sheaf_school.EXPERIMENT, privacy_dp.EXPERIMENT)
+              sheaf_mnist.EXPERIMENT, sheaf_school.EXPERIMENT, privacy_dp.EXPERIMENT, paper_protocol.EXPERIMENT, ptopofl_options.EXPERIMENT)
 }
 
 __all__ = ["EXPERIMENTS", "Experiment", "Manifest"]

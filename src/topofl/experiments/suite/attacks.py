@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from topofl.experiments.analysis import against, detection_scores, final_table
+from topofl.experiments.analysis import add_holm, against, detection_scores, final_table
 from topofl.experiments.figures import pyplot, save
 from topofl.experiments.store import RunSpec
 from topofl.experiments.suite.base import Experiment, Manifest, last_round_logs
@@ -135,11 +135,14 @@ def analyse(out: Path, done: list[dict[str, Any]]) -> Manifest:
                        [d for d in relabel if d["scenario"] == sc and d["method"] == m + " | attacked"]
                 for r in against(pair, (), m, "auc"):
                     drops.append({"scenario": sc, "attack": d_att[0], "share": d_att[1], "method": m, "n_seeds": r["n_seeds"],
-                                  "diff_mean": r["diff_mean"], "ci_low": r["ci_low"], "ci_high": r["ci_high"]})
-    man.table(out, "drop", "AUC under attack minus the same method's clean AUC, paired over seeds (mean, 95 % t-interval)", drops)
+                                  "diff_mean": r["diff_mean"], "ci_low": r["ci_low"], "ci_high": r["ci_high"], "p_value": r["p_value"]})
+    add_holm(drops, ("scenario", "share"))
+    man.table(out, "drop", "AUC under attack minus the same method's clean AUC, paired over seeds (mean, 95 % t-interval; p: paired "
+              "t-test, Holm-adjusted over every method and attack of one scenario and share)", drops)
     versus = against(done, ("scenario", "attack", "share"), "FedAvg", "auc")
     man.table(out, "paired_vs_fedavg", "Each defence minus plain FedAvg under the same attack (attack 'none': what the defence costs "
-              "on clean data), paired over seeds (mean, 95 % t-interval, seeds won/lost)", versus)
+              "on clean data), paired over seeds (mean, 95 % t-interval, seeds won/lost; p: paired t-test, Holm-adjusted over the "
+              "defences under one attack, share and scenario)", versus)
     det = detection(out, done)
     if det:
         man.table(out, "detection", "Who is singled out: pTopoFL's flags (z > τ) and the clients Krum-type rules excluded, final round, "

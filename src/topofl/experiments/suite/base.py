@@ -42,6 +42,8 @@ class Manifest:
     tables: list[dict[str, Any]] = field(default_factory=list)
     figures: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: lines ``topofl experiment`` prints when the experiment finishes (its headline numbers), if any
+    console: list[str] = field(default_factory=list)
 
     def table(self, out: Path, stem: str, title: str, rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None,
               show: Sequence[str] | None = None) -> None:
@@ -82,3 +84,6 @@ class Experiment:
     profiles: tuple[str, ...] = ("full",)
     #: the default seeds of the ``quick`` budget, when they differ from :attr:`default_seeds`
     quick_seeds: tuple[int, ...] | None = None
+    #: whether ``--tuned`` may tune its settings (:mod:`topofl.experiments.tuning`): a comparison of
+    #: methods whose analysis reads only the runs' results
+    tunable: bool = False

@@ -59,7 +59,8 @@ def analyse(out: Path, done: list[dict[str, Any]]) -> Manifest:
     rows = final_table(done, ("geometry", "method"), metrics=("auc", "accuracy"))
     man.table(out, "summary", "Final-round AUC and accuracy per geometry (mean ± std over seeds)", rows)
     paired = [r for metric in ("auc", "accuracy") for r in paired_differences(done, ("geometry",), "ptopofl", metric)]
-    man.table(out, "paired", "pTopoFL minus each method per geometry, paired over seeds (mean, 95 % t-interval, seeds won/lost)", paired)
+    man.table(out, "paired", "pTopoFL minus each method per geometry, paired over seeds (mean, 95 % t-interval, seeds won/lost; p: paired "
+              "t-test, Holm-adjusted over the methods of one geometry and metric)", paired)
     geometries = [g for g in GEOMETRIES if any(r["geometry"] == g and r["metric"] == "auc" for r in paired)]
     if geometries:
         man.figure(paired_figure([(f"{g}: pTopoFL − method, AUC", [r for r in paired if r["geometry"] == g and r["metric"] == "auc"])
@@ -87,4 +88,4 @@ def analyse(out: Path, done: list[dict[str, Any]]) -> Manifest:
     return man
 
 
-EXPERIMENT = Experiment("controls", "Controls for the synthetic scenario", plan, analyse)
+EXPERIMENT = Experiment("controls", "Controls for the synthetic scenario", plan, analyse, tunable=True)

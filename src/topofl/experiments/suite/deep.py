@@ -12,7 +12,20 @@ D′  MNIST-10k over 50 clients, each drawn in its own writing style (a fixed ra
     and stroke thickness per client: writer-like feature skew, as FEMNIST's writers).
 
 pTopoFL computes its descriptor on the penultimate-layer activations of a 200-point subsample
-(§4.1 C), without the §3.2 feature augmentation (a CNN's input is an image).
+(§4.1 C), without the §3.2 feature augmentation (a CNN's input is an image), with M = 3 clusters
+in every part: Table 3 gives M = 3 for Scenarios C/D, and C′/D′ stand in for them (before this
+was stated, M = 2, the default of Scenarios A/B, was used here). Its descriptors are computed at the
+first round, on the untrained common initial network, as §3.3 clusters once at round 0; the label
+``ptopofl-trained`` (C and C′ only) is the same method with ``cluster_after`` = a third of the
+rounds: FedAvg-like warm-up rounds, then descriptors of the *trained* network's representation
+and the clustering on them.
+
+What the clusters are is reported (``clusters.csv``): per run, the sizes of pTopoFL's last-round
+clusters and, under label skew, their agreement (adjusted Rand index) with the partition's
+groups. A Dirichlet partition has no groups of its own; here they are the M groups an
+average-linkage clustering of the clients' training-label proportions (total-variation distance)
+forms, i.e. what clustering by label distribution would find. D′'s clients each have their own
+writing style and the same label distribution (as FEMNIST's writers): no groups, sizes only.
 """
 from __future__ import annotations
 
@@ -20,10 +33,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from topofl.experiments.analysis import final_table, group_curves, paired_differences
+import numpy as np
+
+from topofl.experiments.analysis import final_table, group_curves, num, paired_differences
 from topofl.experiments.figures import band, colour, pyplot, save
-from topofl.experiments.store import RunSpec, load_curves
-from topofl.experiments.suite.base import PROFILES, Experiment, Manifest
+from topofl.experiments.store import RunSpec, load_curves, run_paths
+from topofl.experiments.suite.base import PROFILES, Experiment, Manifest, last_round_logs
 from topofl.methods import available
 
 #: pTopoFL paper, Table 2 (top-1 accuracy; CIFAR-10 at round 100, FEMNIST at round 200)
@@ -47,6 +62,12 @@ BUDGETS: dict[str, dict[str, Any]] = {
 PAPER: dict[str, dict[str, Any]] = {"C": {"rounds": 100, "epochs": 5, "model": "resnet18"}, "D": {"rounds": 200, "epochs": 3, "model": "convnet2"}}
 SMOKE_METHODS = ("ptopofl", "fedavg")
 HP = {"lr": 0.05, "batch_size": 32}
+#: pTopoFL in C/D: Table 3's M = 3 (β = 0.3 and n_sub = 200 are its defaults for deep models)
+PTOPOFL_HP = {"n_clusters": 3}
+#: pTopoFL clustering on the trained representation (C parts): ``cluster_after`` = rounds // 3
+TRAINED = "ptopofl-trained"
+#: a cluster holding at least this share of the clients makes pTopoFL nearly FedAvg (clusters.csv's note)
+DOMINANT_SHARE = 0.8
 
 
 def _real(root: str | None, what: str) -> bool:
@@ -78,9 +99,12 @@ def plan(seeds: Sequence[int], profile: str = "full", data_root: str | None = No
                 rounds, epochs, model = b["C"]["rounds"], b["C"]["epochs"], b["C"]["model"]
                 scen, params = "mnist", {"n_clients": n_c, "partition": "dirichlet", "alpha": alpha, "n_samples": b["C"]["samples"],
                                          "min_size": 20 if profile != "smoke" else 10}
+            setting = {"part": "C" if real_c else "C'", "alpha": f"{alpha:g}"}
             for m in methods:
-                specs.append(RunSpec("deep", scen, m, s, rounds, hyperparameters={**HP, "local_epochs": epochs}, scenario_params=params,
-                                     setting={"part": "C" if real_c else "C'", "alpha": f"{alpha:g}"}, model=model))
+                specs.append(RunSpec("deep", scen, m, s, rounds, hyperparameters=_hp(m, epochs), scenario_params=params,
+                                     setting=setting, model=model))
+            specs.append(RunSpec("deep", scen, "ptopofl", s, rounds, label=TRAINED, scenario_params=params, setting=setting, model=model,
+                                 hyperparameters={**_hp("ptopofl", epochs), "cluster_after": max(1, rounds // 3)}))
         if real_d:
             rounds = PAPER["D"]["rounds"] if profile == "full" else b["D"]["rounds"]
             scen, params, model, epochs = "femnist", {"root": data_root, "n_clients": 50}, PAPER["D"]["model"], PAPER["D"]["epochs"]
@@ -89,9 +113,82 @@ def plan(seeds: Sequence[int], profile: str = "full", data_root: str | None = No
             scen, params = "mnist", {"n_clients": n_d, "partition": "iid", "styles": 1.0, "n_samples": b["D"]["samples"],
                                      "min_size": 10}
         for m in methods:
-            specs.append(RunSpec("deep", scen, m, s, rounds, hyperparameters={**HP, "local_epochs": epochs}, scenario_params=params,
+            specs.append(RunSpec("deep", scen, m, s, rounds, hyperparameters=_hp(m, epochs), scenario_params=params,
                                  setting={"part": "D" if real_d else "D'", "alpha": "-"}, model=model))
     return specs
+
+
+def _hp(method: str, epochs: int) -> dict[str, Any]:
+    """A method's hyper-parameters in this experiment: the common ones, and pTopoFL's M = 3."""
+    return {**HP, "local_epochs": epochs, **(PTOPOFL_HP if method == "ptopofl" else {})}
+
+
+def label_groups(y_per_client: Sequence[np.ndarray], n_groups: int, n_classes: int) -> list[int]:
+    """The partition's groups under label skew: ``n_groups`` groups of clients by an average-linkage
+    clustering of their label proportions, at total-variation distance ½‖p_i − p_j‖₁.
+    """
+    from topofl.algorithms.ptopofl.maths import cluster_clients
+
+    P = np.vstack([np.bincount(np.asarray(y, dtype=np.int64), minlength=n_classes) / max(len(y), 1) for y in y_per_client])
+    D = 0.5 * np.abs(P[:, None, :] - P[None, :, :]).sum(axis=2)
+    return [int(g) for g in cluster_clients(D, min(n_groups, len(y_per_client)))]
+
+
+def _offline_spec(out: Path, part: str, alpha: str, seed: int) -> RunSpec | None:
+    """An offline (MNIST-10k) spec of the setting and seed that finished in ``out``, found among
+    every budget's plan (every method of a setting and seed shares its federation); ``None`` for real data.
+    """
+    for profile in PROFILES:
+        for spec in plan([seed], profile):
+            if spec.setting == {"part": part, "alpha": alpha} and run_paths(out / "runs", spec)["done"].exists():
+                return spec
+    return None
+
+
+def cluster_note(rows: Sequence[dict[str, Any]]) -> str:
+    """What the clusters explain: how often one cluster holds nearly every client, and pTopoFL's gap to FedAvg then."""
+    parts = []
+    for method in sorted({r["method"] for r in rows}):
+        mine = [r for r in rows if r["method"] == method]
+        dominant = [r for r in mine if r["largest_share"] >= DOMINANT_SHARE]
+        gap = [r["accuracy_minus_fedavg"] for r in dominant if np.isfinite(r["accuracy_minus_fedavg"])]
+        parts.append(f"{method}: in {len(dominant)} of {len(mine)} runs one cluster holds at least {DOMINANT_SHARE:.0%} of the clients"
+                     + (f" (accuracy minus FedAvg's there: mean {np.mean(gap):+.3f})" if gap else ""))
+    return ("Why pTopoFL can tie FedAvg: when one cluster holds nearly every client, that cluster's model is a (topology-"
+            "weighted) FedAvg of nearly all of them, the few clients left out get models of their own, and blending (β = 0.3) "
+            "pulls those towards the consensus: the method then behaves as FedAvg, and a tie measures the clustering, not the "
+            "aggregation. " + "; ".join(parts) + ".")
+
+
+def cluster_table(out: Path, done: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per pTopoFL run: its last round's cluster sizes, largest share, the label groups' sizes and
+    the adjusted Rand index between the two (C′ only: D′ has no groups; real data are not
+    regenerated here), and the run's accuracy minus FedAvg's on the same seed.
+    """
+    from sklearn.metrics import adjusted_rand_score
+
+    from topofl.data.scenarios import make_scenario
+
+    last = last_round_logs(out, lambda r: (str(r["part"]), str(r["alpha"]), str(r["method"]), int(r["seed"]))
+                           if str(r.get("method", "")).startswith("ptopofl") and r.get("clusters") else None)
+    acc = {(str(d["part"]), str(d["alpha"]), str(d["method"]), int(d["seed"])): num(d["final"]["accuracy"]) for d in done}
+    rows = []
+    for (part, alpha, method, seed), entry in sorted(last.items()):
+        clusters = {int(k): int(v) for k, v in entry["clusters"].items()}
+        ids = sorted(clusters)
+        sizes = sorted(np.bincount([clusters[k] for k in ids]).tolist(), reverse=True)
+        row: dict[str, Any] = {"part": part, "alpha": alpha, "method": method, "seed": seed, "clusters": "/".join(map(str, sizes)),
+                               "largest_share": sizes[0] / len(ids), "label_groups": "", "ari_label_groups": float("nan"),
+                               "accuracy_minus_fedavg": acc.get((part, alpha, method, seed), float("nan"))
+                               - acc.get((part, alpha, "fedavg", seed), float("nan"))}
+        spec = _offline_spec(out, part, alpha, seed) if part == "C'" else None
+        if spec is not None:
+            fed = make_scenario(spec.scenario, seed=seed, **spec.scenario_params)
+            groups = label_groups([fed.clients[k].y_train for k in ids], len(sizes), fed.n_classes)
+            row["label_groups"] = "/".join(map(str, sorted(np.bincount(groups).tolist(), reverse=True)))
+            row["ari_label_groups"] = float(adjusted_rand_score(groups, [clusters[k] for k in ids]))
+        rows.append(row)
+    return rows
 
 
 def analyse(out: Path, done: list[dict[str, Any]]) -> Manifest:
@@ -111,15 +208,22 @@ def analyse(out: Path, done: list[dict[str, Any]]) -> Manifest:
             paper.append({"part": r["part"], "alpha": r["alpha"], "method": r["method"], "paper_accuracy": p,
                           "ours_accuracy_mean": r["accuracy_mean"], "ours_accuracy_std": r["accuracy_std"]})
     man.table(out, "paper_vs_ours", "Our accuracy next to the paper's Table 2 (different data and budgets: see the notes)", paper)
-    man.table(out, "paired", "pTopoFL minus each method: final accuracy, paired over seeds (mean, 95 % t-interval, seeds pTopoFL wins)",
+    man.table(out, "paired", "pTopoFL minus each method: final accuracy, paired over seeds (mean, 95 % t-interval, seeds pTopoFL wins; "
+              "p: paired t-test, Holm-adjusted over the methods of one part)",
               paired_differences(done, ("part", "alpha"), "ptopofl", "accuracy"))
+    clusters = cluster_table(out, done)
+    man.table(out, "clusters", "pTopoFL's last-round clusters per run: sizes, largest share, the label groups of C′ (average-linkage "
+              "clusters of the clients' label proportions) and their agreement (adjusted Rand index; 1 = the groups, 0 = chance), "
+              "and accuracy minus FedAvg's on the same seed", clusters)
+    if clusters:
+        man.notes.append(cluster_note(clusters))
     curves = group_curves(load_curves(out), ("part", "alpha", "method"), metric="accuracy")
     parts = sorted({(k[0], k[1]) for k in curves})
     if parts:
         plt = pyplot()
         fig, axes = plt.subplots(1, len(parts), figsize=(5.2 * len(parts), 4), squeeze=False)
         for ax, (part, alpha) in zip(axes[0], parts, strict=True):
-            for i, m in enumerate(available("server")):
+            for i, m in enumerate([*available("server"), TRAINED]):
                 c = curves.get((part, alpha, m))
                 if c is not None:
                     band(ax, c["round"], c["mean"], c["se"], m, colour(m, i))
@@ -135,4 +239,4 @@ def analyse(out: Path, done: list[dict[str, Any]]) -> Manifest:
     return man
 
 
-EXPERIMENT = Experiment("deep", "Deep models (Table 2)", plan, analyse, default_seeds=(0, 1, 2), profiles=PROFILES)
+EXPERIMENT = Experiment("deep", "Deep models (Table 2)", plan, analyse, default_seeds=(0, 1, 2), profiles=PROFILES, tunable=True)

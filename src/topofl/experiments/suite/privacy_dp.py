@@ -199,7 +199,8 @@ def analyse(out: Path, done: list[dict[str, Any]]) -> Manifest:
     rows = final_table(done, ("algorithm", "method"), metrics=("auc", "accuracy"))
     man.table(out, "summary", "Final-round AUC and accuracy per setting (mean ± std over seeds)", rows)
     paired = against(done, ("algorithm",), BASELINE, "auc")
-    man.table(out, "paired", "Each DP setting minus no DP, final AUC, paired over seeds (mean, 95 % t-interval, seeds higher/lower)", paired)
+    man.table(out, "paired", "Each DP setting minus no DP, final AUC, paired over seeds (mean, 95 % t-interval, seeds higher/lower; p: paired "
+              "t-test, Holm-adjusted over the settings of one method)", paired)
     logs = final_logs(out)
     eps = epsilon_table(logs)
     missing = [r for r in done if r["method"] != BASELINE and (r["algorithm"], r["method"], int(r["seed"])) in logs

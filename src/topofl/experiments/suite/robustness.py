@@ -69,7 +69,8 @@ def analyse(out: Path, done: list[dict[str, Any]]) -> Manifest:
     rows = final_table(done, ("attack_rate", "method"))
     man.table(out, "summary", "Final AUC by attack rate and method (mean ± std over seeds)", rows)
     gate = [r for r in against(done, ("attack_rate",), "ptopofl", "auc") if r["method"] == FLAGGED]
-    man.table(out, "gate", f"{FLAGGED} minus pTopoFL (trust_gate='all'): final AUC, paired over seeds, 95 % Student-t interval", gate)
+    man.table(out, "gate", f"{FLAGGED} minus pTopoFL (trust_gate='all'): final AUC, paired over seeds, 95 % Student-t interval (p: paired "
+              "t-test, Holm-adjusted over the methods at one attack rate)", gate)
     curves = group_curves(load_curves(out), ("attack_rate", "method"))
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2))

@@ -83,7 +83,7 @@ def analyse(out: Path, done: list[dict[str, Any]]) -> Manifest:
     pairs = [{k: v for k, v in p.items() if k not in ("wins", "losses")} | {"lower_mse_on": p["losses"], "higher_mse_on": p["wins"]}
              for p in against(done, (), "Local", "mse")]
     man.table(out, "paired_vs_local", "Each method minus Local: final standardised MSE, paired over seeds (mean, 95 % t-interval; "
-              "negative = lower MSE than Local; seeds with lower / higher MSE)", pairs)
+              "negative = lower MSE than Local; seeds with lower / higher MSE; p: paired t-test, Holm-adjusted over the methods)", pairs)
     labels = [r["method"] for r in rows]
     _curve_figure(out, _curves_with_bits(out, "mse"), labels, "mse", "Test MSE (standardised) against rounds and against transmitted data.",
                   man, metric="mse")

@@ -1,0 +1,743 @@
+"""Equal-budget hyper-parameter tuning on validation splits, then the tuned comparison on the test splits.
+
+The protocol (what a referee asks of a comparison between methods whose results hinge on their knobs):
+
+1. **Settings.** A plan of runs (:class:`~topofl.experiments.store.RunSpec`) is grouped into
+   *settings* — a run less its seed: one method (or labelled variant) in one scenario, geometry,
+   model, ... Every setting is tuned on its own, by one study.
+2. **Equal budget.** Every study gets the same number of trials, ``trials``. Trial 0 is the
+   setting's defaults (its plan's values and the config's defaults), so tuning never selects
+   something that scored worse on validation than the defaults; trials 1, 2, ... are proposed by
+   Optuna's TPE sampler (Bergstra et al. 2011, "Algorithms for hyper-parameter optimization",
+   NeurIPS; Akiba et al. 2019, "Optuna", KDD) over the method's declared search space
+   (:meth:`topofl.config.Config.search_space`: each hyper-parameter declares its range beside its
+   default), less the hyper-parameters that define the plan's settings (those it sets differently
+   from one setting of a method to another, :func:`varied`; one it sets the same way everywhere is
+   a default and is tuned from there). A trial whose configuration is invalid or diverges counts
+   as a failed trial of the budget.
+3. **Validation, never test.** A trial runs the setting on each tuning seed with every client's
+   *training* split divided into a training part and a validation part
+   (:func:`topofl.data.federation.validation_clients`; stratified, per client, seeded); the
+   validation part is scored instead of the test split, which the tuning never loads. The
+   trial's value is the mean over the tuning seeds of the final validation metric.
+4. **Selection, then test.** The best trial's values (ties: the earliest, so the defaults win
+   ties) are re-run on the test splits over the plan's seeds, beside the defaults; tables report
+   tuned − default paired over seeds with raw and Holm-adjusted p-values.
+
+Determinism and resumption: the proposal of trial t depends only on the sampler seed, the
+setting and the values of trials 0..t−1 (a fresh sampler seeded from them), and every run is
+written by the resumable executor (:mod:`topofl.experiments.runs`) as it finishes, so an
+interrupted tuning resumed with ``resume=True`` reuses every finished run and ends with exactly
+the trials, choices and results of an uninterrupted one. Studies advance concurrently: a pool of
+``jobs`` processes executes the runs of every study's current trial.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from topofl._validation import check_int, check_range
+from topofl.config import Space
+from topofl.experiments.analysis import add_holm, num, paired_differences
+from topofl.experiments.results import write_csv
+from topofl.experiments.store import RunSpec, run_paths, verified_done
+from topofl.limits import MAX_JOBS
+
+log = logging.getLogger(__name__)
+
+#: metrics a trial may be scored by, and whether higher is better
+METRICS = {"auc": True, "accuracy": True, "pooled_auc": True, "r2": True, "mse": False, "rmse": False, "loss": False}
+#: the default budget: trials per setting (the healthcare comparison of every server method fits 10 minutes on 2 cores)
+DEFAULT_TRIALS = 30
+DEFAULT_VALIDATION = 0.25
+
+
+@dataclass(frozen=True)
+class TuneSettings:
+    """How to tune.
+
+    Attributes
+    ----------
+    trials : int
+        Trials per setting, the same for every method (trial 0 is the defaults).
+    validation : float
+        Fraction of every client's training split held out for validation, in (0, 0.5].
+    metric : str
+        What a trial is scored by: ``"auto"`` (AUC for classification where the runs report it,
+        else accuracy; MSE for regression) or one of :data:`METRICS`.
+    seeds : tuple of int, optional
+        Tuning seeds; ``None``: each setting's own seeds in the plan (each seed's validation split
+        is carved from that seed's training split, so on real data no test row of any seed is
+        ever seen).
+    params : tuple of str, optional
+        The hyper-parameters to tune; ``None``: every one whose space is tuned by default, less
+        those that define the plan's settings (:func:`varied`). A method that lacks a named one
+        tunes the rest.
+    sampler_seed : int
+        Seed of the TPE sampler.
+    startup_trials : int
+        Trials drawn at random from the space before TPE models it (0: ``min(10, trials // 3)``).
+    """
+
+    trials: int = DEFAULT_TRIALS
+    validation: float = DEFAULT_VALIDATION
+    metric: str = "auto"
+    seeds: tuple[int, ...] | None = None
+    params: tuple[str, ...] | None = None
+    sampler_seed: int = 0
+    startup_trials: int = 0
+
+    def __post_init__(self) -> None:
+        check_int("trials", self.trials, 1, 10_000)
+        check_range("validation", self.validation, 0.0, 0.5, low_open=True)
+        if self.metric != "auto" and self.metric not in METRICS:
+            raise ValueError(f"metric must be auto or one of {', '.join(METRICS)}; got {self.metric!r}")
+        if self.seeds is not None and not self.seeds:
+            raise ValueError("seeds, when given, must hold at least one seed")
+        if self.params is not None and not self.params:
+            raise ValueError("params, when given, must name at least one hyper-parameter")
+        check_int("sampler_seed", self.sampler_seed, 0, 2**32 - 1)
+        check_int("startup_trials", self.startup_trials, 0, 10_000)
+
+    @property
+    def n_startup(self) -> int:
+        """Random trials before TPE: ``startup_trials``, or ``min(10, trials // 3)``."""
+        return self.startup_trials or min(10, self.trials // 3)
+
+
+def setting_of(spec: RunSpec) -> RunSpec:
+    """A run less its seed (seed 0 stands for every seed): what one study tunes."""
+    return replace(spec, seed=0)
+
+
+def setting_name(spec: RunSpec) -> str:
+    """A readable, file-name-safe and unique name of a run's setting."""
+    base = setting_of(spec)
+    text = json.dumps(asdict(base), sort_keys=True, default=str)
+    items = "_".join(f"{k}{v}" for k, v in spec.setting.items())
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{spec.scenario}_{spec.label or spec.method}_{items}").strip("-_")
+    return f"{slug}_{hashlib.sha1(text.encode()).hexdigest()[:8]}"
+
+
+@dataclass
+class Study:
+    """One setting's tuning: its runs' template, tuning seeds, search space and trial history."""
+
+    name: str
+    base: RunSpec
+    seeds: tuple[int, ...]
+    space: dict[str, Space]
+    defaults: dict[str, Any]
+    trials: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return self.base.label or self.base.method
+
+
+def varied(specs: Sequence[RunSpec]) -> dict[str, set[str]]:
+    """Per method, the hyper-parameters the plan sets differently in its settings (including set in
+    some, not in others): they define those settings (an ablation's variants, Sheaf-FMTL's γ) and
+    are never tuned unless named.
+    """
+    seen: dict[str, dict[str, set[str]]] = {}
+    for spec in specs:
+        per = seen.setdefault(spec.method, {})
+        for k in set(spec.hyperparameters) | set(per):
+            per.setdefault(k, set()).add(json.dumps(spec.hyperparameters.get(k, "<default>"), sort_keys=True, default=str))
+    return {m: {k for k, v in per.items() if len(v) > 1} for m, per in seen.items()}
+
+
+def search_space(spec: RunSpec, params: Sequence[str] | None, fixed: set[str] | frozenset[str] = frozenset()) -> tuple[dict[str, Space], dict[str, Any]]:
+    """The space a setting is tuned over and the values trial 0 takes there (the setting's own).
+
+    Without ``params``: every hyper-parameter of the method whose space is tuned by default, less
+    the ``fixed`` ones (those that define the plan's settings, :func:`varied`). A value the plan
+    sets the same way in every setting (the paper's λ, a deep model's step size) is a default
+    like the config's: it is tuned, from that value. With ``params``: those of them the method
+    has (a method that lacks one tunes the rest), whatever the plan sets.
+    """
+    import dataclasses
+
+    from topofl.methods import get
+
+    config = get(spec.method).config
+    if params is None:
+        space = {k: v for k, v in config.search_space().items() if k not in fixed}
+    else:
+        known = {f.name for f in dataclasses.fields(config)}
+        space = config.search_space([p for p in params if p in known])
+    built = config.from_dict(dict(spec.hyperparameters))
+    return space, {k: getattr(built, k) for k in space}
+
+
+def preflight(spec: RunSpec, validation: float) -> None:
+    """Carve the validation split of ``spec``'s data once, before any trial, so that data that
+    cannot be split (a client with too few rows, a federation that drifts) stop the tuning at
+    once with the reason, instead of failing every trial.
+    """
+    from topofl.methods import family
+
+    try:
+        if family(spec.method) == "peer":
+            from topofl.data.federation import validation_clients
+            from topofl.experiments.decentralised_run import load_peer_data
+
+            data = load_peer_data(spec.scenario, spec.seed, spec.scenario_params)
+            validation_clients(data.clients, validation, spec.seed, stratify=data.task != "regression")
+        else:
+            from topofl.data.scenarios import make_scenario
+
+            make_scenario(spec.scenario, seed=spec.seed, **spec.scenario_params).with_validation(validation, spec.seed)
+    except ValueError as exc:
+        raise ValueError(f"cannot tune on {spec.scenario!r} (seed {spec.seed}): {exc}") from None
+
+
+def plan_studies(specs: Sequence[RunSpec], settings: TuneSettings) -> list[Study]:
+    """One study per setting of ``specs`` (in plan order), with its tuning seeds and space;
+    ``ValueError`` when a named parameter is tunable in none of the methods, or when the data
+    cannot be split for validation.
+    """
+    studies: dict[str, Study] = {}
+    fixed = varied(specs)
+    checked: set[tuple[str, str]] = set()
+    for spec in specs:
+        name = setting_name(spec)
+        if name in studies:
+            if settings.seeds is None:
+                studies[name].seeds = (*studies[name].seeds, spec.seed)
+            continue
+        space, defaults = search_space(spec, settings.params, fixed[spec.method])
+        seeds = tuple(settings.seeds) if settings.seeds is not None else (spec.seed,)
+        studies[name] = Study(name, setting_of(spec), seeds, space, defaults)
+        data_key = (spec.scenario, json.dumps(dict(spec.scenario_params), sort_keys=True, default=str))
+        if data_key not in checked:
+            checked.add(data_key)
+            preflight(replace(spec, seed=seeds[0]), settings.validation)
+    if settings.params is not None:
+        tuned = {p for s in studies.values() for p in s.space}
+        missing = [p for p in settings.params if p not in tuned]
+        if missing:
+            raise ValueError(f"no method of the plan has a search space for {', '.join(missing)}; see `topofl methods`")
+    return list(studies.values())
+
+
+def import_optuna() -> Any:
+    """The ``optuna`` module, or an ``ImportError`` saying how to install it."""
+    try:
+        import optuna
+    except ImportError:
+        raise ImportError("tuning needs Optuna: pip install 'topofl[tune]'") from None
+    return optuna
+
+
+def _distributions(space: Mapping[str, Space]) -> dict[str, Any]:
+    optuna = import_optuna()
+
+    out: dict[str, Any] = {}
+    for k, s in space.items():
+        if s.kind == "choice":
+            out[k] = optuna.distributions.CategoricalDistribution(list(s.choices))
+        elif s.kind == "int":
+            out[k] = optuna.distributions.IntDistribution(int(s.low), int(s.high), log=s.log)
+        else:
+            out[k] = optuna.distributions.FloatDistribution(s.low, s.high, log=s.log)
+    return out
+
+
+def propose(study: Study, trial: int, settings: TuneSettings, maximise: bool) -> dict[str, Any]:
+    """The values trial ``trial`` of ``study`` runs: the defaults for trial 0, else TPE's proposal
+    from the finished trials 0..trial−1 by a sampler seeded from (sampler seed, setting, trial) —
+    the same proposal whether or not the tuning was interrupted in between.
+    """
+    if trial == 0 or not study.space:
+        return dict(study.defaults)
+    optuna = import_optuna()
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    dists = _distributions(study.space)
+    seed = int(np.random.SeedSequence([settings.sampler_seed, int(study.name.rsplit("_", 1)[-1], 16), trial]).generate_state(1)[0])
+    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=settings.n_startup)
+    opt = optuna.create_study(direction="maximize" if maximise else "minimize", sampler=sampler)
+    for t in study.trials[:trial]:
+        params = {k: t["params"][k] for k in dists}
+        if not all(study.space[k].contains(v) for k, v in params.items()):
+            continue  # a pinned default outside the declared range: run, but not a point TPE can model
+        value = t["value"]
+        state = optuna.trial.TrialState.COMPLETE if value is not None else optuna.trial.TrialState.FAIL
+        opt.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=value, state=state))
+    return dict(opt.ask(dists).params)
+
+
+def pick_metric(metric: str, finals: Sequence[Mapping[str, Any]]) -> str:
+    """The metric a study is scored by: ``metric``, or for ``"auto"`` AUC where the runs report a
+    finite one, else accuracy, and MSE for regression runs.
+    """
+    if metric != "auto":
+        return metric
+    if any("mse" in f and math.isfinite(num(f["mse"])) for f in finals):
+        return "mse"
+    return "auc" if any(math.isfinite(num(f.get("auc"))) for f in finals) else "accuracy"
+
+
+def trial_value(metric: str, finals: Sequence[Mapping[str, Any]]) -> float | None:
+    """Mean over the tuning seeds of the final ``metric`` (NaN seeds left out); ``None`` when no seed has one."""
+    vals = np.array([num(f.get(metric)) for f in finals], dtype=float)
+    vals = vals[np.isfinite(vals)]
+    return float(vals.mean()) if vals.size else None
+
+
+def best_trial(trials: Sequence[Mapping[str, Any]], maximise: bool) -> dict[str, Any]:
+    """The trial with the best value (the earliest among equals, so the defaults win ties); the
+    defaults (trial 0) when every trial failed.
+    """
+    ok = [t for t in trials if t["value"] is not None]
+    if not ok:
+        return dict(trials[0])
+    sign = -1.0 if maximise else 1.0
+    return dict(min(ok, key=lambda t: (sign * t["value"], t["trial"])))
+
+
+def _run_quietly(spec: RunSpec, run_dir: str, in_worker: bool) -> dict[str, Any]:
+    """Execute one tuning run — in a worker process with one BLAS/torch thread, as the experiment
+    workers, or in this process as the serial executor does — without its training warnings and
+    the round loop's warnings about the clients it refuses: a trial far out in the space (a step
+    size of 1) is expected to diverge, and its score (a failed trial) says so.
+    """
+    import warnings
+
+    from topofl._validation import TrainingWarning
+    from topofl.experiments.runs import _worker, execute_run
+
+    loud = logging.getLogger("topofl")
+    level = loud.level
+    loud.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", TrainingWarning)
+            return _worker(spec, run_dir) if in_worker else execute_run(spec, Path(run_dir))
+    finally:
+        loud.setLevel(level)
+
+
+class _Inline:
+    """An executor that runs each submitted call at once (``jobs=1``), with the pool's interface."""
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
+        fut: Future = Future()
+        try:
+            fut.set_result(fn(*args))
+        except Exception as exc:  # noqa: BLE001 - a failed trial run is recorded, never fatal
+            fut.set_exception(exc)
+        return fut
+
+    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
+        return None
+
+
+@dataclass
+class _Open:
+    """A study's trial in flight: its values, its runs, and the results received so far."""
+
+    trial: int
+    params: dict[str, Any]
+    specs: list[RunSpec]
+    results: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+
+def trial_specs(study: Study, params: Mapping[str, Any], validation: float) -> list[RunSpec]:
+    """The runs of one trial: the setting with ``params`` on every tuning seed, scored on validation."""
+    hyper = {**study.base.hyperparameters, **params}
+    return [replace(study.base, seed=s, hyperparameters=hyper, validation=validation) for s in study.seeds]
+
+
+def run_studies(
+    studies: Sequence[Study],
+    settings: TuneSettings,
+    run_dir: Path,
+    *,
+    jobs: int = 1,
+    on_run: Callable[[Study, int], None] | None = None,
+    on_trial: Callable[[Study, dict[str, Any]], None] | None = None,
+) -> None:
+    """Run every study's trials (filling ``study.trials``), reusing verified finished runs in ``run_dir``.
+
+    Studies advance concurrently; the runs of their current trials share a pool of ``jobs``
+    processes. ``on_run(study, trial)`` is called as each run finishes (reused ones included),
+    ``on_trial(study, record)`` as each trial finishes.
+    """
+    check_int("jobs", jobs, 1, MAX_JOBS)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    pool: Any = ProcessPoolExecutor(max_workers=jobs) if jobs > 1 else _Inline()
+    inflight: dict[Future, tuple[Study, RunSpec]] = {}
+    current: dict[str, _Open] = {}
+    direction: dict[str, bool] = {}
+
+    def finish(study: Study, open_: _Open) -> None:
+        finals = [r["final"] for r in open_.results.values() if r is not None]
+        metric = pick_metric(settings.metric, finals) if finals else (settings.metric if settings.metric != "auto" else "auc")
+        direction.setdefault(study.name, METRICS[metric])
+        value = trial_value(metric, finals) if len(finals) == len(open_.specs) else None
+        record = {"trial": open_.trial, "params": open_.params, "metric": metric, "value": value,
+                  "n_seeds": len(finals), "seconds": float(sum(r["seconds"] for r in open_.results.values() if r is not None)),
+                  "state": "complete" if value is not None else "failed", "error": "; ".join(sorted(set(open_.errors)))[:500]}
+        if value is None and not open_.errors:
+            record["error"] = f"no finite {metric} on any tuning seed"
+        study.trials.append(record)
+        del current[study.name]
+        if on_trial is not None:
+            on_trial(study, record)
+        start(study)
+
+    def start(study: Study) -> None:
+        t = len(study.trials)
+        if t >= settings.trials:
+            return
+        maximise = direction.get(study.name, True if settings.metric == "auto" else METRICS[settings.metric])
+        params = propose(study, t, settings, maximise)
+        open_ = _Open(t, params, trial_specs(study, params, settings.validation))
+        current[study.name] = open_
+        for spec in open_.specs:
+            record, _ = verified_done(run_paths(run_dir, spec))
+            if record is not None:
+                open_.results[spec.run_id] = record
+                if on_run is not None:
+                    on_run(study, t)
+            else:
+                inflight[pool.submit(_run_quietly, spec, str(run_dir), jobs > 1)] = (study, spec)
+        if len(open_.results) == len(open_.specs):
+            finish(study, open_)
+
+    try:
+        for study in studies:
+            if study.trials:  # a study handed in with trials already done continues after them
+                continue
+            start(study)
+        while inflight:
+            done_now, _ = wait(list(inflight), return_when=FIRST_COMPLETED)
+            for fut in done_now:
+                study, spec = inflight.pop(fut)
+                open_ = current[study.name]
+                exc = fut.exception()
+                if exc is not None:
+                    if not isinstance(exc, (ValueError, FloatingPointError, ArithmeticError)):
+                        raise exc
+                    log.info("tuning %s trial %d seed %d failed: %s", study.name, open_.trial, spec.seed, exc)
+                    open_.results[spec.run_id] = None
+                    open_.errors.append(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+                else:
+                    open_.results[spec.run_id] = fut.result()
+                if on_run is not None:
+                    on_run(study, open_.trial)
+                if len(open_.results) == len(open_.specs):
+                    finish(study, open_)
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+
+
+def chosen(study: Study) -> dict[str, Any]:
+    """The values a finished study selected (its best trial's)."""
+    maximise = METRICS.get(study.trials[0]["metric"], True) if study.trials else True
+    return dict(best_trial(study.trials, maximise)["params"])
+
+
+def tuned_plan(specs: Sequence[RunSpec], studies: Sequence[Study]) -> list[RunSpec]:
+    """The plan with every run's hyper-parameters replaced by its setting's chosen values."""
+    by_name = {s.name: chosen(s) for s in studies}
+    return [replace(spec, hyperparameters={**spec.hyperparameters, **by_name[setting_name(spec)]}) for spec in specs]
+
+
+# ------------------------------------------------------------------ tables and figure
+def _fmt(v: Any) -> str:
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def _setting_columns(study: Study) -> dict[str, Any]:
+    return {"method": study.label, **study.base.setting}
+
+
+def trial_rows(studies: Sequence[Study]) -> list[dict[str, Any]]:
+    """Every trial of every study: values tried, validation score, best so far, seconds, state."""
+    rows = []
+    for s in studies:
+        best: float | None = None
+        for t in s.trials:
+            maximise = METRICS.get(t["metric"], True)
+            v = t["value"]
+            if v is not None and (best is None or (v > best if maximise else v < best)):
+                best = v
+            rows.append({**_setting_columns(s), "trial": t["trial"], "params": ", ".join(f"{k}={_fmt(x)}" for k, x in t["params"].items()),
+                         "metric": t["metric"], "validation": v if v is not None else float("nan"),
+                         "best_so_far": best if best is not None else float("nan"), "seconds": t["seconds"], "state": t["state"],
+                         "error": t.get("error", "")})
+    return rows
+
+
+def summary_rows(studies: Sequence[Study]) -> list[dict[str, Any]]:
+    """Per setting: the space, defaults' and best validation score, the chosen values, budget used."""
+    rows = []
+    for s in studies:
+        if not s.trials:
+            continue
+        maximise = METRICS.get(s.trials[0]["metric"], True)
+        best = best_trial(s.trials, maximise)
+        default = s.trials[0]["value"]
+        rows.append({
+            **_setting_columns(s), "trials": len(s.trials), "failed": sum(t["value"] is None for t in s.trials),
+            "metric": s.trials[0]["metric"], "validation_default": default if default is not None else float("nan"),
+            "validation_best": best["value"] if best["value"] is not None else float("nan"), "best_trial": best["trial"],
+            "chosen": ", ".join(f"{k}={_fmt(v)}" for k, v in best["params"].items()) or "(nothing to tune)",
+            "defaults": ", ".join(f"{k}={_fmt(v)}" for k, v in s.defaults.items()),
+            "space": "; ".join(f"{k}: {v.describe()}" for k, v in s.space.items()),
+            "seconds_per_trial": float(np.mean([t["seconds"] for t in s.trials])), "tuning_seeds": len(s.seeds),
+        })
+    return rows
+
+
+def tuned_vs_default(default_done: Sequence[Mapping[str, Any]], tuned_done: Sequence[Mapping[str, Any]], group: Sequence[str],
+                     metrics: Sequence[str]) -> list[dict[str, Any]]:
+    """Tuned minus default on the test splits, per setting (``group`` columns and ``method``),
+    paired over seeds, with raw p and Holm's adjustment over the settings of each group and metric.
+    """
+    def tag(done: Sequence[Mapping[str, Any]], which: str) -> list[dict[str, Any]]:
+        return [{**d, "setting_method": d["method"], "method": which} for d in done]
+
+    rows: list[dict[str, Any]] = []
+    both = tag(default_done, "default") + tag(tuned_done, "tuned")
+    for metric in metrics:
+        if not any(math.isfinite(num(d["final"].get(metric))) for d in both):
+            continue
+        for r in paired_differences(both, (*group, "setting_method"), "tuned", metric):
+            rows.append({**{c: r[c] for c in group}, "method": r["setting_method"], "metric": metric, "n_seeds": r["n_seeds"],
+                         "diff_mean": r["diff_mean"], "ci_low": r["ci_low"], "ci_high": r["ci_high"], "tuned_wins": r["reference_wins"],
+                         "tuned_losses": r["other_wins"], "p_value": r["p_value"]})
+    return add_holm(rows, (*group, "metric"))
+
+
+def trials_figure(studies: Sequence[Study], out: Path, stem: str = "tuning") -> dict[str, str] | None:
+    """Validation score of every trial (dots) and the best so far (lines), one line per method,
+    one panel per setting group (the setting columns other than the method).
+    """
+    from topofl.experiments.figures import colour, pyplot, save
+
+    groups: dict[str, list[Study]] = {}
+    for s in studies:
+        if s.trials:
+            groups.setdefault(", ".join(f"{k}={v}" for k, v in s.base.setting.items()) or "every trial of every method", []).append(s)
+    if not groups:
+        return None
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(groups), figsize=(min(4.2 * len(groups), 14), 3.6), squeeze=False)
+    for ax, (title, members) in zip(axes[0], groups.items(), strict=True):
+        for i, s in enumerate(members):
+            x = [t["trial"] for t in s.trials if t["value"] is not None]
+            y = [t["value"] for t in s.trials if t["value"] is not None]
+            if not y:
+                continue
+            maximise = METRICS.get(s.trials[0]["metric"], True)
+            best = np.maximum.accumulate(y) if maximise else np.minimum.accumulate(y)
+            ax.scatter(x, y, s=8, alpha=0.35, color=colour(s.label, i))
+            ax.step(x, best, where="post", color=colour(s.label, i), label=s.label)
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("trial")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.set_ylabel(f"validation {members[0].trials[0]['metric']}")
+    axes[0][-1].legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    return save(fig, out, stem)
+
+
+def write_tuning(out: Path, studies: Sequence[Study]) -> None:
+    """``trials.csv`` and ``tuning_summary.csv`` (atomically): what the tuning tried and chose so far."""
+    write_csv(out / "trials.csv", trial_rows(studies))
+    write_csv(out / "tuning_summary.csv", summary_rows(studies))
+
+
+def elapsed(t0: float) -> float:
+    """Seconds since ``t0`` (``time.perf_counter``)."""
+    return time.perf_counter() - t0
+
+
+# ------------------------------------------------------------------ the two entry points
+def _metrics_of(done: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    """The final metrics to compare: AUC and accuracy (where reported) for classification, MSE for regression."""
+    finals = [d["final"] for d in done]
+    if any(math.isfinite(num(f.get("mse"))) for f in finals):
+        return ("mse",)
+    return tuple(m for m in ("auc", "accuracy") if any(math.isfinite(num(f.get(m))) for f in finals))
+
+
+def _tuning_section(man: Any, out: Path, studies: Sequence[Study], settings: TuneSettings, group: Sequence[str],
+                    default_done: Sequence[Mapping[str, Any]], tuned_done: Sequence[Mapping[str, Any]], seconds: float) -> None:
+    """Append the tuning's tables, figure and notes to ``man`` (a :class:`~topofl.experiments.suite.base.Manifest`)."""
+    write_tuning(out, studies)
+    rows = summary_rows(studies)
+    man.table(out, "tuning_summary", f"Tuning per setting: {settings.trials} trials each (trial 0 = the defaults), scored on validation "
+              f"splits ({settings.validation:g} of each client's training data); the chosen values are re-run on the test splits",
+              rows, show=[c for c in (*group, "method", "trials", "failed", "metric", "validation_default", "validation_best", "best_trial",
+                                      "chosen", "seconds_per_trial") if not rows or c in rows[0]])
+    paired = tuned_vs_default(default_done, tuned_done, group, _metrics_of(tuned_done))
+    fam = " and ".join([*group, "metric"])
+    man.table(out, "tuned_vs_default", f"Tuned minus default on the test splits, paired over seeds (mean, 95 % t-interval, seeds won/lost; "
+              f"p: paired t-test, Holm-adjusted over the settings of one {fam})", paired)
+    fig = trials_figure(studies, out)
+    if fig is not None:
+        man.figure(fig, "Validation score of every trial (dots) and the best so far (steps), per method: the same number of trials "
+                        "for every method, trial 0 being its defaults.")
+    n_trials = sum(len(s.trials) for s in studies)
+    per = float(np.mean([t["seconds"] for s in studies for t in s.trials])) if n_trials else float("nan")
+    man.notes.append(f"Equal-budget tuning: {len(studies)} setting(s) × {settings.trials} trials ({n_trials} trials, "
+                     f"{sum(t['n_seeds'] for s in studies for t in s.trials)} runs), TPE (Optuna) after {settings.n_startup} random trials, "
+                     f"sampler seed {settings.sampler_seed}; a trial costs {per:.2f} s of run time on average; the whole tuning and both "
+                     f"comparisons took {seconds:.0f} s. Selection used validation splits only; the test splits were read only by the "
+                     "final runs.")
+    wins = [r for r in paired if r["p_holm"] < 0.05]
+    if wins:
+        man.notes.append("Holm-significant tuned − default differences: " + "; ".join(
+            f"{r['method']} {r['metric']} {r['diff_mean']:+.3f} ({r['ci_low']:+.3f}, {r['ci_high']:+.3f})"
+            + "".join(f", {g}={r[g]}" for g in group) for r in wins) + ".")
+
+
+def tune_comparison(
+    specs: Sequence[RunSpec],
+    out: Path,
+    settings: TuneSettings,
+    *,
+    reference: str,
+    resume: bool = False,
+    jobs: int = 1,
+    on_run: Callable[[str], None] | None = None,
+) -> Path:
+    """``topofl tune``: tune every method of a comparison plan, then run the defaults and the tuned
+    values on the test splits and write the tables (``out/manifest.json``, CSV files, figure).
+
+    ``out/tuning/runs`` holds the trial runs, ``out/default`` and ``out/tuned`` the two
+    comparisons. ``reference`` is the method every other one is compared with.
+    """
+    from topofl.experiments.analysis import final_table
+    from topofl.experiments.compare import versions
+    from topofl.experiments.results import write_json_atomic
+    from topofl.experiments.runs import execute
+    from topofl.experiments.suite.base import Manifest
+
+    t0 = time.perf_counter()
+    out = Path(out)
+    if not resume and out.is_dir() and any(out.iterdir()):
+        raise ValueError(f"{out} already holds results; pass --resume to continue them or --overwrite to start again")
+    if reference not in {s.label or s.method for s in specs}:
+        raise ValueError(f"reference {reference!r} is not one of the methods compared")
+    studies = plan_studies(specs, settings)
+    run_studies(studies, settings, out / "tuning" / "runs", jobs=jobs,
+                on_run=(lambda s, t: on_run(f"tuning {s.label} trial {t}")) if on_run else None,
+                on_trial=lambda s, r: write_tuning(out, studies))
+    report = (lambda spec, d: on_run(f"{spec.label or spec.method} seed {spec.seed}")) if on_run else None
+    default_done = execute(specs, out / "default", resume=True, jobs=jobs, on_done=report)
+    tuned_done = execute(tuned_plan(specs, studies), out / "tuned", resume=True, jobs=jobs, on_done=report)
+    scenario = specs[0].scenario
+    man = Manifest("tune", f"Tuned comparison on {scenario}",
+                   f"Every method tuned with the same budget on validation splits carved from the clients' training data, then "
+                   f"run on the test splits over {len({s.seed for s in specs})} seeds with its defaults and with its tuned values.")
+    both = [{**d, "tuning": "default"} for d in default_done] + [{**d, "tuning": "tuned"} for d in tuned_done]
+    metrics = _metrics_of(both)
+    man.table(out, "summary", "Final test scores per method, defaults and tuned (mean ± std over seeds)",
+              final_table(both, ("tuning", "method"), metrics=metrics + (("pooled_auc",) if "auc" in metrics else ())))
+    paired = [r for m in metrics for r in paired_differences(both, ("tuning",), reference, m)]
+    man.table(out, "paired", f"{reference} minus each method, defaults and tuned, paired over seeds (95 % t-interval, seeds won/lost; "
+              "p: paired t-test, Holm-adjusted over the comparisons of one tuning and metric)", paired)
+    _tuning_section(man, out, studies, settings, (), default_done, tuned_done, elapsed(t0))
+    for tuning in ("default", "tuned"):
+        sig = [r for r in paired if r["tuning"] == tuning and r["p_holm"] < 0.05]
+        man.notes.append(f"{tuning}: {reference} − method, Holm-significant: " + (
+            "; ".join(f"{r['method']} {r['metric']} {r['diff_mean']:+.3f} ({r['ci_low']:+.3f}, {r['ci_high']:+.3f}), p_Holm {r['p_holm']:.3f}"
+                      for r in sig) if sig else "none") + ".")
+    man.write(out)
+    write_json_atomic(out / "config.json", {
+        "experiment": "tune", "seeds": sorted({s.seed for s in specs}), "n_runs": 2 * len(specs) + sum(t["n_seeds"] for s in studies for t in s.trials),
+        "seconds": elapsed(t0), "tuning": asdict(settings), "reference": reference,
+        "runs": [json.loads(json.dumps({k: v for k, v in asdict(s).items() if k != "seed"}, default=str)) for s in specs if s.seed == specs[0].seed],
+        "versions": versions(),
+    })
+    return out
+
+
+def run_tuned_experiment(
+    name: str,
+    seeds: Sequence[int],
+    out: Path,
+    settings: TuneSettings,
+    *,
+    resume: bool = False,
+    jobs: int = 1,
+    profile: str = "full",
+    data_root: str | None = None,
+    on_run: Callable[[str], None] | None = None,
+) -> Path:
+    """``topofl experiment NAME --tuned``: the experiment with its defaults (``out/NAME``, reused
+    when complete) and tuned (``out/NAME-tuned``: every setting tuned on validation with the same
+    budget, then the experiment's own analysis of the tuned runs, plus the tuning's tables and
+    tuned − default paired differences). Returns the tuned directory.
+    """
+    from topofl.experiments.compare import versions
+    from topofl.experiments.driver import distinct_runs, plan_for, run_experiment
+    from topofl.experiments.results import write_json_atomic
+    from topofl.experiments.runs import execute
+    from topofl.experiments.suite import EXPERIMENTS
+
+    if name not in EXPERIMENTS:
+        raise ValueError(f"unknown experiment {name!r}")
+    if not EXPERIMENTS[name].tunable:
+        tunable = [n for n, e in EXPERIMENTS.items() if e.tunable]
+        raise ValueError(f"experiment {name!r} cannot be tuned (--tuned); tunable: {', '.join(tunable)}")
+    t0 = time.perf_counter()
+    specs = plan_for(name, seeds, profile, data_root)
+    tuned_dir = Path(out) / f"{name}-tuned"
+    if not resume and tuned_dir.is_dir() and any(tuned_dir.iterdir()):
+        raise ValueError(f"{tuned_dir} already holds results; pass --resume to continue them or --overwrite to start again")
+    report = (lambda spec, d: on_run(f"{name}: {spec.label or spec.method} seed {spec.seed}")) if on_run else None
+    # the defaults are the untuned experiment, run by the same deterministic executor: its verified runs are reused
+    default_dir = run_experiment(name, seeds, out, resume=True, jobs=jobs, on_done=report, profile=profile, data_root=data_root)
+    default_done = [json.loads((default_dir / "runs" / f"{s.run_id}.done.json").read_text()) for s in specs]
+    studies = plan_studies(specs, settings)
+    run_studies(studies, settings, tuned_dir / "tuning" / "runs", jobs=jobs,
+                on_run=(lambda s, t: on_run(f"{name} tuning: {s.label} trial {t}")) if on_run else None,
+                on_trial=lambda s, r: write_tuning(tuned_dir, studies))
+    tuned_specs = tuned_plan(specs, studies)
+    tuned_done = execute(tuned_specs, tuned_dir, resume=True, jobs=jobs, on_done=report)
+    exp = EXPERIMENTS[name]
+    man = exp.analyse(tuned_dir, tuned_done)
+    man.name, man.title = f"{name}-tuned", f"{man.title} — tuned"
+    man.description = (f"The experiment '{name}' with every setting tuned on validation splits ({settings.trials} trials each), then "
+                       f"re-run on the test splits. {man.description}")
+    group = tuple(dict.fromkeys(k for s in specs for k in s.setting))
+    _tuning_section(man, tuned_dir, studies, settings, group, default_done, tuned_done, elapsed(t0))
+    man.write(tuned_dir)
+    write_json_atomic(tuned_dir / "config.json", {
+        "experiment": f"{name}-tuned", "profile": profile, "data_root": data_root, "seeds": list(seeds),
+        "n_runs": len(specs) + sum(t["n_seeds"] for s in studies for t in s.trials), "seconds": elapsed(t0),
+        "tuning": asdict(settings), "runs": distinct_runs(tuned_specs), "versions": versions(),
+    })
+    return tuned_dir
+
+
+def total_runs(specs: Sequence[RunSpec], settings: TuneSettings, final_passes: int = 2) -> int:
+    """How many runs a tuned comparison of ``specs`` executes: every trial's seeds plus the final passes."""
+    studies = plan_studies(specs, settings)
+    return sum(settings.trials * len(s.seeds) for s in studies) + final_passes * len(specs)
