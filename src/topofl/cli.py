@@ -80,43 +80,41 @@ def compare(
     ui.console.print(f"[dim]{time.perf_counter() - t0:.1f} s · results in {out}/ (rounds.csv, curves.csv, summary.csv, server_log.jsonl, config.json)[/]")
 
 
-def options_spec(o: ui.Options, file: dict, methods: Sequence[str], seeds: object) -> CompareSpec:
+def options_spec(o: Any, file: dict, methods: Sequence[str], seeds: object) -> CompareSpec:
     """The comparison a command's shared options (over the config ``file``) describe, for ``methods`` and ``seeds``."""
     scenario, scenario_param = data_scenario(o.scenario, o.data, o.site_column, o.label_column, o.scenario_param)
     return build_spec(file, resolve(scenario, file, "scenario", "healthcare"), methods, seeds, resolve(o.rounds, file, "rounds", 15),
                       o.param, scenario_param, resolve(o.client_fraction, file, "client_fraction", 1.0), o.graph, o.graph_param, o.model)
 
 
-def tune_settings(trials: int | None, tune_params: str | None, tune_seeds: str | None, validation: float | None,
-                  metric: str | None, sampler_seed: int | None = None, file: dict | None = None) -> TuneSettings:
+def tune_settings(o: Any, file: dict | None = None) -> TuneSettings:
     """The :class:`~topofl.experiments.tuning.TuneSettings` of the tuning flags (over a config file's ``[tuning]`` table)."""
     from topofl.experiments.tuning import DEFAULT_TRIALS, DEFAULT_VALIDATION, TuneSettings
 
     table = dict((file or {}).get("tuning", {}))
-    seeds = resolve(tune_seeds, table, "seeds", None)
-    params = resolve(tune_params, table, "params", None)
+    seeds = resolve(o.tune_seeds, table, "seeds", None)
+    if isinstance(seeds, (list, tuple)):
+        seeds = ",".join(map(str, seeds))
+    elif isinstance(seeds, int) and not isinstance(seeds, bool):
+        seeds = str(seeds)
+    params = resolve(o.tune_params, table, "params", None)
     if isinstance(params, str):
         params = [p.strip() for p in params.split(",") if p.strip()]
     return TuneSettings(
-        trials=resolve(trials, table, "trials", DEFAULT_TRIALS), validation=resolve(validation, table, "validation_fraction", DEFAULT_VALIDATION),
-        metric=resolve(metric, table, "metric", "auto"), seeds=tuple(parse_seeds(seeds)) if seeds is not None else None,
-        params=tuple(params) if params is not None else None, sampler_seed=resolve(sampler_seed, table, "sampler_seed", 0),
+        trials=resolve(o.trials, table, "trials", DEFAULT_TRIALS),
+        validation=resolve(o.validation_fraction, table, "validation_fraction", DEFAULT_VALIDATION),
+        metric=resolve(o.tune_metric, table, "metric", "auto"), seeds=tuple(parse_seeds(seeds)) if seeds is not None else None,
+        params=tuple(params) if params is not None else None, sampler_seed=resolve(o.sampler_seed, table, "sampler_seed", 0),
     )
 
 
 @app.command(cls=ui.WithHyperparameters, short_help="Tune every method with the same budget on validation splits, then compare tuned and default.")
 @ui.friendly_errors
-@ui.with_options(*ui.DATA_OPTIONS, "seeds", "verbose")
+@ui.with_options(*ui.DATA_OPTIONS, "seeds", *ui.TUNING_OPTIONS, "verbose")
 def tune(
     methods: Optional[str] = typer.Option(
         None, "--methods", "-m", help="Comma-separated server-based methods (default: every one); `topofl methods` lists them and their search spaces."
     ),
-    trials: Optional[int] = ui.TrialsOpt,
-    tune_params: Optional[str] = ui.TuneParamsOpt,
-    tune_seeds: Optional[str] = ui.TuneSeedsOpt,
-    validation_fraction: Optional[float] = ui.ValidationOpt,
-    tune_metric: Optional[str] = ui.TuneMetricOpt,
-    sampler_seed: Optional[int] = ui.SamplerSeedOpt,
     reference: Optional[str] = ui.ReferenceOpt,
     out: Optional[Path] = ui.TuneOutOpt,
     jobs: int = typer.Option(min(2, os.cpu_count() or 1), "--jobs", "-j", help="Runs executed in parallel (processes)."),
@@ -156,7 +154,7 @@ def tune(
         raise ValueError(f"topofl tune compares server-based methods on a scenario; {', '.join(peers)} is peer-to-peer: tune it "
                          "through its experiment, e.g. topofl experiment sheaf-digits --tuned")
     spec.validate()
-    settings = tune_settings(trials, tune_params, tune_seeds, validation_fraction, tune_metric, sampler_seed, file)
+    settings = tune_settings(o, file)
     ref = reference or ("ptopofl" if "ptopofl" in spec.methods else spec.methods[0])
     specs = [RunSpec("tune", spec.scenario, m, s, spec.rounds, hyperparameters=dict(spec.hyperparameters.get(m, {})),
                      scenario_params=dict(spec.scenario_params), model=spec.model) for s in spec.seeds for m in spec.methods]
@@ -217,6 +215,7 @@ def run(
 
 @app.command(short_help="Run one of the papers' experiments, or all of them and the report.")
 @ui.friendly_errors
+@ui.with_options(*ui.TUNING_OPTIONS)
 def experiment(
     name: str = typer.Argument(
         ...,
@@ -243,13 +242,8 @@ def experiment(
         False, "--tuned", help="Also tune every setting with the same budget on validation splits and re-run the experiment with the chosen "
         "values into DIR/NAME-tuned (tuned − default paired, Holm-adjusted); the defaults go to DIR/NAME as usual."
     ),
-    trials: Optional[int] = ui.TrialsOpt,
-    tune_params: Optional[str] = ui.TuneParamsOpt,
-    tune_seeds: Optional[str] = ui.TuneSeedsOpt,
-    validation_fraction: Optional[float] = ui.ValidationOpt,
-    tune_metric: Optional[str] = ui.TuneMetricOpt,
-    sampler_seed: Optional[int] = ui.SamplerSeedOpt,
     verbose: bool = ui.VerboseOpt,
+    **options: Any,
 ) -> None:
     """Run one of the pTopoFL paper's experiments (or all of them and the report), writing tidy
     results as runs finish; --resume continues an interrupted one with identical final results.
@@ -271,13 +265,11 @@ def experiment(
     root = str(data_root) if data_root is not None else None
     seed_list = parse_seeds(seeds) if seeds is not None else default_seeds(name, profile)
     names = list(GROUPS.get(name, (name,)))
-    tuning_flags = [f for f, v in (("--trials", trials), ("--tune-params", tune_params), ("--tune-seeds", tune_seeds),
-                                   ("--validation-fraction", validation_fraction), ("--tune-metric", tune_metric),
-                                   ("--sampler-seed", sampler_seed)) if v is not None]
-    if tuning_flags and not tuned:
-        raise ValueError(f"{', '.join(tuning_flags)} go with --tuned")
+    o = ui.Options(**options)
+    if o.tuning_flags() and not tuned:
+        raise ValueError(f"{', '.join(o.tuning_flags())} go with --tuned")
     if tuned:
-        settings = tune_settings(trials, tune_params, tune_seeds, validation_fraction, tune_metric, sampler_seed)
+        settings = tune_settings(o)
         if name in GROUPS:
             raise ValueError(f"--tuned tunes one experiment; {name!r} is a group")
         _run_tuned(name, seed_list, out, settings, resume, overwrite, jobs, profile, root)

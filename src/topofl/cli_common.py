@@ -83,27 +83,6 @@ def with_options(*names: str) -> Callable[[Callable[..., Any]], Callable[..., An
     return deco
 
 
-@dataclasses.dataclass(frozen=True)
-class Options:
-    """The shared options a command received (those it does not take stay ``None``)."""
-
-    scenario: str | None = None
-    data: Path | None = None
-    site_column: str | None = None
-    label_column: str | None = None
-    seeds: str | None = None
-    rounds: int | None = None
-    param: list[str] | None = None
-    scenario_param: list[str] | None = None
-    config: Path | None = None
-    model: str | None = None
-    client_fraction: float | None = None
-    graph: str | None = None
-    graph_param: list[str] | None = None
-    overwrite: bool = False
-    verbose: bool = False
-
-
 def setup_logging(verbose: bool) -> None:
     """Log warnings (debug messages with ``--verbose``) as one line each."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -192,7 +171,25 @@ SHARED_OPTIONS: dict[str, tuple[Any, Any]] = {
     "param": (Optional[list[str]], ParamOpt), "scenario_param": (Optional[list[str]], ScenParamOpt), "config": (Optional[Path], ConfigOpt),
     "model": (Optional[str], ModelOpt), "client_fraction": (Optional[float], FractionOpt), "graph": (Optional[str], GraphOpt),
     "graph_param": (Optional[list[str]], GraphParamOpt), "overwrite": (bool, OverwriteOpt), "verbose": (bool, VerboseOpt),
+    "trials": (Optional[int], TrialsOpt), "tune_params": (Optional[str], TuneParamsOpt), "tune_seeds": (Optional[str], TuneSeedsOpt),
+    "validation_fraction": (Optional[float], ValidationOpt), "tune_metric": (Optional[str], TuneMetricOpt),
+    "sampler_seed": (Optional[int], SamplerSeedOpt),
 }
+#: the options of a tuning (tune, experiment --tuned), as a [tuning] table of --config names them too
+TUNING_OPTIONS = ("trials", "tune_params", "tune_seeds", "validation_fraction", "tune_metric", "sampler_seed")
+
+
+def _tuning_flags(self: Any) -> list[str]:
+    """The tuning options given on the command line, as flags (``--trials``, ...)."""
+    return ["--" + k.replace("_", "-") for k in TUNING_OPTIONS if getattr(self, k) is not None]
+
+
+#: the shared options a command received, by name (those it does not take keep their defaults):
+#: a frozen dataclass built from :data:`SHARED_OPTIONS`, so that each option is declared once
+Options: Any = dataclasses.make_dataclass(
+    "Options", [(name, typ, dataclasses.field(default=opt.default)) for name, (typ, opt) in SHARED_OPTIONS.items()], frozen=True,
+    namespace={"tuning_flags": _tuning_flags, "__doc__": "The shared options a command received (see :func:`with_options`)."},
+)
 #: the options of a run on a scenario or the user's data (compare, run, tune)
 DATA_OPTIONS = ("scenario", "data", "site_column", "label_column", "rounds", "param", "scenario_param", "config", "model")
 
@@ -374,7 +371,7 @@ def print_tuning(out: Path) -> None:
         try:
             x = float(v)
         except ValueError:
-            return v
+            return v or "–"
         return "–" if x != x else format(x, fmt)
 
     def star(p: str) -> str:
@@ -394,6 +391,10 @@ def print_tuning(out: Path) -> None:
         table.add_row(*(r[c] for c in extra), r["method"], f(r["validation_default"]), f(r["validation_best"]), r["best_trial"],
                       escape(r["chosen"]), f(r["seconds_per_trial"], ".2f"))
     console.print(table)
+    doomed = [r for r in summary if r["trials"] == r["failed"]]
+    if doomed:
+        err_console.print(f"[bold red]Warning:[/] every trial failed for {len(doomed)} setting(s) ({escape(', '.join(r['method'] for r in doomed[:4]))}): "
+                          "their 'tuned' runs are the defaults, untested; trials.csv says why.", highlight=False)
     for stem, title, sign in (("tuned_vs_default", "Tuned − default on the test splits (paired over seeds)", "method"),
                               ("paired", "Reference − method on the test splits (paired over seeds)", "method")):
         path = out / f"{stem}.csv"
@@ -401,7 +402,7 @@ def print_tuning(out: Path) -> None:
             continue
         rows = read_csv(path)
         lead = [c for c in (rows[0] if rows else {}) if c in ("tuning", "geometry") or c not in (
-            "method", "reference", "metric", "n_seeds", "diff_mean", "ci_low", "ci_high", "tuned_wins", "tuned_losses", "reference_wins",
+            "method", "reference", "metric", "tuned", "n_seeds", "diff_mean", "ci_low", "ci_high", "tuned_wins", "tuned_losses", "reference_wins",
             "other_wins", "p_value", "p_holm", "n_comparisons")]
         t = Table(title=title, title_justify="left", caption="p: paired t-test; Holm: adjusted over the comparisons of one family; "
                   "* Holm p < 0.05", caption_justify="left")
@@ -409,6 +410,7 @@ def print_tuning(out: Path) -> None:
             t.add_column(col, justify="left" if col in (*lead, sign, "metric") else "right")
         for r in rows:
             won = f"{r.get('tuned_wins', r.get('reference_wins'))}/{r.get('tuned_losses', r.get('other_wins'))}"
-            t.add_row(*(r[c] for c in lead), r["method"], r["metric"], f"{f(r['diff_mean'], '+.3f')} ({f(r['ci_low'], '+.3f')}, "
+            name = r["method"] + (" (defaults kept)" if r.get("tuned") == "defaults kept" else "")
+            t.add_row(*(r[c] for c in lead), name, r["metric"], f"{f(r['diff_mean'], '+.3f')} ({f(r['ci_low'], '+.3f')}, "
                       f"{f(r['ci_high'], '+.3f')})", won, f(r["p_value"]), f(r["p_holm"]) + star(r["p_holm"]))
         console.print(t)

@@ -79,6 +79,8 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+#: the keys of a TOML file's [tuning] table (topofl tune), as the flags --trials, --tune-params, ... name them
+TUNING_KEYS = ("trials", "params", "seeds", "validation_fraction", "metric", "sampler_seed")
 #: the keys a run/compare TOML file may hold: (what the value must be, its check)
 CONFIG_KEYS: dict[str, tuple[str, Any]] = {
     "scenario": ("a string, e.g. scenario = \"healthcare\"", lambda v: isinstance(v, str)),
@@ -94,6 +96,8 @@ CONFIG_KEYS: dict[str, tuple[str, Any]] = {
     "scenario_params": ("a table ([scenario_params] with KEY = VALUE lines)", lambda v: isinstance(v, Mapping)),
     "hyperparameters": ("a table ([hyperparameters] with KEY = VALUE lines, [hyperparameters.METHOD] for one method)",
                         lambda v: isinstance(v, Mapping)),
+    "tuning": ("a table ([tuning] with any of " + ", ".join(TUNING_KEYS) + "; topofl tune)",
+               lambda v: isinstance(v, Mapping) and set(v) <= set(TUNING_KEYS)),
 }
 
 

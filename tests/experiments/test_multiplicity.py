@@ -99,3 +99,18 @@ def test_a_family_may_be_the_whole_table_and_near_equal_differences_raise_no_war
     assert [r["n_comparisons"] for r in per_group] == [1, 1] and [r["n_comparisons"] for r in whole] == [2, 2]
     assert [r["p_holm"] for r in whole] == pytest.approx(holm([r["p_value"] for r in per_group]))
     assert all(r["p_value"] < 1e-6 for r in per_group)  # a constant 0.01 lead, up to 1e-12 noise: no SciPy precision warning (an error here)
+
+
+def test_two_methods_that_are_each_others_best_other_are_one_test():
+    rng = np.random.default_rng(3)
+    base = rng.normal(0.8, 0.05, 6)
+    runs = {"ptopofl": base + 0.02 + rng.normal(0, 0.003, 6), "fedavg": base + 0.015 + rng.normal(0, 0.003, 6),
+            "ditto": base + rng.normal(0, 0.003, 6)}
+    summary = [{"method": m, "auc_mean": float(v.mean())} for m, v in runs.items()]
+    add_paired(summary, {m: {s: _H(v[s]) for s in range(6)} for m, v in runs.items()}, "auc")
+    by = {r["method"]: r for r in summary}
+    assert (by["ptopofl"]["best_other"], by["fedavg"]["best_other"], by["ditto"]["best_other"]) == ("fedavg", "ptopofl", "ptopofl")
+    assert by["ptopofl"]["auc_vs_best_other_p"] == pytest.approx(by["fedavg"]["auc_vs_best_other_p"])  # the same test, twice
+    unique = [by["ptopofl"]["auc_vs_best_other_p"], by["ditto"]["auc_vs_best_other_p"]]
+    assert [by[m]["auc_vs_best_other_p_holm"] for m in ("ptopofl", "ditto")] == pytest.approx(holm(unique))  # m = 2, not 3
+    assert by["fedavg"]["auc_vs_best_other_p_holm"] == by["ptopofl"]["auc_vs_best_other_p_holm"]

@@ -31,13 +31,13 @@ def test_settings_refuse_bad_values():
         TuneSettings(trials=0)
     with pytest.raises(ValueError, match="validation"):
         TuneSettings(validation=0.6)
-    with pytest.raises(ValueError, match="metric must be auto or one of"):
+    with pytest.raises(ValueError, match=r"metric \(--tune-metric\) must be auto or one of"):
         TuneSettings(metric="f1")
     assert TuneSettings(trials=30).n_startup == 10 and TuneSettings(trials=6).n_startup == 2
 
 
 def test_studies_never_tune_what_defines_the_settings():
-    """An ablation-like plan: two Ditto variants (λ 0.5 and 1.0: λ defines them) and FedAvg with lr set
+    """An ablation-like plan: two Ditto variants (λ 0.5 and 1.0, a tie: λ defines both) and FedAvg with lr set
     everywhere (a default, tuned from there)."""
     plan = [RunSpec("tune", "healthcare", m, s, 3, label=lab, hyperparameters=hp) for s in (0, 1) for m, lab, hp in (
         ("ditto", "ditto-a", {"lam": 0.5}), ("ditto", "ditto-b", {"lam": 1.0}), ("fedavg", "", {"lr": 0.05}))]
@@ -52,6 +52,94 @@ def test_studies_never_tune_what_defines_the_settings():
         plan_studies(plan, TuneSettings(params=("mu",)))
 
 
+def test_an_ablations_variant_fixes_only_what_it_changes_whatever_the_order():
+    variants = [("full", {}), ("M = 1", {"n_clusters": 1}), ("β = 0", {"beta": 0.0})]
+    plan = [RunSpec("ablation", "healthcare", "ptopofl", 0, 3, label=lab, hyperparameters=hp) for lab, hp in variants]
+    for order in (plan, plan[::-1]):
+        spaces = {s.label: set(s.space) for s in plan_studies(order, TuneSettings())}
+        assert spaces["full"] == {"lr", "local_epochs", "n_clusters", "beta", "use_trust"}
+        assert spaces["M = 1"] == spaces["full"] - {"n_clusters"} and spaces["β = 0"] == spaces["full"] - {"beta"}
+
+
+def test_real_data_are_tuned_seed_by_seed_and_synthetic_data_over_all_seeds():
+    hd = plan_studies([RunSpec("t", "heart-disease", m, s, 3) for s in (0, 1) for m in ("fedavg", "ditto")], TuneSettings())
+    assert [(s.label, s.for_seed, s.seeds) for s in hd] == [("fedavg", 0, (0,)), ("fedavg", 1, (1,)), ("ditto", 0, (0,)), ("ditto", 1, (1,))]
+    assert len({s.name for s in hd}) == 4
+    hc = plan_studies([RunSpec("t", "healthcare", "fedavg", s, 3) for s in (0, 1)], TuneSettings())
+    assert [(s.for_seed, s.seeds) for s in hc] == [(None, (0, 1))]
+    with pytest.raises(ValueError, match="'heart-disease' re-splits one set of rows by seed.*leave out --tune-seeds"):
+        plan_studies([RunSpec("t", "heart-disease", "fedavg", s, 3) for s in (0, 1)], TuneSettings(seeds=(5,)))
+    assert plan_studies([RunSpec("t", "healthcare", "fedavg", s, 3) for s in (0, 1)], TuneSettings(seeds=(5,)))[0].seeds == (5,)
+
+
+def test_on_real_data_each_seed_is_tuned_and_run_with_its_own_choice(tmp_path):
+    """Seed s's trials run on seed s only (their validation rows are carved from seed s's training
+    rows), and seed s's final run takes seed s's choice: no choice ever saw a test row it is tested on."""
+    from topofl.experiments.tuning import chosen, run_studies, study_of, trial_specs, tuned_plan
+
+    plan = [RunSpec("t", "heart-disease", "fedavg", s, 2) for s in (0, 1, 2)]
+    studies = plan_studies(plan, TuneSettings(trials=3))
+    assert [(st.for_seed, st.seeds) for st in studies] == [(0, (0,)), (1, (1,)), (2, (2,))]
+    assert all({sp.seed for sp in trial_specs(st, st.defaults, 0.25)} == {st.for_seed} for st in studies)
+    run_studies(studies, TuneSettings(trials=3), tmp_path / "runs")
+    for spec, tuned in zip(plan, tuned_plan(plan, studies), strict=True):
+        st = study_of(spec, studies)
+        assert st.for_seed == spec.seed and {k: tuned.hyperparameters[k] for k in st.space} == chosen(st)
+
+
+def test_a_metric_the_runs_do_not_report_is_refused_before_any_trial():
+    with pytest.raises(ValueError, match="'mse' is not reported by server-based runs of a binary task.*auc, accuracy"):
+        plan_studies(specs(), TuneSettings(metric="mse"))
+    with pytest.raises(ValueError, match="'auc' is not reported by peer-to-peer runs"):
+        plan_studies([RunSpec("t", "digits", "local-peers", 0, 3)], TuneSettings(metric="auc"))
+    assert plan_studies(specs(), TuneSettings())[0].metric == "auc"
+    assert plan_studies([RunSpec("t", "digits", "local-peers", 6, 3)], TuneSettings())[0].metric == "accuracy"
+
+
+def test_every_tuning_seed_is_checked_before_any_trial(monkeypatch):
+    original = scen.SCENARIOS["healthcare"][0]
+
+    def small_on_seed_2(seed, **params):
+        fed = original(seed, **params)
+        if seed != 2:
+            return fed
+        c = fed.clients[3]
+        tiny = ClientData(c.X_train[:3], c.y_train[:3], c.X_test, c.y_test, c.client_id, c.meta)
+        return Federation([*fed.clients[:3], tiny, *fed.clients[4:]], task="binary", name="healthcare")
+
+    monkeypatch.setitem(scen.SCENARIOS, "healthcare", (small_on_seed_2, *scen.SCENARIOS["healthcare"][1:]))
+    with pytest.raises(ValueError, match=r"cannot tune on 'healthcare' \(seed 2\): client 3 has 3 training rows"):
+        plan_studies(specs(seeds=(0, 1, 2)), TuneSettings())
+
+
+def test_wins_are_better_seeds_for_a_lower_is_better_metric_and_unchanged_settings_are_no_test():
+    from topofl.experiments.tuning import orient_wins, tuned_vs_default
+
+    rows = orient_wins([{"metric": "mse", "reference_wins": 3, "other_wins": 0}, {"metric": "auc", "reference_wins": 3, "other_wins": 0}])
+    assert [(r["reference_wins"], r["other_wins"]) for r in rows] == [(0, 3), (3, 0)]
+    done = lambda which, m, vals: [{"method": m, "seed": s, "final": {"mse": v}} for s, v in enumerate(vals)]  # noqa: E731
+    default = done("d", "fedavg", [1.0, 1.2, 0.9]) + done("d", "ditto", [1.0, 1.0, 1.0])
+    tuned = done("t", "fedavg", [0.8, 1.0, 0.7]) + done("t", "ditto", [1.0, 1.0, 1.0])
+    by = {r["method"]: r for r in tuned_vs_default(default, tuned, (), ("mse",), unchanged={("ditto",)})}
+    assert (by["fedavg"]["tuned_wins"], by["fedavg"]["tuned_losses"]) == (3, 0)  # lower MSE on every seed: tuned wins them
+    assert by["ditto"]["tuned"] == "defaults kept" and np.isnan(by["ditto"]["p_value"]) and np.isnan(by["ditto"]["p_holm"])
+    assert by["fedavg"]["n_comparisons"] == 1 and by["fedavg"]["p_holm"] == by["fedavg"]["p_value"]
+
+
+def test_settings_of_several_scenarios_stay_apart_in_the_tables():
+    from topofl.experiments.tuning import Study, setting_keys, summary_rows, tuned_vs_default
+
+    a = Study("a_00000001", RunSpec("c", "healthcare", "fedavg", 0, 3), (0,), {}, {}, "auc", trials=[{"trial": 0, "params": {}, "metric": "auc",
+                                                                                                    "value": 0.8, "seconds": 1.0}])
+    b = Study("b_00000002", RunSpec("c", "benchmark", "fedavg", 0, 3), (0,), {}, {}, "auc", trials=[{"trial": 0, "params": {}, "metric": "auc",
+                                                                                                   "value": 0.7, "seconds": 1.0}])
+    assert setting_keys([a, b]) == ("scenario",) and [r["scenario"] for r in summary_rows([a, b])] == ["healthcare", "benchmark"]
+    done = lambda sc, vals: [{"scenario": sc, "method": "fedavg", "seed": s, "final": {"auc": v}} for s, v in enumerate(vals)]  # noqa: E731
+    rows = tuned_vs_default(done("healthcare", [0.8, 0.8]) + done("benchmark", [0.7, 0.7]),
+                            done("healthcare", [0.81, 0.82]) + done("benchmark", [0.7, 0.7]), ("scenario",), ("auc",))
+    assert {r["scenario"]: round(r["diff_mean"], 3) for r in rows} == {"healthcare": 0.015, "benchmark": 0.0}
+
+
 def test_data_that_cannot_be_split_stop_the_tuning_before_any_trial():
     with pytest.raises(ValueError, match="cannot tune on 'continual'.*changes its data by round"):
         plan_studies([RunSpec("t", "continual", "fedavg", 0, 3)], TuneSettings())
@@ -62,12 +150,12 @@ def test_data_that_cannot_be_split_stop_the_tuning_before_any_trial():
 def test_proposals_are_deterministic_and_trial_zero_is_the_defaults():
     study = plan_studies(specs(("ditto",)), TuneSettings())[0]
     settings = TuneSettings(trials=8)
-    assert propose(study, 0, settings, True) == study.defaults
-    study.trials = [{"trial": t, "params": propose(study, t, settings, True), "value": 0.8 + 0.01 * t} for t in range(4)]
-    a, b = propose(study, 4, settings, True), propose(study, 4, settings, True)
+    assert propose(study, 0, settings) == study.defaults
+    study.trials = [{"trial": t, "params": propose(study, t, settings), "value": 0.8 + 0.01 * t} for t in range(4)]
+    a, b = propose(study, 4, settings), propose(study, 4, settings)
     assert a == b and set(a) == set(study.space)
     assert all(study.space[k].contains(v) for k, v in a.items())
-    other = propose(study, 4, TuneSettings(trials=8, sampler_seed=1), True)
+    other = propose(study, 4, TuneSettings(trials=8, sampler_seed=1))
     assert other != a
 
 
@@ -83,7 +171,7 @@ def test_a_failing_trial_counts_in_the_budget_and_never_stops_the_tuning(tmp_pat
     study = plan_studies(specs(("pfedme",), rounds=2), TuneSettings())[0]
     bad = {**study.defaults, "lr": 0.1, "lam": 30.0}  # lr*lam >= 2: pFedMe's config refuses it
 
-    def forced(st, t, settings, maximise):
+    def forced(st, t, settings):
         return dict(st.defaults) if t != 1 else bad
 
     monkeypatch.setattr(tuning, "propose", forced)
@@ -142,6 +230,8 @@ def test_an_interrupted_tuning_resumes_to_the_same_trials_and_results(tmp_path):
         tune_comparison(specs(), tmp_path / "cut", settings, reference="ditto", on_run=stop)
     with pytest.raises(ValueError, match="--resume"):
         tune_comparison(specs(), tmp_path / "cut", settings, reference="ditto")
+    with pytest.raises(ValueError, match="holds a tuning with other settings: trials=4 \\(now 5\\)"):
+        tune_comparison(specs(), tmp_path / "cut", TuneSettings(trials=5), reference="ditto", resume=True)
     resumed = tune_comparison(specs(), tmp_path / "cut", settings, reference="ditto", resume=True)
     for name in ("trials.csv", "paired.csv", "tuned_vs_default.csv"):
         a, b = rows(full / name), rows(resumed / name)
@@ -175,6 +265,18 @@ def test_cli_tune_writes_tables_and_refuses_bad_input(tmp_path):
         assert res.exit_code == 2 and msg in res.output, (args, res.output)
 
 
+def test_cli_tune_reads_a_tuning_table_and_refuses_unknown_keys(tmp_path):
+    good = tmp_path / "t.toml"
+    good.write_text('methods = ["fedavg"]\nseeds = "0-1"\nrounds = 2\n[tuning]\ntrials = 2\nseeds = [0, 1]\nvalidation_fraction = 0.3\n')
+    res = runner.invoke(app, ["tune", "--config", str(good), "--out", str(tmp_path / "o"), "-j", "1"])
+    assert res.exit_code == 0, res.output
+    assert {r["trials"] for r in rows(tmp_path / "o" / "tuning_summary.csv")} == {"2"}
+    bad = tmp_path / "b.toml"
+    bad.write_text("[tuning]\ntrails = 2\n")
+    res = runner.invoke(app, ["tune", "--config", str(bad), "--out", str(tmp_path / "p")])
+    assert res.exit_code == 2 and "tuning must be a table" in res.output and "trials" in res.output
+
+
 def test_cli_experiment_tuning_flags_need_tuned_and_a_tunable_experiment(tmp_path):
     res = runner.invoke(app, ["experiment", "controls", "--trials", "3", "--out", str(tmp_path)])
     assert res.exit_code == 2 and "--trials go with --tuned" in res.output
@@ -193,6 +295,10 @@ def test_experiment_controls_tuned_writes_both_and_the_report(tmp_path):
     summary = rows(tuned / "tuning_summary.csv")
     assert {r["geometry"] for r in summary} == {"coupled", "independent", "shared"} and all(r["trials"] == "2" for r in summary)
     tvd = rows(tuned / "tuned_vs_default.csv")
-    assert {r["n_comparisons"] for r in tvd if r["metric"] == "auc" and r["geometry"] == "shared"} <= {str(len(summary) // 3), str(len(summary) // 3 - 1)}
+    for g in ("coupled", "independent", "shared"):
+        fam = [r for r in tvd if r["metric"] == "auc" and r["geometry"] == g]
+        changed = [r for r in fam if r["tuned"] == "changed"]
+        assert len(fam) == 9 and {r["n_comparisons"] for r in fam} == {str(len(changed))}  # the family: the settings tuning changed
+        assert all(r["p_value"] == "" for r in fam if r["tuned"] == "defaults kept")
     report = (tmp_path / "report.html").read_text()
     assert report.index('id="controls"') < report.index('id="controls-tuned"')

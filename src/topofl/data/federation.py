@@ -209,7 +209,8 @@ def feature_scale_problem(clients: Sequence[ClientData], ratio: float = 100.0) -
 def validation_clients(clients: Sequence[ClientData], fraction: float, seed: int, stratify: bool = True) -> list[ClientData]:
     """Each client's training rows split into a training part and a validation part (``fraction``
     of them), stratified by label (``stratify``; classes of two or more rows keep a row on each
-    side) with a generator of ``seed`` and the client's id; the validation part becomes the
+    side; a client whose every class is a single row is split at random, so that it keeps a
+    validation row) with a generator of ``seed`` and the client's id; the validation part becomes the
     client's test split and the client's real test split is dropped. The carve is per client and
     local — what a site does before a tuning study — and leaves metadata (groups, flags) as they are.
 
@@ -230,6 +231,8 @@ def validation_clients(clients: Sequence[ClientData], fraction: float, seed: int
                              "(3 to train on, 1 to validate)")
         rng = np.random.default_rng(np.random.SeedSequence([int(seed), int(c.client_id), 0x7A11D]))
         tr, va = train_test_split(np.asarray(c.y_train), fraction, rng, stratify=stratify)
+        if va.size == 0:  # every class a single row: stratification keeps them all for training; draw the rows at random
+            tr, va = train_test_split(np.asarray(c.y_train), fraction, rng, stratify=False)
         if tr.size < 3:  # stratification kept one row of each small class on both sides
             raise ValueError(f"client {c.client_id}: a validation fraction of {fraction} leaves {tr.size} training rows; use a smaller one")
         out.append(ClientData(c.X_train[tr], c.y_train[tr], c.X_train[va], c.y_train[va], c.client_id, c.meta))

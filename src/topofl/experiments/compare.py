@@ -125,7 +125,8 @@ def add_paired(summary: list[dict[str, Any]], runs: Mapping[str, Mapping[int, Hi
     Student-t interval (see :func:`topofl.experiments.analysis.paired_differences`), seeds won and
     lost (won: higher AUC, or lower MSE), the paired t-test's p-value and the Holm-adjusted one.
     Each column is one family for Holm's method: every method against FedAvg (``_vs_fedavg_p_holm``)
-    and every method against its best other (``_vs_best_other_p_holm``). Runs with the same seed
+    and every method against its best other (``_vs_best_other_p_holm``; two methods that are each
+    other's best other are one test, counted once). Runs with the same seed
     share the data, so pairing removes the seed-to-seed difficulty they share.
     """
     from topofl.experiments.analysis import holm, paired_differences
@@ -147,9 +148,16 @@ def add_paired(summary: list[dict[str, Any]], runs: Mapping[str, Mapping[int, Hi
             row[f"{metric}_vs_{tag}_wins"], row[f"{metric}_vs_{tag}_losses"] = wins, losses
             row[f"{metric}_vs_{tag}_p"] = d["p_value"] if d else float("nan")
     for tag in ("fedavg", "best_other"):
-        adjusted = holm([row[f"{metric}_vs_{tag}_p"] for row in summary])
-        for row, a in zip(summary, adjusted, strict=True):
-            row[f"{metric}_vs_{tag}_p_holm"] = a
+        # one test per unordered pair: two methods that are each other's best other are one comparison, counted once
+        pairs: dict[frozenset[str], float] = {}
+        for row in summary:
+            other = "fedavg" if tag == "fedavg" else row["best_other"]
+            if other and row[f"{metric}_vs_{tag}_p"] == row[f"{metric}_vs_{tag}_p"]:
+                pairs.setdefault(frozenset((row["method"], other)), row[f"{metric}_vs_{tag}_p"])
+        adjusted = dict(zip(pairs, holm(list(pairs.values())), strict=True))
+        for row in summary:
+            other = "fedavg" if tag == "fedavg" else row["best_other"]
+            row[f"{metric}_vs_{tag}_p_holm"] = adjusted.get(frozenset((row["method"], other)), float("nan"))
 
 
 def run_compare(

@@ -35,6 +35,10 @@ def peer_datasets() -> dict[str, Callable[..., Any]]:
     return {"digits": rotated_digits, "tabular": synthetic_tabular, "mnist": mnist, "school": school}
 
 
+#: the peer datasets drawn afresh for every seed (as :data:`topofl.data.scenarios.DRAWN_PER_SEED`); the others re-split fixed rows
+PEER_DRAWN_PER_SEED = frozenset({"tabular"})
+
+
 def load_peer_data(name: str, seed: int, params: Mapping[str, Any]) -> Any:
     """The ``LoadedData`` of offline dataset ``name`` for ``seed``, loaded with ``params``; ``ValueError`` for an unknown name."""
     datasets = peer_datasets()

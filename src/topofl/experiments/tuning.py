@@ -11,15 +11,18 @@ The protocol (what a referee asks of a comparison between methods whose results 
    Optuna's TPE sampler (Bergstra et al. 2011, "Algorithms for hyper-parameter optimization",
    NeurIPS; Akiba et al. 2019, "Optuna", KDD) over the method's declared search space
    (:meth:`topofl.config.Config.search_space`: each hyper-parameter declares its range beside its
-   default), less the hyper-parameters that define the plan's settings (those it sets differently
-   from one setting of a method to another, :func:`varied`; one it sets the same way everywhere is
-   a default and is tuned from there). A trial whose configuration is invalid or diverges counts
+   default), less the hyper-parameters that define the plan's settings (those a setting sets to
+   another value than most settings of its method do, :func:`defining`; a value most settings
+   share is a default and is tuned from there). A trial whose configuration is invalid or diverges counts
    as a failed trial of the budget.
 3. **Validation, never test.** A trial runs the setting on each tuning seed with every client's
    *training* split divided into a training part and a validation part
    (:func:`topofl.data.federation.validation_clients`; stratified, per client, seeded); the
    validation part is scored instead of the test split, which the tuning never loads. The
-   trial's value is the mean over the tuning seeds of the final validation metric.
+   trial's value is the mean over the tuning seeds of the final validation metric. On data
+   drawn afresh for every seed (the synthetic scenarios) one study serves all the plan's seeds;
+   on data whose seeds re-split one set of rows (real data), each seed is tuned on its own
+   training split, since another seed's training rows hold this seed's test rows.
 4. **Selection, then test.** The best trial's values (ties: the earliest, so the defaults win
    ties) are re-run on the test splits over the plan's seeds, beside the defaults; tables report
    tuned − default paired over seeds with raw and Holm-adjusted p-values.
@@ -74,15 +77,21 @@ class TuneSettings:
     validation : float
         Fraction of every client's training split held out for validation, in (0, 0.5].
     metric : str
-        What a trial is scored by: ``"auto"`` (AUC for classification where the runs report it,
-        else accuracy; MSE for regression) or one of :data:`METRICS`.
+        What a trial is scored by: ``"auto"`` (AUC for a binary task run by a server-based method,
+        accuracy for other classification, MSE for regression) or one of :data:`METRICS` that
+        the task's runs report (:func:`allowed_metrics`).
     seeds : tuple of int, optional
-        Tuning seeds; ``None``: each setting's own seeds in the plan (each seed's validation split
-        is carved from that seed's training split, so on real data no test row of any seed is
-        ever seen).
+        Tuning seeds. ``None`` (the default): the plan's own seeds, each trial's validation split
+        carved from that seed's training split — one study per setting over all of them when
+        the data are drawn afresh for every seed (synthetic scenarios), one study per setting
+        *and seed* when the seeds re-split the same rows (real data: a row tested under one seed
+        is a training row under another, so a choice made on another seed's split would have
+        seen it; :data:`topofl.data.scenarios.DRAWN_PER_SEED` lists the sources drawn afresh).
+        Given seeds are refused on data that re-split fixed rows (they would train on an
+        evaluation seed's test rows).
     params : tuple of str, optional
         The hyper-parameters to tune; ``None``: every one whose space is tuned by default, less
-        those that define the plan's settings (:func:`varied`). A method that lacks a named one
+        those that define the plan's settings (:func:`defining`). A method that lacks a named one
         tunes the rest.
     sampler_seed : int
         Seed of the TPE sampler.
@@ -99,15 +108,15 @@ class TuneSettings:
     startup_trials: int = 0
 
     def __post_init__(self) -> None:
-        check_int("trials", self.trials, 1, 10_000)
-        check_range("validation", self.validation, 0.0, 0.5, low_open=True)
+        check_int("trials (--trials)", self.trials, 1, 10_000)
+        check_range("validation (--validation-fraction)", self.validation, 0.0, 0.5, low_open=True)
         if self.metric != "auto" and self.metric not in METRICS:
-            raise ValueError(f"metric must be auto or one of {', '.join(METRICS)}; got {self.metric!r}")
+            raise ValueError(f"metric (--tune-metric) must be auto or one of {', '.join(METRICS)}; got {self.metric!r}")
         if self.seeds is not None and not self.seeds:
-            raise ValueError("seeds, when given, must hold at least one seed")
+            raise ValueError("seeds (--tune-seeds), when given, must hold at least one seed")
         if self.params is not None and not self.params:
-            raise ValueError("params, when given, must name at least one hyper-parameter")
-        check_int("sampler_seed", self.sampler_seed, 0, 2**32 - 1)
+            raise ValueError("params (--tune-params), when given, must name at least one hyper-parameter")
+        check_int("sampler_seed (--sampler-seed)", self.sampler_seed, 0, 2**32 - 1)
         check_int("startup_trials", self.startup_trials, 0, 10_000)
 
     @property
@@ -121,52 +130,89 @@ def setting_of(spec: RunSpec) -> RunSpec:
     return replace(spec, seed=0)
 
 
-def setting_name(spec: RunSpec) -> str:
-    """A readable, file-name-safe and unique name of a run's setting."""
+def setting_name(spec: RunSpec, for_seed: int | None = None) -> str:
+    """A readable, file-name-safe and unique name of a run's setting (of the setting on one seed,
+    with ``for_seed``); it ends with a hexadecimal hash that also seeds the study's sampler.
+    """
     base = setting_of(spec)
-    text = json.dumps(asdict(base), sort_keys=True, default=str)
+    text = json.dumps(asdict(base), sort_keys=True, default=str) + ("" if for_seed is None else f"|seed {for_seed}")
     items = "_".join(f"{k}{v}" for k, v in spec.setting.items())
-    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{spec.scenario}_{spec.label or spec.method}_{items}").strip("-_")
+    seed = "" if for_seed is None else f"_s{for_seed}"
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{spec.scenario}_{spec.label or spec.method}_{items}{seed}").strip("-_")
     return f"{slug}_{hashlib.sha1(text.encode()).hexdigest()[:8]}"
 
 
 @dataclass
 class Study:
-    """One setting's tuning: its runs' template, tuning seeds, search space and trial history."""
+    """One setting's tuning (one setting on one seed, with ``for_seed``): its runs' template, tuning
+    seeds, search space, the metric it is scored by and its trial history.
+    """
 
     name: str
     base: RunSpec
     seeds: tuple[int, ...]
     space: dict[str, Space]
     defaults: dict[str, Any]
+    metric: str = "auc"
+    for_seed: int | None = None
     trials: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def label(self) -> str:
         return self.base.label or self.base.method
 
+    @property
+    def maximise(self) -> bool:
+        return METRICS[self.metric]
 
-def varied(specs: Sequence[RunSpec]) -> dict[str, set[str]]:
-    """Per method, the hyper-parameters the plan sets differently in its settings (including set in
-    some, not in others): they define those settings (an ablation's variants, Sheaf-FMTL's γ) and
-    are never tuned unless named.
+
+def defining(specs: Sequence[RunSpec]) -> dict[str, set[str]]:
+    """Per setting (:func:`setting_name`), the hyper-parameters that define it, which are never tuned
+    unless named: one the experiment names as a setting column (a λ grid), and one the setting
+    sets to another value than most settings of its method do (an ablation's variant, one row's
+    own step size). When a method's settings split evenly, the value most settings of the whole
+    plan use decides (the experiment's common step size); when that ties too, the parameter
+    defines every one of them. A value most settings share (the paper's λ, a CNN's step size) is
+    a default like the config's, tuned from there. The answer does not depend on the plan's order.
     """
-    seen: dict[str, dict[str, set[str]]] = {}
+    settings: dict[str, RunSpec] = {}
     for spec in specs:
-        per = seen.setdefault(spec.method, {})
-        for k in set(spec.hyperparameters) | set(per):
-            per.setdefault(k, set()).add(json.dumps(spec.hyperparameters.get(k, "<default>"), sort_keys=True, default=str))
-    return {m: {k for k, v in per.items() if len(v) > 1} for m, per in seen.items()}
+        settings.setdefault(setting_name(spec), spec)
+    by_method: dict[str, list[str]] = {}
+    for name, spec in settings.items():
+        by_method.setdefault(spec.method, []).append(name)
+
+    def value(name: str, k: str) -> str:
+        return json.dumps(settings[name].hyperparameters.get(k, "<default>"), sort_keys=True, default=str)
+
+    def counts(names: Sequence[str], k: str) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for n in names:
+            out[value(n, k)] = out.get(value(n, k), 0) + 1
+        return out
+
+    out: dict[str, set[str]] = {name: {k for k in spec.setting if k in spec.hyperparameters} for name, spec in settings.items()}
+    for names in by_method.values():
+        for k in {k for n in names for k in settings[n].hyperparameters}:
+            mine = counts(names, k)
+            top = max(mine.values())
+            modes = [v for v, c in mine.items() if c == top]
+            if len(modes) > 1:  # an even split: the plan-wide most common of those values decides
+                everyone = counts(list(settings), k)
+                best = max(everyone[v] for v in modes)
+                modes = [v for v in modes if everyone[v] == best]
+            for n in names:
+                if len(modes) > 1 or value(n, k) != modes[0]:
+                    out[n].add(k)
+    return out
 
 
 def search_space(spec: RunSpec, params: Sequence[str] | None, fixed: set[str] | frozenset[str] = frozenset()) -> tuple[dict[str, Space], dict[str, Any]]:
     """The space a setting is tuned over and the values trial 0 takes there (the setting's own).
 
     Without ``params``: every hyper-parameter of the method whose space is tuned by default, less
-    the ``fixed`` ones (those that define the plan's settings, :func:`varied`). A value the plan
-    sets the same way in every setting (the paper's λ, a deep model's step size) is a default
-    like the config's: it is tuned, from that value. With ``params``: those of them the method
-    has (a method that lacks one tunes the rest), whatever the plan sets.
+    the ``fixed`` ones (those that define the setting, :func:`defining`). With ``params``: those
+    of them the method has (a method that lacks one tunes the rest), whatever the plan sets.
     """
     import dataclasses
 
@@ -182,55 +228,120 @@ def search_space(spec: RunSpec, params: Sequence[str] | None, fixed: set[str] | 
     return space, {k: getattr(built, k) for k in space}
 
 
-def preflight(spec: RunSpec, validation: float) -> None:
-    """Carve the validation split of ``spec``'s data once, before any trial, so that data that
-    cannot be split (a client with too few rows, a federation that drifts) stop the tuning at
-    once with the reason, instead of failing every trial.
+def allowed_metrics(peer: bool, task: str) -> tuple[str, ...]:
+    """The final metrics the runs of a family report for a task (what a trial may be scored by)."""
+    if task == "regression":
+        return ("mse", "rmse", "r2", "loss")
+    return ("accuracy", "loss") if peer else ("auc", "accuracy", "pooled_auc", "loss")
+
+
+def auto_metric(peer: bool, task: str) -> str:
+    """``metric="auto"``: AUC for a binary task of a server-based method (the papers' headline
+    metric there), accuracy for other classification (deep models, peer methods), MSE for regression.
+    """
+    if task == "regression":
+        return "mse"
+    return "auc" if task == "binary" and not peer else "accuracy"
+
+
+@dataclass(frozen=True)
+class DataFacts:
+    """What a data source is, for tuning: its task, whether peer methods run it, and whether it is
+    drawn afresh for every seed (no row shared between seeds) or re-splits fixed rows.
+    """
+
+    task: str
+    peer: bool
+    fresh: bool
+
+
+def data_facts(spec: RunSpec, seeds: Sequence[int], validation: float) -> DataFacts:
+    """Build ``spec``'s data on every seed of ``seeds`` and carve its validation split there, before
+    any trial: data that cannot be split (a client with too few rows, a federation that drifts)
+    stop the tuning at once with the reason. Returns the task and whether the data are drawn
+    afresh for every seed (:data:`topofl.data.scenarios.DRAWN_PER_SEED`).
     """
     from topofl.methods import family
 
-    try:
-        if family(spec.method) == "peer":
-            from topofl.data.federation import validation_clients
-            from topofl.experiments.decentralised_run import load_peer_data
+    peer = family(spec.method) == "peer"
+    task = "binary"
+    for seed in dict.fromkeys(seeds):
+        try:
+            if peer:
+                from topofl.data.federation import validation_clients
+                from topofl.experiments.decentralised_run import load_peer_data
 
-            data = load_peer_data(spec.scenario, spec.seed, spec.scenario_params)
-            validation_clients(data.clients, validation, spec.seed, stratify=data.task != "regression")
-        else:
-            from topofl.data.scenarios import make_scenario
+                data = load_peer_data(spec.scenario, seed, spec.scenario_params)
+                task = data.task
+                validation_clients(data.clients, validation, seed, stratify=task != "regression")
+            else:
+                from topofl.data.scenarios import make_scenario
 
-            make_scenario(spec.scenario, seed=spec.seed, **spec.scenario_params).with_validation(validation, spec.seed)
-    except ValueError as exc:
-        raise ValueError(f"cannot tune on {spec.scenario!r} (seed {spec.seed}): {exc}") from None
+                fed = make_scenario(spec.scenario, seed=seed, **spec.scenario_params)
+                task = fed.task
+                fed.with_validation(validation, seed)
+        except ValueError as exc:
+            raise ValueError(f"cannot tune on {spec.scenario!r} (seed {seed}): {exc}") from None
+    if peer:
+        from topofl.experiments.decentralised_run import PEER_DRAWN_PER_SEED as fresh_sources
+    else:
+        from topofl.data.scenarios import DRAWN_PER_SEED as fresh_sources
+    return DataFacts(task, peer, spec.scenario in fresh_sources)
 
 
 def plan_studies(specs: Sequence[RunSpec], settings: TuneSettings) -> list[Study]:
-    """One study per setting of ``specs`` (in plan order), with its tuning seeds and space;
-    ``ValueError`` when a named parameter is tunable in none of the methods, or when the data
-    cannot be split for validation.
+    """The studies of a plan (in plan order): one per setting, or one per setting and seed where the
+    seeds re-split the same rows (see :class:`TuneSettings`), each with its tuning seeds, space and
+    metric. ``ValueError`` when a named parameter is tunable in none of the methods, the metric is
+    not one the runs report, the data cannot be split for validation, or given tuning seeds would
+    train on an evaluation seed's test rows.
     """
-    studies: dict[str, Study] = {}
-    fixed = varied(specs)
-    checked: set[tuple[str, str]] = set()
+    from topofl.methods import family
+
+    fixed = defining(specs)
+    eval_seeds: dict[str, list[int]] = {}
+    for spec in specs:
+        eval_seeds.setdefault(setting_name(spec), []).append(spec.seed)
+    facts: dict[str, DataFacts] = {}
+    facts_seeds: dict[str, set[int]] = {}
+    studies: list[Study] = []
+    seen: set[str] = set()
     for spec in specs:
         name = setting_name(spec)
-        if name in studies:
-            if settings.seeds is None:
-                studies[name].seeds = (*studies[name].seeds, spec.seed)
+        if name in seen:
             continue
-        space, defaults = search_space(spec, settings.params, fixed[spec.method])
-        seeds = tuple(settings.seeds) if settings.seeds is not None else (spec.seed,)
-        studies[name] = Study(name, setting_of(spec), seeds, space, defaults)
-        data_key = (spec.scenario, json.dumps(dict(spec.scenario_params), sort_keys=True, default=str))
-        if data_key not in checked:
-            checked.add(data_key)
-            preflight(replace(spec, seed=seeds[0]), settings.validation)
+        seen.add(name)
+        data_key = json.dumps([spec.scenario, dict(spec.scenario_params), family(spec.method)], sort_keys=True, default=str)
+        wanted = sorted({*eval_seeds[name], *(settings.seeds or ())})
+        checked = facts_seeds.setdefault(data_key, set())
+        if data_key not in facts or not set(wanted) <= checked:
+            facts[data_key] = data_facts(spec, [w for w in wanted if w not in checked], settings.validation)
+            checked.update(wanted)
+        have = facts[data_key]
+        metric = auto_metric(have.peer, have.task) if settings.metric == "auto" else settings.metric
+        if metric not in allowed_metrics(have.peer, have.task):
+            kind = "peer-to-peer" if have.peer else "server-based"
+            raise ValueError(f"metric (--tune-metric) {metric!r} is not reported by {kind} runs of a {have.task} task on {spec.scenario!r}; "
+                             f"choose one of {', '.join(allowed_metrics(have.peer, have.task))}")
+        space, defaults = search_space(spec, settings.params, fixed[name])
+        if settings.seeds is not None:
+            one_seed = set(settings.seeds) == set(eval_seeds[name]) and len(set(settings.seeds)) == 1
+            if not have.fresh and not one_seed:
+                raise ValueError(f"{spec.scenario!r} re-splits one set of rows by seed, so tuning seeds {list(settings.seeds)} would train on "
+                                 f"test rows of the evaluation seeds {sorted(set(eval_seeds[name]))}: leave out --tune-seeds to tune every "
+                                 "seed on its own training split")
+            studies.append(Study(name, setting_of(spec), tuple(settings.seeds), space, defaults, metric))
+        elif not have.fresh:
+            studies += [Study(setting_name(spec, s), setting_of(spec), (s,), space, defaults, metric, for_seed=s)
+                        for s in eval_seeds[name]]
+        else:
+            studies.append(Study(name, setting_of(spec), tuple(eval_seeds[name]), space, defaults, metric))
     if settings.params is not None:
-        tuned = {p for s in studies.values() for p in s.space}
+        tuned = {p for s in studies for p in s.space}
         missing = [p for p in settings.params if p not in tuned]
         if missing:
             raise ValueError(f"no method of the plan has a search space for {', '.join(missing)}; see `topofl methods`")
-    return list(studies.values())
+    return studies
 
 
 def import_optuna() -> Any:
@@ -256,7 +367,7 @@ def _distributions(space: Mapping[str, Space]) -> dict[str, Any]:
     return out
 
 
-def propose(study: Study, trial: int, settings: TuneSettings, maximise: bool) -> dict[str, Any]:
+def propose(study: Study, trial: int, settings: TuneSettings) -> dict[str, Any]:
     """The values trial ``trial`` of ``study`` runs: the defaults for trial 0, else TPE's proposal
     from the finished trials 0..trial−1 by a sampler seeded from (sampler seed, setting, trial) —
     the same proposal whether or not the tuning was interrupted in between.
@@ -269,7 +380,7 @@ def propose(study: Study, trial: int, settings: TuneSettings, maximise: bool) ->
     dists = _distributions(study.space)
     seed = int(np.random.SeedSequence([settings.sampler_seed, int(study.name.rsplit("_", 1)[-1], 16), trial]).generate_state(1)[0])
     sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=settings.n_startup)
-    opt = optuna.create_study(direction="maximize" if maximise else "minimize", sampler=sampler)
+    opt = optuna.create_study(direction="maximize" if study.maximise else "minimize", sampler=sampler)
     for t in study.trials[:trial]:
         params = {k: t["params"][k] for k in dists}
         if not all(study.space[k].contains(v) for k, v in params.items()):
@@ -278,17 +389,6 @@ def propose(study: Study, trial: int, settings: TuneSettings, maximise: bool) ->
         state = optuna.trial.TrialState.COMPLETE if value is not None else optuna.trial.TrialState.FAIL
         opt.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=value, state=state))
     return dict(opt.ask(dists).params)
-
-
-def pick_metric(metric: str, finals: Sequence[Mapping[str, Any]]) -> str:
-    """The metric a study is scored by: ``metric``, or for ``"auto"`` AUC where the runs report a
-    finite one, else accuracy, and MSE for regression runs.
-    """
-    if metric != "auto":
-        return metric
-    if any("mse" in f and math.isfinite(num(f["mse"])) for f in finals):
-        return "mse"
-    return "auc" if any(math.isfinite(num(f.get("auc"))) for f in finals) else "accuracy"
 
 
 def trial_value(metric: str, finals: Sequence[Mapping[str, Any]]) -> float | None:
@@ -383,12 +483,10 @@ def run_studies(
     pool: Any = ProcessPoolExecutor(max_workers=jobs) if jobs > 1 else _Inline()
     inflight: dict[Future, tuple[Study, RunSpec]] = {}
     current: dict[str, _Open] = {}
-    direction: dict[str, bool] = {}
 
     def finish(study: Study, open_: _Open) -> None:
         finals = [r["final"] for r in open_.results.values() if r is not None]
-        metric = pick_metric(settings.metric, finals) if finals else (settings.metric if settings.metric != "auto" else "auc")
-        direction.setdefault(study.name, METRICS[metric])
+        metric = study.metric
         value = trial_value(metric, finals) if len(finals) == len(open_.specs) else None
         record = {"trial": open_.trial, "params": open_.params, "metric": metric, "value": value,
                   "n_seeds": len(finals), "seconds": float(sum(r["seconds"] for r in open_.results.values() if r is not None)),
@@ -405,8 +503,7 @@ def run_studies(
         t = len(study.trials)
         if t >= settings.trials:
             return
-        maximise = direction.get(study.name, True if settings.metric == "auto" else METRICS[settings.metric])
-        params = propose(study, t, settings, maximise)
+        params = propose(study, t, settings)
         open_ = _Open(t, params, trial_specs(study, params, settings.validation))
         current[study.name] = open_
         for spec in open_.specs:
@@ -450,15 +547,19 @@ def run_studies(
 
 
 def chosen(study: Study) -> dict[str, Any]:
-    """The values a finished study selected (its best trial's)."""
-    maximise = METRICS.get(study.trials[0]["metric"], True) if study.trials else True
-    return dict(best_trial(study.trials, maximise)["params"])
+    """The values a finished study selected (its best trial's; the defaults when it has none)."""
+    return dict(best_trial(study.trials, study.maximise)["params"]) if study.trials else dict(study.defaults)
+
+
+def study_of(spec: RunSpec, studies: Sequence[Study]) -> Study:
+    """The study that chose ``spec``'s values: its setting's, or its setting's on its seed."""
+    by_name = {s.name: s for s in studies}
+    return by_name.get(setting_name(spec, spec.seed)) or by_name[setting_name(spec)]
 
 
 def tuned_plan(specs: Sequence[RunSpec], studies: Sequence[Study]) -> list[RunSpec]:
-    """The plan with every run's hyper-parameters replaced by its setting's chosen values."""
-    by_name = {s.name: chosen(s) for s in studies}
-    return [replace(spec, hyperparameters={**spec.hyperparameters, **by_name[setting_name(spec)]}) for spec in specs]
+    """The plan with every run's hyper-parameters replaced by its study's chosen values."""
+    return [replace(spec, hyperparameters={**spec.hyperparameters, **chosen(study_of(spec, studies))}) for spec in specs]
 
 
 # ------------------------------------------------------------------ tables and figure
@@ -470,21 +571,31 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def _setting_columns(study: Study) -> dict[str, Any]:
-    return {"method": study.label, **study.base.setting}
+def setting_keys(studies: Sequence[Study]) -> tuple[str, ...]:
+    """The columns that tell the studies' settings apart in tables: the scenario when there are
+    several, the experiment's own setting columns, and the seed of per-seed studies.
+    """
+    keys: list[str] = ["scenario"] if len({s.base.scenario for s in studies}) > 1 else []
+    keys += list(dict.fromkeys(k for s in studies for k in s.base.setting))
+    return tuple(keys) + (("seed",) if any(s.for_seed is not None for s in studies) else ())
+
+
+def _setting_columns(study: Study, keys: Sequence[str]) -> dict[str, Any]:
+    values = {"scenario": study.base.scenario, "seed": study.for_seed if study.for_seed is not None else "", **study.base.setting}
+    return {**{k: values.get(k, "") for k in keys if k != "seed"}, "method": study.label, **({"seed": values["seed"]} if "seed" in keys else {})}
 
 
 def trial_rows(studies: Sequence[Study]) -> list[dict[str, Any]]:
     """Every trial of every study: values tried, validation score, best so far, seconds, state."""
+    keys = setting_keys(studies)
     rows = []
     for s in studies:
         best: float | None = None
         for t in s.trials:
-            maximise = METRICS.get(t["metric"], True)
             v = t["value"]
-            if v is not None and (best is None or (v > best if maximise else v < best)):
+            if v is not None and (best is None or (v > best if s.maximise else v < best)):
                 best = v
-            rows.append({**_setting_columns(s), "trial": t["trial"], "params": ", ".join(f"{k}={_fmt(x)}" for k, x in t["params"].items()),
+            rows.append({**_setting_columns(s, keys), "trial": t["trial"], "params": ", ".join(f"{k}={_fmt(x)}" for k, x in t["params"].items()),
                          "metric": t["metric"], "validation": v if v is not None else float("nan"),
                          "best_so_far": best if best is not None else float("nan"), "seconds": t["seconds"], "state": t["state"],
                          "error": t.get("error", "")})
@@ -492,17 +603,17 @@ def trial_rows(studies: Sequence[Study]) -> list[dict[str, Any]]:
 
 
 def summary_rows(studies: Sequence[Study]) -> list[dict[str, Any]]:
-    """Per setting: the space, defaults' and best validation score, the chosen values, budget used."""
+    """Per study: the space, defaults' and best validation score, the chosen values, budget used."""
+    keys = setting_keys(studies)
     rows = []
     for s in studies:
         if not s.trials:
             continue
-        maximise = METRICS.get(s.trials[0]["metric"], True)
-        best = best_trial(s.trials, maximise)
+        best = best_trial(s.trials, s.maximise)
         default = s.trials[0]["value"]
         rows.append({
-            **_setting_columns(s), "trials": len(s.trials), "failed": sum(t["value"] is None for t in s.trials),
-            "metric": s.trials[0]["metric"], "validation_default": default if default is not None else float("nan"),
+            **_setting_columns(s, keys), "trials": len(s.trials), "failed": sum(t["value"] is None for t in s.trials),
+            "metric": s.metric, "validation_default": default if default is not None else float("nan"),
             "validation_best": best["value"] if best["value"] is not None else float("nan"), "best_trial": best["trial"],
             "chosen": ", ".join(f"{k}={_fmt(v)}" for k, v in best["params"].items()) or "(nothing to tune)",
             "defaults": ", ".join(f"{k}={_fmt(v)}" for k, v in s.defaults.items()),
@@ -512,10 +623,39 @@ def summary_rows(studies: Sequence[Study]) -> list[dict[str, Any]]:
     return rows
 
 
+#: metrics where a lower value is better (a "win" is a lower value)
+LOWER_IS_BETTER = frozenset(m for m, higher in METRICS.items() if not higher)
+
+
+def orient_wins(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Make ``reference_wins``/``other_wins`` of :func:`~topofl.experiments.analysis.paired_differences`
+    rows count seeds where each is *better*: swapped for a lower-is-better metric (MSE, loss).
+    """
+    for r in rows:
+        if r.get("metric") in LOWER_IS_BETTER:
+            r["reference_wins"], r["other_wins"] = r["other_wins"], r["reference_wins"]
+    return rows
+
+
+def unchanged_settings(studies: Sequence[Study], group: Sequence[str]) -> set[tuple[Any, ...]]:
+    """The settings (``group`` values and method label) whose tuning kept the defaults on every seed:
+    their tuned runs are the default runs, not a second configuration to test.
+    """
+    by: dict[tuple[Any, ...], list[bool]] = {}
+    for s in studies:
+        values = {"scenario": s.base.scenario, **s.base.setting}
+        key = (*(str(values.get(g, "")) for g in group), s.label)
+        by.setdefault(key, []).append(chosen(s) == s.defaults)
+    return {k for k, kept in by.items() if all(kept)}
+
+
 def tuned_vs_default(default_done: Sequence[Mapping[str, Any]], tuned_done: Sequence[Mapping[str, Any]], group: Sequence[str],
-                     metrics: Sequence[str]) -> list[dict[str, Any]]:
+                     metrics: Sequence[str], unchanged: set[tuple[Any, ...]] = frozenset()) -> list[dict[str, Any]]:  # type: ignore[assignment]
     """Tuned minus default on the test splits, per setting (``group`` columns and ``method``),
-    paired over seeds, with raw p and Holm's adjustment over the settings of each group and metric.
+    paired over seeds: mean, 95 % t-interval, seeds where tuned is better / worse (for MSE and
+    loss: lower), raw p and Holm's adjustment over the settings of each group and metric. A setting
+    in ``unchanged`` (its tuning kept the defaults: the same runs twice) is marked ``tuned="defaults
+    kept"`` and is no test: its p is empty and it does not count in the family.
     """
     def tag(done: Sequence[Mapping[str, Any]], which: str) -> list[dict[str, Any]]:
         return [{**d, "setting_method": d["method"], "method": which} for d in done]
@@ -525,41 +665,52 @@ def tuned_vs_default(default_done: Sequence[Mapping[str, Any]], tuned_done: Sequ
     for metric in metrics:
         if not any(math.isfinite(num(d["final"].get(metric))) for d in both):
             continue
-        for r in paired_differences(both, (*group, "setting_method"), "tuned", metric):
-            rows.append({**{c: r[c] for c in group}, "method": r["setting_method"], "metric": metric, "n_seeds": r["n_seeds"],
-                         "diff_mean": r["diff_mean"], "ci_low": r["ci_low"], "ci_high": r["ci_high"], "tuned_wins": r["reference_wins"],
-                         "tuned_losses": r["other_wins"], "p_value": r["p_value"]})
+        for r in orient_wins(paired_differences(both, (*group, "setting_method"), "tuned", metric)):
+            kept = (*(str(r[c]) for c in group), r["setting_method"]) in unchanged
+            rows.append({**{c: r[c] for c in group}, "method": r["setting_method"], "metric": metric,
+                         "tuned": "defaults kept" if kept else "changed", "n_seeds": r["n_seeds"], "diff_mean": r["diff_mean"],
+                         "ci_low": r["ci_low"], "ci_high": r["ci_high"], "tuned_wins": r["reference_wins"],
+                         "tuned_losses": r["other_wins"], "p_value": float("nan") if kept else r["p_value"]})
     return add_holm(rows, (*group, "metric"))
 
 
 def trials_figure(studies: Sequence[Study], out: Path, stem: str = "tuning") -> dict[str, str] | None:
-    """Validation score of every trial (dots) and the best so far (lines), one line per method,
-    one panel per setting group (the setting columns other than the method).
+    """Validation score of every trial (dots) and the best so far (steps), one line per method, one
+    panel per setting group (the setting columns other than the method). Per-seed studies are drawn
+    as the mean over their seeds of the best so far.
     """
     from topofl.experiments.figures import colour, pyplot, save
 
-    groups: dict[str, list[Study]] = {}
+    keys = [k for k in setting_keys(studies) if k != "seed"]
+    groups: dict[str, dict[str, list[Study]]] = {}
     for s in studies:
         if s.trials:
-            groups.setdefault(", ".join(f"{k}={v}" for k, v in s.base.setting.items()) or "every trial of every method", []).append(s)
+            values = {"scenario": s.base.scenario, **s.base.setting}
+            title = ", ".join(f"{k}={values.get(k, '')}" for k in keys) or "every method"
+            groups.setdefault(title, {}).setdefault(s.label, []).append(s)
     if not groups:
         return None
     plt = pyplot()
-    fig, axes = plt.subplots(1, len(groups), figsize=(min(4.2 * len(groups), 14), 3.6), squeeze=False)
-    for ax, (title, members) in zip(axes[0], groups.items(), strict=True):
-        for i, s in enumerate(members):
-            x = [t["trial"] for t in s.trials if t["value"] is not None]
-            y = [t["value"] for t in s.trials if t["value"] is not None]
-            if not y:
-                continue
-            maximise = METRICS.get(s.trials[0]["metric"], True)
-            best = np.maximum.accumulate(y) if maximise else np.minimum.accumulate(y)
-            ax.scatter(x, y, s=8, alpha=0.35, color=colour(s.label, i))
-            ax.step(x, best, where="post", color=colour(s.label, i), label=s.label)
-        ax.set_title(title, fontsize=9)
+    panels = list(groups.items())[:6]
+    fig, axes = plt.subplots(1, len(panels), figsize=(min(4.2 * len(panels), 14), 3.6), squeeze=False)
+    for ax, (title, by_label) in zip(axes[0], panels, strict=True):
+        for i, (label, members) in enumerate(by_label.items()):
+            curves = []
+            for s in members:
+                y = np.array([t["value"] if t["value"] is not None else np.nan for t in s.trials], dtype=float)
+                if len(members) == 1:
+                    ok = np.isfinite(y)
+                    ax.scatter(np.flatnonzero(ok), y[ok], s=8, alpha=0.35, color=colour(label, i))
+                filled = np.where(np.isfinite(y), y, -np.inf if s.maximise else np.inf)
+                curves.append(np.maximum.accumulate(filled) if s.maximise else np.minimum.accumulate(filled))
+            best = np.mean(np.vstack(curves), axis=0)
+            ok = np.isfinite(best)
+            if ok.any():
+                ax.step(np.flatnonzero(ok), best[ok], where="post", color=colour(label, i), label=label)
+        ax.set_title(title if len(next(iter(by_label.values()))) == 1 else f"{title} (mean over seeds)", fontsize=9)
         ax.set_xlabel("trial")
         ax.xaxis.get_major_locator().set_params(integer=True)
-        ax.set_ylabel(f"validation {members[0].trials[0]['metric']}")
+        ax.set_ylabel(f"validation {next(iter(by_label.values()))[0].metric}")
     axes[0][-1].legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     return save(fig, out, stem)
@@ -585,30 +736,69 @@ def _metrics_of(done: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
     return tuple(m for m in ("auc", "accuracy") if any(math.isfinite(num(f.get(m))) for f in finals))
 
 
-def _tuning_section(man: Any, out: Path, studies: Sequence[Study], settings: TuneSettings, group: Sequence[str],
+def guard_settings(path: Path, settings: TuneSettings, specs: Sequence[RunSpec]) -> None:
+    """Record the tuning's settings and plan in ``path`` — or, when a resumed tuning finds them
+    there, refuse different ones (``ValueError`` naming what differs): a directory holds one tuning.
+    """
+    from topofl.experiments.results import write_json_atomic
+
+    record = {"settings": json.loads(json.dumps(asdict(settings), default=list)),
+              "plan": hashlib.sha1(json.dumps([asdict(s) for s in specs], sort_keys=True, default=str).encode()).hexdigest()}
+    if path.is_file():
+        try:
+            old = json.loads(path.read_text())
+        except ValueError:
+            old = {}
+        if old != record:
+            was, now = old.get("settings", {}), record["settings"]
+            diff = [f"{k}={was.get(k)!r} (now {v!r})" for k, v in now.items() if was.get(k) != v]
+            if old.get("plan") != record["plan"]:
+                diff.append("the methods, seeds, rounds or data")
+            raise ValueError(f"{path.parent.parent} holds a tuning with other settings: {'; '.join(diff) or 'unreadable record'}; "
+                             "use another --out, or --overwrite to start again")
+        return
+    write_json_atomic(path, record)
+
+
+def doomed(studies: Sequence[Study]) -> list[Study]:
+    """The studies every trial of which failed (their "choice" is the defaults, untested)."""
+    return [s for s in studies if s.trials and all(t["value"] is None for t in s.trials)]
+
+
+def _tuning_section(man: Any, out: Path, studies: Sequence[Study], settings: TuneSettings,
                     default_done: Sequence[Mapping[str, Any]], tuned_done: Sequence[Mapping[str, Any]], seconds: float) -> None:
     """Append the tuning's tables, figure and notes to ``man`` (a :class:`~topofl.experiments.suite.base.Manifest`)."""
     write_tuning(out, studies)
+    keys = setting_keys(studies)
+    group = tuple(k for k in keys if k != "seed")
+    per_seed = "seed" in keys
     rows = summary_rows(studies)
-    man.table(out, "tuning_summary", f"Tuning per setting: {settings.trials} trials each (trial 0 = the defaults), scored on validation "
+    what = "per setting and seed (the seeds re-split the same rows)" if per_seed else "per setting"
+    man.table(out, "tuning_summary", f"Tuning {what}: {settings.trials} trials each (trial 0 = the defaults), scored on validation "
               f"splits ({settings.validation:g} of each client's training data); the chosen values are re-run on the test splits",
-              rows, show=[c for c in (*group, "method", "trials", "failed", "metric", "validation_default", "validation_best", "best_trial",
+              rows, show=[c for c in (*keys, "method", "trials", "failed", "metric", "validation_default", "validation_best", "best_trial",
                                       "chosen", "seconds_per_trial") if not rows or c in rows[0]])
-    paired = tuned_vs_default(default_done, tuned_done, group, _metrics_of(tuned_done))
+    paired = tuned_vs_default(default_done, tuned_done, group, _metrics_of(tuned_done), unchanged_settings(studies, group))
     fam = " and ".join([*group, "metric"])
-    man.table(out, "tuned_vs_default", f"Tuned minus default on the test splits, paired over seeds (mean, 95 % t-interval, seeds won/lost; "
-              f"p: paired t-test, Holm-adjusted over the settings of one {fam})", paired)
+    man.table(out, "tuned_vs_default", f"Tuned minus default on the test splits, paired over seeds (mean, 95 % t-interval, seeds tuned "
+              f"is better/worse; p: paired t-test, Holm-adjusted over the settings of one {fam} whose tuning changed something)", paired)
     fig = trials_figure(studies, out)
     if fig is not None:
         man.figure(fig, "Validation score of every trial (dots) and the best so far (steps), per method: the same number of trials "
                         "for every method, trial 0 being its defaults.")
     n_trials = sum(len(s.trials) for s in studies)
     per = float(np.mean([t["seconds"] for s in studies for t in s.trials])) if n_trials else float("nan")
-    man.notes.append(f"Equal-budget tuning: {len(studies)} setting(s) × {settings.trials} trials ({n_trials} trials, "
-                     f"{sum(t['n_seeds'] for s in studies for t in s.trials)} runs), TPE (Optuna) after {settings.n_startup} random trials, "
-                     f"sampler seed {settings.sampler_seed}; a trial costs {per:.2f} s of run time on average; the whole tuning and both "
-                     f"comparisons took {seconds:.0f} s. Selection used validation splits only; the test splits were read only by the "
-                     "final runs.")
+    man.notes.append(f"Equal-budget tuning: {len(studies)} stud{'y' if len(studies) == 1 else 'ies'} × {settings.trials} trials "
+                     f"({n_trials} trials, {sum(t['n_seeds'] for s in studies for t in s.trials)} runs), TPE (Optuna) after "
+                     f"{settings.n_startup} random trials, sampler seed {settings.sampler_seed}; a trial costs {per:.2f} s of run time on "
+                     f"average; the whole tuning and both comparisons took {seconds:.0f} s. Selection used validation splits only"
+                     + (", each seed's own (its seeds re-split one set of rows, so one choice for all seeds would have seen test rows)"
+                        if per_seed else "") + "; the test splits were read only by the final runs.")
+    lost = doomed(studies)
+    if lost:
+        man.notes.append(f"WARNING: every trial failed for {len(lost)} stud{'y' if len(lost) == 1 else 'ies'} ("
+                         + "; ".join(f"{s.label}: {s.trials[-1].get('error', '')}" for s in lost[:3])
+                         + "): their 'tuned' runs are the defaults, untested.")
     wins = [r for r in paired if r["p_holm"] < 0.05]
     if wins:
         man.notes.append("Holm-significant tuned − default differences: " + "; ".join(
@@ -645,6 +835,7 @@ def tune_comparison(
     if reference not in {s.label or s.method for s in specs}:
         raise ValueError(f"reference {reference!r} is not one of the methods compared")
     studies = plan_studies(specs, settings)
+    guard_settings(out / "tuning" / "settings.json", settings, specs)
     run_studies(studies, settings, out / "tuning" / "runs", jobs=jobs,
                 on_run=(lambda s, t: on_run(f"tuning {s.label} trial {t}")) if on_run else None,
                 on_trial=lambda s, r: write_tuning(out, studies))
@@ -659,10 +850,10 @@ def tune_comparison(
     metrics = _metrics_of(both)
     man.table(out, "summary", "Final test scores per method, defaults and tuned (mean ± std over seeds)",
               final_table(both, ("tuning", "method"), metrics=metrics + (("pooled_auc",) if "auc" in metrics else ())))
-    paired = [r for m in metrics for r in paired_differences(both, ("tuning",), reference, m)]
-    man.table(out, "paired", f"{reference} minus each method, defaults and tuned, paired over seeds (95 % t-interval, seeds won/lost; "
-              "p: paired t-test, Holm-adjusted over the comparisons of one tuning and metric)", paired)
-    _tuning_section(man, out, studies, settings, (), default_done, tuned_done, elapsed(t0))
+    paired = orient_wins([r for m in metrics for r in paired_differences(both, ("tuning",), reference, m)])
+    man.table(out, "paired", f"{reference} minus each method, defaults and tuned, paired over seeds (95 % t-interval, seeds {reference} "
+              "is better/worse; p: paired t-test, Holm-adjusted over the comparisons of one tuning and metric)", paired)
+    _tuning_section(man, out, studies, settings, default_done, tuned_done, elapsed(t0))
     for tuning in ("default", "tuned"):
         sig = [r for r in paired if r["tuning"] == tuning and r["p_holm"] < 0.05]
         man.notes.append(f"{tuning}: {reference} − method, Holm-significant: " + (
@@ -716,6 +907,7 @@ def run_tuned_experiment(
     default_dir = run_experiment(name, seeds, out, resume=True, jobs=jobs, on_done=report, profile=profile, data_root=data_root)
     default_done = [json.loads((default_dir / "runs" / f"{s.run_id}.done.json").read_text()) for s in specs]
     studies = plan_studies(specs, settings)
+    guard_settings(tuned_dir / "tuning" / "settings.json", settings, specs)
     run_studies(studies, settings, tuned_dir / "tuning" / "runs", jobs=jobs,
                 on_run=(lambda s, t: on_run(f"{name} tuning: {s.label} trial {t}")) if on_run else None,
                 on_trial=lambda s, r: write_tuning(tuned_dir, studies))
@@ -726,8 +918,7 @@ def run_tuned_experiment(
     man.name, man.title = f"{name}-tuned", f"{man.title} — tuned"
     man.description = (f"The experiment '{name}' with every setting tuned on validation splits ({settings.trials} trials each), then "
                        f"re-run on the test splits. {man.description}")
-    group = tuple(dict.fromkeys(k for s in specs for k in s.setting))
-    _tuning_section(man, tuned_dir, studies, settings, group, default_done, tuned_done, elapsed(t0))
+    _tuning_section(man, tuned_dir, studies, settings, default_done, tuned_done, elapsed(t0))
     man.write(tuned_dir)
     write_json_atomic(tuned_dir / "config.json", {
         "experiment": f"{name}-tuned", "profile": profile, "data_root": data_root, "seeds": list(seeds),

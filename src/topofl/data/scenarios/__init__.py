@@ -200,6 +200,12 @@ DESCRIPTIONS: dict[str, str] = {
 }
 
 
+#: the scenarios whose data are drawn afresh for every seed (synthetic generators): two seeds share no
+#: row. Every other source (real data, a user's table, image partitions) re-splits one set of rows by
+#: seed, so that a row tested under one seed trains under another (what tuning must not mix).
+DRAWN_PER_SEED = frozenset({"healthcare", "benchmark", "continual", "paper-healthcare", "paper-benchmark"})
+
+
 def make_scenario(name: str, seed: int = 0, **params: Any) -> Federation:
     """A seeded scenario federation by name; ``params`` override the scenario's defaults."""
     if name not in SCENARIOS:
@@ -209,4 +215,4 @@ def make_scenario(name: str, seed: int = 0, **params: Any) -> Federation:
     return SCENARIOS[name][0](seed, **params)
 
 
-__all__ = ["DESCRIPTIONS", "SCENARIOS", "make_scenario", "HealthcareConfig", "BenchmarkConfig", "ContinualConfig"]
+__all__ = ["DESCRIPTIONS", "DRAWN_PER_SEED", "SCENARIOS", "make_scenario", "HealthcareConfig", "BenchmarkConfig", "ContinualConfig"]

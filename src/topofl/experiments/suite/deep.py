@@ -209,7 +209,7 @@ def analyse(out: Path, done: list[dict[str, Any]]) -> Manifest:
                           "ours_accuracy_mean": r["accuracy_mean"], "ours_accuracy_std": r["accuracy_std"]})
     man.table(out, "paper_vs_ours", "Our accuracy next to the paper's Table 2 (different data and budgets: see the notes)", paper)
     man.table(out, "paired", "pTopoFL minus each method: final accuracy, paired over seeds (mean, 95 % t-interval, seeds pTopoFL wins; "
-              "p: paired t-test, Holm-adjusted over the methods of one part)",
+              "p: paired t-test, Holm-adjusted over the methods of one part and α)",
               paired_differences(done, ("part", "alpha"), "ptopofl", "accuracy"))
     clusters = cluster_table(out, done)
     man.table(out, "clusters", "pTopoFL's last-round clusters per run: sizes, largest share, the label groups of C′ (average-linkage "

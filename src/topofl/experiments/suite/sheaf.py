@@ -100,12 +100,15 @@ def model_bytes(out: Path) -> dict[tuple[str, int], int]:
 
 
 def paired_vs(done: list[dict[str, Any]], reference: str, metric: str = "accuracy", only: Sequence[str] | None = None) -> list[dict[str, Any]]:
-    """Each method (or those in ``only``) minus ``reference``, paired over seeds: mean, 95 % t-interval, seeds won and lost."""
+    """Each method (or those in ``only``) minus ``reference``, paired over seeds: mean, 95 % t-interval, seeds won and lost, raw
+    p and Holm's adjustment over the methods compared with ``reference``.
+    """
     keep = [d for d in done if only is None or d["method"] in (*only, reference)]
     rows = []
     for r in paired_differences(keep, (), reference, metric):  # reference − other: flip to read "method − reference"
         rows.append({"method": r["method"], "versus": reference, "n_seeds": r["n_seeds"], "diff_mean": -r["diff_mean"],
-                     "ci_low": -r["ci_high"], "ci_high": -r["ci_low"], "wins": r["other_wins"], "losses": r["reference_wins"]})
+                     "ci_low": -r["ci_high"], "ci_high": -r["ci_low"], "wins": r["other_wins"], "losses": r["reference_wins"],
+                     "p_value": r["p_value"], "p_holm": r["p_holm"], "n_comparisons": r["n_comparisons"]})
     return rows
 
 
