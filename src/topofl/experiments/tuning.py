@@ -426,6 +426,7 @@ def _run_quietly(spec: RunSpec, run_dir: str, in_worker: bool) -> dict[str, Any]
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", TrainingWarning)
+            warnings.simplefilter("ignore", RuntimeWarning)  # numpy's overflow of a diverging trial
             return _worker(spec, run_dir) if in_worker else execute_run(spec, Path(run_dir))
     finally:
         loud.setLevel(level)
