@@ -22,7 +22,7 @@ LAYERS = [
                  "topofl.decentralised.dfedu", "topofl.decentralised.dpsgd", "topofl.decentralised.local",
                  "topofl.robustness.attacks", "topofl.robustness.peer_attacks"]),
     ("registry", ["topofl.methods"]),
-    ("applications", ["topofl.api", "topofl.experiments", "topofl.flower"]),
+    ("applications", ["topofl.api", "topofl.experiments", "topofl.flower", "topofl.robustness.deployment"]),
     ("interfaces", ["topofl", "topofl.cli", "topofl.cli_parsing"]),
 ]
 

@@ -7,6 +7,7 @@ runs, so that ``topofl --help`` answers at once (``benchmarks/bench_import.py`` 
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -35,7 +36,7 @@ app = typer.Typer(
 
 @app.command(cls=ui.WithHyperparameters, short_help="Compare methods over seeds on a scenario: a table of scores, results in a directory.")
 @ui.friendly_errors
-@ui.with_options(*ui.DATA_OPTIONS, "seeds", "client_fraction", "graph", "graph_param", "overwrite", "verbose")
+@ui.with_options(*ui.DATA_OPTIONS, "seeds", "client_fraction", "graph", "graph_param", "robust_defaults", "overwrite", "verbose")
 def compare(
     methods: Optional[str] = typer.Option(
         None, "--methods", "-m", help="Comma-separated methods (default: every server-based method); `topofl methods` lists them."
@@ -51,6 +52,8 @@ def compare(
 
     Peer-to-peer methods (sheaf, dfedu, dpsgd, local-peers) run on --graph and join the same table.
 
+    --robust-defaults runs every method with the deployments' Byzantine-robust defaults (what a Flower deployment applies).
+
     DIR must be new or empty: a second comparison into the same DIR needs --overwrite (or another --out); so does starting an interrupted one again.
     """
     o = ui.Options(**options)
@@ -63,6 +66,11 @@ def compare(
     file = load_toml(o.config) if o.config else {}
     method_list = methods.split(",") if methods is not None else file.get("methods", [file["method"]] if "method" in file else available("server"))
     spec = options_spec(o, file, method_list, resolve(o.seeds, file, "seeds", "0-9"))
+    if o.robust_defaults:
+        from topofl.robustness.deployment import deployment_hyperparameters
+
+        spec = dataclasses.replace(spec, hyperparameters={m: deployment_hyperparameters(m, spec.hyperparameters.get(m, {}))
+                                                          for m in spec.methods})
     out = out or Path("results") / f"compare-{spec.scenario}"
     check_out_is_free(out, o.overwrite)
     out = prepare_out(out)
@@ -133,13 +141,12 @@ def tune(
     """
     o = ui.Options(**options)
     ui.setup_logging(o.verbose)
-    import shutil
-
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from topofl._validation import check_int
+    from topofl.experiments.driver import clear_directory
     from topofl.experiments.report import build_report
-    from topofl.experiments.store import RunSpec
+    from topofl.experiments.store import RunSpec, results_lock
     from topofl.experiments.tuning import total_runs, tune_comparison
     from topofl.methods import available, family
 
@@ -159,15 +166,16 @@ def tune(
     specs = [RunSpec("tune", spec.scenario, m, s, spec.rounds, hyperparameters=dict(spec.hyperparameters.get(m, {})),
                      scenario_params=dict(spec.scenario_params), model=spec.model) for s in spec.seeds for m in spec.methods]
     out = out or Path("results") / f"tune-{spec.scenario}"
-    if overwrite and out.is_dir():
-        shutil.rmtree(out)
     prepare_out(out)
     t0 = time.perf_counter()
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
-                  console=ui.err_console, transient=False, disable=not ui.err_console.is_terminal) as bar:
-        task = bar.add_task("tuning", total=total_runs(specs, settings))
-        tune_comparison(specs, out, settings, reference=ref, resume=resume, jobs=jobs,
-                        on_run=lambda what: bar.update(task, advance=1, description=what))
+    with results_lock(out):  # held from the clearing on: a second writer is refused before anything is deleted
+        if overwrite:
+            clear_directory(out)
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
+                      console=ui.err_console, transient=False, disable=not ui.err_console.is_terminal) as bar:
+            task = bar.add_task("tuning", total=total_runs(specs, settings))
+            tune_comparison(specs, out, settings, reference=ref, resume=resume, jobs=jobs,
+                            on_run=lambda what: bar.update(task, advance=1, description=what))
     ui.print_tuning(out)
     ui.console.print(f"report: {build_report(out)}")
     ui.console.print(f"[dim]{time.perf_counter() - t0:.1f} s · results in {out}/[/]")
@@ -215,7 +223,7 @@ def run(
 
 @app.command(short_help="Run one of the papers' experiments, or all of them and the report.")
 @ui.friendly_errors
-@ui.with_options(*ui.TUNING_OPTIONS)
+@ui.with_options(*ui.TUNING_OPTIONS, "robust_defaults")
 def experiment(
     name: str = typer.Argument(
         ...,
@@ -268,6 +276,8 @@ def experiment(
     o = ui.Options(**options)
     if o.tuning_flags() and not tuned:
         raise ValueError(f"{', '.join(o.tuning_flags())} go with --tuned")
+    if tuned and o.robust_defaults:
+        raise ValueError("--robust-defaults and --tuned exclude each other (tune with -p aggregator=guarded_mean instead)")
     if tuned:
         settings = tune_settings(o)
         if name in GROUPS:
@@ -286,7 +296,7 @@ def experiment(
                 bar.update(task, advance=1, description=f"{spec.experiment}: {spec.label or spec.method} seed {spec.seed}")
 
             exp_dir = run_experiment(n, seed_list, out, resume=resume, overwrite=overwrite, jobs=jobs, on_done=tick, profile=profile,
-                                     data_root=root)
+                                     data_root=root, robust_defaults=o.robust_defaults)
             ui.console.print(f"[green]✓[/] {n}: results in {exp_dir}/")
             for line in json.loads((exp_dir / "manifest.json").read_text()).get("console", []):  # the experiment's headline numbers
                 ui.console.print(line, markup=False, highlight=False, soft_wrap=True)
@@ -298,26 +308,25 @@ def experiment(
 def _run_tuned(name: str, seeds: Sequence[int], out: Path, settings: TuneSettings, resume: bool, overwrite: bool, jobs: int, profile: str,
                root: str | None) -> None:
     """``topofl experiment NAME --tuned``: the defaults into OUT/NAME, the tuned experiment into OUT/NAME-tuned, then the report."""
-    import shutil
-
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    from topofl.experiments.driver import plan_for
+    from topofl.experiments.driver import clear_directory, plan_for
     from topofl.experiments.report import build_report
+    from topofl.experiments.store import results_lock
     from topofl.experiments.tuning import run_tuned_experiment, total_runs
 
     prepare_out(out)
-    if overwrite:
-        for d in (out / name, out / f"{name}-tuned"):
-            if d.is_dir():
-                shutil.rmtree(d)
     t0 = time.perf_counter()
     specs = plan_for(name, seeds, profile, root)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
-                  console=ui.err_console, transient=False) as bar:
-        task = bar.add_task(name, total=total_runs(specs, settings))
-        tuned_dir = run_tuned_experiment(name, seeds, out, settings, resume=resume, jobs=jobs, profile=profile,
-                                         data_root=root, on_run=lambda what: bar.update(task, advance=1, description=what))
+    with results_lock(out / name), results_lock(out / f"{name}-tuned"):  # held from the clearing on
+        if overwrite:
+            for d in (out / name, out / f"{name}-tuned"):
+                clear_directory(d)
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
+                      console=ui.err_console, transient=False) as bar:
+            task = bar.add_task(name, total=total_runs(specs, settings))
+            tuned_dir = run_tuned_experiment(name, seeds, out, settings, resume=resume, jobs=jobs, profile=profile,
+                                             data_root=root, on_run=lambda what: bar.update(task, advance=1, description=what))
     ui.console.print(f"[green]✓[/] {name}: defaults in {out / name}/, tuned in {tuned_dir}/")
     ui.print_tuning(tuned_dir)
     ui.console.print(f"report: {build_report(out)}")
@@ -368,13 +377,18 @@ def flower(
     pooled_metrics: bool = typer.Option(False, "--pooled-metrics", help="Clients also send test labels and scores (pooled AUC)."),
     client_fraction: float = typer.Option(1.0, "--client-fraction", help="Share of the clients a federated round trains, in (0, 1]."),
     cpus_per_node: float = typer.Option(1.0, "--cpus-per-node", help="Ray CPUs per ClientApp (1 runs two at once on 2 cores)."),
+    robust_defaults: bool = typer.Option(
+        True, "--robust-defaults/--papers-rules", help="The deployments' Byzantine-robust defaults (topofl.flower.settings."
+        "DEPLOYMENT_DEFAULTS: the guarded mean, shares capped at 0.3) for every field no --param sets, or the papers' rules."
+    ),
     resume: Optional[Path] = ui.FlowerResumeOpt,
     verbose: bool = ui.VerboseOpt,
 ) -> None:
     """Run a method on Flower's Simulation Runtime (Ray), with the ServerApp and ClientApp `flwr run` uses.
 
     The server checkpoints its state after every round into the run's directory; --resume RUN_DIR
-    continues a run that was killed. Exits 1 with the reason when the run fails.
+    continues a run that was killed. Like a deployment, the run uses the Byzantine-robust defaults
+    (the guarded mean, shares capped at 0.3) unless --param sets the field or --papers-rules is given. Exits 1 with the reason when the run fails.
     Needs the flower extra: pip install "topofl[flower]". For real sites see examples/flower-app.
     """
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -388,7 +402,8 @@ def flower(
         given = [flag for flag, value, default in (
             ("--out", out, None), ("--method", method, "ptopofl"), ("--scenario", scenario, "healthcare"), ("--rounds", rounds, 3),
             ("--seed", seed, 0), ("--param", param or [], []), ("--scenario-param", scenario_param or [], []), ("--graph", graph, "ring"),
-            ("--pooled-metrics", pooled_metrics, False), ("--client-fraction", client_fraction, 1.0)) if value != default]
+            ("--pooled-metrics", pooled_metrics, False), ("--client-fraction", client_fraction, 1.0),
+            ("--papers-rules", robust_defaults, True)) if value != default]
         if given:
             raise ValueError(f"--resume continues a run in its own directory with its own settings; leave out {', '.join(given)}")
         run_dir = resume.resolve()
@@ -400,6 +415,7 @@ def flower(
             method=method, scenario=scenario, rounds=rounds, seed=seed, graph=graph, pooled_metrics=pooled_metrics,
             client_fraction=client_fraction, hyperparameters=parse_assignments(param or [], "--param"),
             scenario_params=parse_assignments(scenario_param or [], "--scenario-param"), out_dir="." if out else "",
+            robust_defaults=robust_defaults,
         )
     started = time.perf_counter()
     try:

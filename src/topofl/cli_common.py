@@ -109,6 +109,10 @@ ConfigOpt = typer.Option(
                 "flags override it, and its settings of methods not selected are ignored."),
 )
 FractionOpt = typer.Option(None, "--client-fraction", help="Fraction of clients selected per round, in (0, 1] (default 1).")
+RobustOpt = typer.Option(
+    False, "--robust-defaults", help="Give every method the deployments' Byzantine-robust defaults (topofl.flower.settings."
+    "DEPLOYMENT_DEFAULTS: the guarded mean, shares capped at 0.3) wherever no -p sets the field; without it the papers' rules."
+)
 VerboseOpt = typer.Option(False, "--verbose", "-v", help="Log debug messages (and the config file's settings that were ignored).")
 GraphOpt = typer.Option(
     None, "--graph",
@@ -171,6 +175,7 @@ SHARED_OPTIONS: dict[str, tuple[Any, Any]] = {
     "param": (Optional[list[str]], ParamOpt), "scenario_param": (Optional[list[str]], ScenParamOpt), "config": (Optional[Path], ConfigOpt),
     "model": (Optional[str], ModelOpt), "client_fraction": (Optional[float], FractionOpt), "graph": (Optional[str], GraphOpt),
     "graph_param": (Optional[list[str]], GraphParamOpt), "overwrite": (bool, OverwriteOpt), "verbose": (bool, VerboseOpt),
+    "robust_defaults": (bool, RobustOpt),
     "trials": (Optional[int], TrialsOpt), "tune_params": (Optional[str], TuneParamsOpt), "tune_seeds": (Optional[str], TuneSeedsOpt),
     "validation_fraction": (Optional[float], ValidationOpt), "tune_metric": (Optional[str], TuneMetricOpt),
     "sampler_seed": (Optional[int], SamplerSeedOpt),

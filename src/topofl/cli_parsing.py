@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from topofl.atomic import LOCK_NAME
 from topofl.parsing import parse_assignments, parse_seeds, parse_value
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -54,25 +55,87 @@ def method_hyperparameters(methods: Sequence[str], flat: Mapping[str, Any]) -> d
     return out
 
 
+#: Largest config file :func:`load_toml` reads (a run/compare file is a few hundred bytes).
+MAX_CONFIG_BYTES = 1_000_000
+#: Deepest nesting of tables and arrays a config file may have (the layout needs 3: ``[hyperparameters.METHOD]`` with a list value).
+MAX_CONFIG_DEPTH = 16
+
+
 def load_toml(path: Path) -> dict[str, Any]:
     """Read a run/compare TOML file (layout in the README); every key's type is checked
     (:data:`CONFIG_KEYS`) and a wrong one is a ``ValueError`` naming the file and the key.
+
+    Parameters
+    ----------
+    path : Path
+        A UTF-8 TOML file (a leading byte-order mark is ignored) of at most
+        :data:`MAX_CONFIG_BYTES` bytes, nesting tables and arrays at most
+        :data:`MAX_CONFIG_DEPTH` levels deep.
+
+    Raises
+    ------
+    ValueError
+        One line naming the file: missing or unreadable, too large, not UTF-8, not TOML, nested
+        too deeply, an unknown key or a value of the wrong type.
     """
     path = Path(path)
+    where = f"config file {str(path)!r}"
     if not path.is_file():
-        raise ValueError(f"config file {str(path)!r} does not exist")
+        raise ValueError(f"{where} does not exist")
     try:
-        data = tomllib.loads(path.read_text())
+        size = path.stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise ValueError(f"{where} is larger than {MAX_CONFIG_BYTES:,} bytes ({size:,}); a run/compare config is a few lines")
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise ValueError(f"{where} cannot be read: {exc.strerror or exc}") from None
+    if len(raw) > MAX_CONFIG_BYTES:  # grew since stat
+        raise ValueError(f"{where} is larger than {MAX_CONFIG_BYTES:,} bytes; a run/compare config is a few lines")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{where} is not UTF-8 text (byte {exc.start} is {raw[exc.start:exc.start + 1]!r}); save it as UTF-8") from None
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ValueError(f"config file {str(path)!r} is not valid TOML: {exc}") from None
+        raise ValueError(f"{where} is not valid TOML: {str(exc).splitlines()[0] if str(exc) else exc!r}") from None
+    except RecursionError:
+        raise ValueError(f"{where} nests deeper than TOML can be read here; at most {MAX_CONFIG_DEPTH} levels of tables and arrays") from None
+    depth = _nesting(data) - 1  # the document itself is no level
+    if depth > MAX_CONFIG_DEPTH:
+        raise ValueError(f"{where} nests {depth} levels deep; at most {MAX_CONFIG_DEPTH} levels of tables and arrays")
     unknown = sorted(set(data) - set(CONFIG_KEYS))
     if unknown:
-        raise ValueError(f"config file {str(path)!r} has unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(CONFIG_KEYS))}")
+        shown = ", ".join(k if len(k) <= 40 else k[:30] + "..." for k in unknown[:12]) + (" ..." if len(unknown) > 12 else "")
+        raise ValueError(f"{where} has unknown key(s) {shown}; known: {', '.join(sorted(CONFIG_KEYS))}")
     for key, value in data.items():
         expected, ok = CONFIG_KEYS[key]
         if not ok(value):
-            raise ValueError(f"config file {str(path)!r}: {key} must be {expected}; got {value!r}")
+            raise ValueError(f"{where}: {key} must be {expected}; got {_short(value)}")
     return data
+
+
+def _nesting(value: Any) -> int:
+    """How many tables and arrays ``value`` nests (a scalar: 0), without recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, Mapping):
+            children: Any = v.values()
+        elif isinstance(v, list):
+            children = v
+        else:
+            continue
+        deepest = max(deepest, depth + 1)
+        stack.extend((c, depth + 1) for c in children)
+    return deepest
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    """``repr(value)``, cut to about ``limit`` characters with its full length said."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit - 20]}... ({len(text)} characters)"
 
 
 def _is_int(v: Any) -> bool:
@@ -207,7 +270,7 @@ def check_out_is_free(path: Path, overwrite: bool, flag: str = "--out") -> None:
     path = Path(path)
     if overwrite or not path.is_dir():
         return
-    entries = sorted(p.name for p in path.iterdir())
+    entries = sorted(p.name for p in path.iterdir() if p.name != LOCK_NAME)  # a lock file left by a finished run holds no results
     if entries:
         shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
         raise ValueError(f"{flag} {str(path)!r} already holds files ({shown}); pass --overwrite to replace the results in it, "

@@ -24,5 +24,8 @@ MAX_SCENARIO_VALUES = 200_000_000
 MAX_CLIENT_EXAMPLES = 10**9
 #: Most classes a classification task may have.
 MAX_CLASSES = 1000
+#: Most values a reply array of free length (e.g. a persistence diagram) may declare before it
+#: is decoded (8 MB of float64); arrays of fixed length are bounded by the server's model.
+MAX_REPLY_FREE_VALUES = 1_000_000
 #: Most experiment runs executed in parallel (``--jobs``).
 MAX_JOBS = 64

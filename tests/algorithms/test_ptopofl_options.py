@@ -19,9 +19,9 @@ def _recording(hp):
     calls = []
     inner = algo._aggregate
 
-    def record(members, w, robust, group):
+    def record(members, w, robust, group, everyone):
         calls.append(([u.client_id for u in members], np.vstack([u.params for u in members]), np.array(w)))
-        return inner(members, w, robust, group)
+        return inner(members, w, robust, group, everyone)
 
     algo._aggregate = record
     return algo, calls

@@ -2,6 +2,7 @@
 import csv
 import json
 
+import numpy as np
 import pytest
 
 from topofl.experiments.driver import default_seeds, plan_for, run_experiment
@@ -11,9 +12,12 @@ from topofl.experiments.suite import attacks
 
 def test_plans_by_budget_and_run_ids_without_an_attack_are_unchanged():
     full, quick = plan_for("attacks", [0, 1], "full"), plan_for("attacks", [0], "quick")
-    per_seed = sum(len(attacks.DEFENCES) * (1 + len(attacks.KINDS) * len(shares)) for _, shares in attacks.SCENARIOS.values())
+    audit = len(attacks.DEFENCES) * len(attacks.AUDIT)   # the audit's two sign flips, healthcare only
+    per_seed = sum(len(attacks.DEFENCES) * (1 + len(attacks.KINDS) * len(shares)) for _, shares in attacks.SCENARIOS.values()) + audit
     assert len(full) == 2 * per_seed
-    assert len(quick) == sum(len(attacks.DEFENCES) * (1 + len(attacks.KINDS) * 2) for _ in attacks.SCENARIOS)
+    assert len(quick) == sum(len(attacks.DEFENCES) * (1 + len(attacks.KINDS) * 2) for _ in attacks.SCENARIOS) + audit
+    assert {s.attack for s in full if s.setting["attack"] == "sign_flip_x9"} == {"sign_flip:scale=9,fraction=0.125,seed=0",
+                                                                                "sign_flip:scale=9,fraction=0.125,seed=1"}
     assert {s.attack for s in full if s.setting["attack"] == attacks.CLEAN} == {""}
     # an empty attack leaves a run's id as it was before attacks existed (resumable old results)
     spec = RunSpec("x", "healthcare", "fedavg", 0, 3)
@@ -32,7 +36,8 @@ def test_smoke_run_attacks_the_chosen_clients_and_scores_detection(tmp_path):
     out = run_experiment("attacks", [0], tmp_path, profile="smoke")
     done = [json.loads(p.read_text()) for p in (out / "runs").glob("*.done.json")]
     for d in done:
-        want = sorted(choose_adversaries(range(8), 0.25, 0)) if d["attack"] != attacks.CLEAN else []
+        share = attacks.AUDIT[d["attack"]][1] if d["attack"] in attacks.AUDIT else 0.25
+        want = sorted(choose_adversaries(range(8), share, 0)) if d["attack"] != attacks.CLEAN else []
         assert d["adversarial"] == want, d["method"]
     drop = list(csv.DictReader(open(out / "drop.csv")))
     # attacked minus clean, per method: recomputed from the runs' final AUCs
@@ -44,6 +49,14 @@ def test_smoke_run_attacks_the_chosen_clients_and_scores_detection(tmp_path):
     for r in det.values():
         for k in ("precision", "recall", "f1"):
             assert r[k] == "" or 0.0 <= float(r[k]) <= 1.0
+    # the deployment defaults against the audit's sign flips: honest clients' AUC, recomputed from the runs' rounds
+    check = {(r["method"], r["attack"]): r for r in csv.DictReader(open(out / "deployment_default.csv"))}
+    assert set(check) == {(m, k) for m in (*attacks.DEPLOYED, *attacks.DEPLOYED.values()) for k in attacks.AUDIT}
+    rounds = [r for r in csv.DictReader(open(out / "rounds.csv")) if r["method"] == "FedAvg" and r["round"] == "3"]
+    adv = set(choose_adversaries(range(8), 0.25, 0))
+    honest = lambda attack: np.mean([float(r["auc"]) for r in rounds if r["attack"] == attack and int(r["client"]) not in adv])  # noqa: E731
+    assert float(check[("FedAvg", "sign_flip_x10")]["diff_mean"]) == pytest.approx(honest("sign_flip_x10") - honest(attacks.CLEAN), abs=1e-9)
+    assert ("FedAvg (deployment default)", "sign_flip_x10") in det   # the update-space detector is scored
 
 
 def test_detection_scores_by_hand(tmp_path):

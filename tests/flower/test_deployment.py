@@ -411,6 +411,34 @@ def test_the_run_survives_a_superlink_restart_with_the_same_metrics(
     assert dep.node_status() == {nid: "online" for nid in dep.node_ids}  # same ids, still there
 
 
+def test_nodes_reported_unavailable_after_a_restart_get_their_round_again(
+    flower_deployment_factory: Any, flower_app_dir: Path, tmp_path: Path
+) -> None:
+    """The audit's case, made deterministic: 10 s heartbeats, 4 SuperNodes, 3 of them frozen
+    (SIGSTOP) while the SuperLink restarts after round 1 of 2 and for 30 s after, so their
+    heartbeats lapse and the restarted SuperLink answers round 2 with NODE_UNAVAILABLE for them
+    (the audit: 3 of 4 nodes lost, AUC 0.858 instead of 0.880, reported ``finished:completed``).
+    The ServerApp holds those replies and sends the messages again once the nodes are back: no
+    failure, the uninterrupted run's curves, and result.json says ``completed``."""
+    dep = flower_deployment_factory(4, heartbeat_interval=10.0)
+    config = {"method": "fedavg", "num-server-rounds": 2, "scenario-params": "n_clients=4,adversarial=(1,)",
+              "out-dir": "out", "min-nodes": 4}
+    run = dep.submit(flower_app_dir, config)
+    run_dir = _wait_for_round(run, dep.results_root / "out", 1)
+    frozen = [1, 2, 3]
+    try:
+        for i in frozen:
+            dep.nodes[i].signal_tree(signal.SIGSTOP)
+        print(f"SuperLink outage {dep.restart_superlink(down_for=5.0):.1f} s")
+        time.sleep(30.0)  # > 2 heartbeat intervals: the SuperLink now reports the frozen nodes unavailable
+    finally:
+        for i in frozen:
+            dep.nodes[i].signal_tree(signal.SIGCONT)
+    result = run.wait(timeout=RUN_TIMEOUT)
+    _check_run_files(result, run_dir, rounds=2, n_clients=4)
+    _assert_same_curves(_curves(run_dir), _reference_curves(tmp_path, rounds=2, n_clients=4))
+
+
 def test_a_killed_serverapp_resumes_from_its_checkpoint_with_the_same_metrics(
     flower_deployment_factory: Any, flower_app_dir: Path, tmp_path: Path
 ) -> None:
@@ -451,8 +479,8 @@ def _checkpointed_round(run_dir: Path) -> int:
         return 0
 
 
-def _check_run_files(result: Any, run_dir: Path, rounds: int) -> None:
+def _check_run_files(result: Any, run_dir: Path, rounds: int, n_clients: int = 2) -> None:
     assert result.ok, f"status {result.status} {result.status_details}\n{result.stdout[-4000:]}"
     res = _result(run_dir)
-    assert res["method"] == "fedavg" and res["rounds"] == rounds and res["clients"] == [0, 1]
-    assert res["failures"] == []
+    assert res["method"] == "fedavg" and res["rounds"] == rounds and res["clients"] == list(range(n_clients))
+    assert res["failures"] == [] and res["status"] == "completed" and res["degraded_rounds"] == []

@@ -31,9 +31,13 @@ def assert_same_records(a, b, keys=("auc", "accuracy", "loss"), atol=1e-12):
 def test_flower_federated_run_equals_in_process(method):
     settings = FlowerSettings(method=method, rounds=3, seed=3, scenario_params=SMALL)
     flower = federated_main(FakeGrid(4), settings)
-    ref = topofl.simulate(topofl.make_scenario("healthcare", seed=3, **SMALL), method, rounds=3, seed=3)
+    # the Flower run applies the deployment defaults (robust-defaults): the in-process run gets the same hyper-parameters
+    ref = topofl.simulate(topofl.make_scenario("healthcare", seed=3, **SMALL), method, rounds=3, seed=3, **settings.hyperparameters)
     assert_same_records(flower.records, ref.records)
     assert not flower.failures
+    papers = FlowerSettings(method=method, rounds=3, seed=3, scenario_params=SMALL, robust_defaults=False)
+    assert_same_records(federated_main(FakeGrid(4), papers).records,
+                        topofl.simulate(topofl.make_scenario("healthcare", seed=3, **SMALL), method, rounds=3, seed=3).records)
     np.testing.assert_allclose([r.bytes_up for r in flower.rounds], [r.bytes_up for r in ref.rounds])
 
 
@@ -224,7 +228,8 @@ def test_replies_are_pulled_until_all_arrived_or_the_timeout_passed():
 def test_partial_participation_selects_the_clients_the_in_process_run_selects(method):
     settings = FlowerSettings(method=method, rounds=3, seed=3, scenario_params={"n_clients": 8}, client_fraction=0.5)
     flower = federated_main(FakeGrid(8), settings)
-    ref = topofl.simulate(topofl.make_scenario("healthcare", seed=3, n_clients=8), method, rounds=3, seed=3, client_fraction=0.5)
+    ref = topofl.simulate(topofl.make_scenario("healthcare", seed=3, n_clients=8), method, rounds=3, seed=3, client_fraction=0.5,
+                          **settings.hyperparameters)
     assert_same_records(flower.records, ref.records)
     assert [r.bytes_up for r in flower.rounds] == [r.bytes_up for r in ref.rounds]
     for rnd in (1, 2, 3):  # half of the 8 clients upload in each round

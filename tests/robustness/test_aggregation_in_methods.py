@@ -52,8 +52,13 @@ def test_fedavg_with_a_robust_rule_survives_the_attack(rule, fedavg_mean):
 
 @pytest.mark.parametrize("method", ["fedavg", "fedprox"])
 def test_multi_krum_excludes_exactly_the_attacker(method):
-    h, _ = run_attacked(method, against, aggregator="multi_krum")   # m = n − f = 7 of 8
+    h, _ = run_attacked(method, against, aggregator="multi_krum", byzantine_f=1)   # m = n − f = 7 of 8
     assert [log.get("excluded") for log in h.server_logs] == [[VICTIM]] * 3
+
+
+def test_multi_krum_by_default_tolerates_the_most_the_round_allows():
+    h, _ = run_attacked("fedavg", against, aggregator="multi_krum")   # f = (8 − 3) // 2 = 2: m = 6 of 8
+    assert all(len(log["excluded"]) == 2 and VICTIM in log["excluded"] for log in h.server_logs)
 
 
 def test_krum_and_bulyan_exclude_the_attacker():
@@ -98,7 +103,7 @@ def test_ptopofl_with_a_robust_intra_aggregator_survives_the_attack():
 
 
 def test_ptopofl_multi_krum_within_one_cluster_excludes_the_attacker():
-    h, _ = run_attacked("ptopofl", against, n_clusters=1, intra_aggregator="multi_krum")
+    h, _ = run_attacked("ptopofl", against, n_clusters=1, intra_aggregator="multi_krum", byzantine_f=1)
     assert [log.get("excluded") for log in h.server_logs] == [[VICTIM]] * 3
 
 
@@ -112,7 +117,7 @@ def test_ptopofl_norm_clip_measures_each_change_from_the_model_sent():
 # ---- too few updates for the configured f: the round goes on with the median ----------------------
 def test_ptopofl_clusters_too_small_for_krum_fall_back_to_the_median(caplog):
     with caplog.at_level(logging.WARNING, logger="topofl.algorithms.base"):
-        h, krum = run_attacked("ptopofl", against, intra_aggregator="krum")   # two clusters of 4 < 2f + 3 = 5
+        h, krum = run_attacked("ptopofl", against, intra_aggregator="krum", byzantine_f=1)   # two clusters of 4 < 2f + 3 = 5
     notes = [log["aggregation_fallback"] for log in h.server_logs]
     assert all(set(n) == {"0", "1"} and "needs at least 5 updates; got 4: coordinate-wise median used" in n["0"] for n in notes)
     assert len([r for r in caplog.records if "coordinate-wise median used" in r.getMessage()]) == 1   # warned once per run
@@ -139,13 +144,17 @@ def test_defaults_keep_the_weighted_mean():
     for method, field in (("fedavg", "aggregator"), ("fedprox", "aggregator"), ("ptopofl", "intra_aggregator")):
         c = build(method, {}).config
         assert getattr(c, field) == "mean"
-        assert (c.byzantine_f, c.trim_fraction, c.clip_norm, c.multi_krum_m) == (1, 0.25, 1.0, 0)
+        assert (c.byzantine_f, c.trim_fraction, c.clip_norm, c.multi_krum_m) == (-1, -1.0, 1.0, 0)   # f and β from the round
 
 
 @pytest.mark.parametrize("method, values, field", [
     ("fedavg", {"aggregator": "geomed"}, "aggregator"),
     ("ptopofl", {"intra_aggregator": "geomed"}, "intra_aggregator"),
-    ("fedavg", {"byzantine_f": -1}, "byzantine_f"),
+    ("fedavg", {"byzantine_f": -2}, "byzantine_f"),
+    ("fedavg", {"trim_fraction": -0.5}, "trim_fraction"),
+    ("fedavg", {"guard_min_cosine": 1.0}, "guard_min_cosine"),
+    ("ptopofl", {"guard_clip": 0.0}, "guard_clip"),
+    ("fedavg", {"guard_clip": 3.0, "guard_max_norm": 2.0}, "guard_max_norm"),
     ("ptopofl", {"trim_fraction": 0.5}, "trim_fraction"),
     ("fedprox", {"clip_norm": 0.0}, "clip_norm"),
     ("fedavg", {"multi_krum_m": -2}, "multi_krum_m"),
@@ -160,7 +169,7 @@ def test_settings_from_the_command_line(tmp_path):
 
     runner = CliRunner()
     res = runner.invoke(app, ["methods"])
-    assert res.exit_code == 0 and all(k in res.output for k in ("aggregator=mean", "intra_aggregator=mean", "byzantine_f=1", "clip_norm=1.0"))
+    assert res.exit_code == 0 and all(k in res.output for k in ("aggregator=mean", "intra_aggregator=mean", "byzantine_f=-1", "clip_norm=1.0"))
     res = runner.invoke(app, ["compare", "--methods", "fedavg", "-p", "fedavg.aggregator=krum", "-p", "byzantine_f=2", "--seeds", "0",
                               "--rounds", "2", "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output

@@ -337,18 +337,19 @@ def test_flower_attacked_run_equals_in_process(method, spec):
     pytest.importorskip("flwr")
     from fake_grid import FakeGrid
     from topofl.flower.server_app import federated_main
-    from topofl.flower.settings import FlowerSettings
+    from topofl.flower.settings import FlowerSettings, deployment_hyperparameters
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         flower = federated_main(FakeGrid(4), FlowerSettings(method=method, rounds=3, seed=3, scenario_params=CLEAN, attack=spec))
     fed = topofl.make_scenario("healthcare", seed=3, **CLEAN)
-    ref = quiet_simulate(fed, method, rounds=3, seed=3, attack=spec)
+    hp = deployment_hyperparameters(method, {})   # what a Flower run applies by default (robust-defaults)
+    ref = quiet_simulate(fed, method, rounds=3, seed=3, attack=spec, **hp)
     assert not flower.failures and not ref.failures
     a, b = losses(flower), losses(ref)
     assert a.keys() == b.keys()
     np.testing.assert_allclose([a[k] for k in sorted(a)], [b[k] for k in sorted(a)], rtol=0, atol=1e-12)
-    assert losses(quiet_simulate(fed, method, rounds=3, seed=3)) != b
+    assert losses(quiet_simulate(fed, method, rounds=3, seed=3, **hp)) != b
 
 
 def test_flower_settings_validate_the_attack():

@@ -19,11 +19,11 @@ from topofl.config import hp
 from topofl.federation.algorithm import Algorithm, AlgorithmConfig, ClientContext
 from topofl.privacy.accounting import ACCOUNTANTS
 from topofl.privacy.dp import DPConfig
-from topofl.robustness.aggregators import AGGREGATORS, AggregateResult, required_updates, robust_aggregate
+from topofl.robustness.aggregators import AGGREGATORS, AUTO, AggregateResult, required_updates, robust_aggregate
 
 __all__ = [
     "AGGREGATORS", "Algorithm", "AlgorithmConfig", "ClientContext", "RobustAggregationConfig", "cap_shares", "dp_server_rng",
-    "excluded_ids", "hp", "personal_rng", "robust_round", "weighted_average",
+    "UpdateReputation", "excluded_ids", "hp", "personal_rng", "robust_round", "weighted_average",
 ]
 
 log = logging.getLogger(__name__)
@@ -31,7 +31,8 @@ log = logging.getLogger(__name__)
 #: the help text of a method's choice of aggregation rule (``aggregator``, ``intra_aggregator``)
 AGGREGATOR_HELP = (
     "mean (the weighted average) | median, trimmed_mean (coordinate-wise; Yin et al. 2018) | krum, multi_krum (Blanchard et al. 2017) | "
-    "bulyan (El Mhamdi et al. 2018) | norm_clip (Sun et al. 2019); see topofl.robustness.aggregators"
+    "bulyan (El Mhamdi et al. 2018) | norm_clip (Sun et al. 2019) | guarded_mean (opposed changes left out, the rest clipped to "
+    "guard_clip × the median norm, then the mean; the deployments' default); see topofl.robustness.aggregators"
 )
 
 
@@ -53,14 +54,23 @@ class RobustAggregationConfig(AlgorithmConfig):
     """
 
     byzantine_f: int = hp(
-        1, "krum, multi_krum, bulyan: number f of Byzantine clients tolerated; they need >= 2f+3, 2f+3, 4f+3 updates, and a round "
-        "with fewer is aggregated by the coordinate-wise median (logged)"
+        AUTO, "krum, multi_krum, bulyan: number f of Byzantine clients tolerated (-1: the most the rule tolerates at the round's "
+        "n, (n-3)//2 for krum and multi_krum, (n-3)//4 for bulyan); they need >= 2f+3, 2f+3, 4f+3 updates, and a round with "
+        "fewer is aggregated by the coordinate-wise median (logged)"
     )
     trim_fraction: float = hp(
-        0.25, "trimmed_mean: fraction β in [0, 0.5) of the values cut from each end of every coordinate (⌊β·n⌋ of n; 0.25 cuts one "
-        "from each end from n = 4 on)"
+        float(AUTO), "trimmed_mean: fraction β in [0, 0.5) of the values cut from each end of every coordinate (⌊β·n⌋ of n; "
+        "-1: ceil(n/2)-1 values, the most that leaves a middle)"
     )
     clip_norm: float = hp(1.0, "norm_clip: largest norm M (> 0) of a client's change θ_k − θ from the model it was sent")
+    guard_min_cosine: float = hp(
+        -0.2, "guarded_mean: a change whose cosine with the coordinate-wise median change is below this, in [-1, 1), is "
+        "flagged and left out (the update-space detector)"
+    )
+    guard_clip: float = hp(2.0, "guarded_mean: kept changes are clipped to this (> 0) × the median change norm")
+    guard_max_norm: float = hp(
+        4.0, "guarded_mean: a change longer than this (>= guard_clip) × the median change norm is flagged and left out (inf: never)"
+    )
     multi_krum_m: int = hp(0, "multi_krum: number m of the lowest-score updates averaged (0: n − f of the round's n updates)")
     dp_noise_multiplier: float = hp(
         0.0, "client-level DP (DP-FedAvg, McMahan et al. 2018): noise multiplier z >= 0 of the Gaussian noise N(0, (z·dp_clip)²) on "
@@ -72,8 +82,13 @@ class RobustAggregationConfig(AlgorithmConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_int("byzantine_f", self.byzantine_f, 0, 10_000)
-        check_range("trim_fraction", self.trim_fraction, 0.0, 0.5, high_open=True)
+        check_int("byzantine_f", self.byzantine_f, AUTO, 10_000)
+        if self.trim_fraction != AUTO:
+            check_range("trim_fraction", self.trim_fraction, 0.0, 0.5, high_open=True)
+        check_range("guard_min_cosine", self.guard_min_cosine, -1.0, 1.0, high_open=True)
+        check_range("guard_clip", self.guard_clip, 0.0, low_open=True)
+        if not (self.guard_max_norm >= self.guard_clip):  # inf allowed
+            raise ValueError(f"guard_max_norm must be >= guard_clip={self.guard_clip!r} (or inf); got {self.guard_max_norm!r}")
         check_range("clip_norm", self.clip_norm, 0.0, low_open=True)
         check_int("multi_krum_m", self.multi_krum_m, 0, 10_000)
         check_range("dp_noise_multiplier", self.dp_noise_multiplier, 0.0)
@@ -122,6 +137,9 @@ def robust_round(
     reference: np.ndarray | None,
     config: RobustAggregationConfig,
     warned: set[str] | None = None,
+    direction: np.ndarray | None = None,
+    norm_scale: float | None = None,
+    history: np.ndarray | None = None,
 ) -> tuple[AggregateResult, str | None]:
     """:func:`~topofl.robustness.aggregators.robust_aggregate` in the round loop: a round with
     too few updates for ``rule`` with the configured f never stops the server.
@@ -146,6 +164,9 @@ def robust_round(
         The method's configuration (f, trim fraction, clip norm, m).
     warned : set of str, optional
         The notes already logged as warnings by the caller; a new note is added to it.
+    direction, norm_scale, history : optional
+        ``guarded_mean``'s reference change and norm for a group too small to supply its own, and
+        the clients' earlier cosines (:func:`~topofl.robustness.aggregators.guarded_mean`).
 
     Returns
     -------
@@ -170,8 +191,30 @@ def robust_round(
         else:
             log.debug("robust aggregation: %s", note)
     result = robust_aggregate(rule, np.vstack(vectors), weights, reference=reference, f=config.byzantine_f,
-                              trim_fraction=config.trim_fraction, clip_norm=config.clip_norm, m=m)
+                              trim_fraction=config.trim_fraction, clip_norm=config.clip_norm, m=m,
+                              min_cosine=config.guard_min_cosine, clip_multiplier=config.guard_clip, direction=direction,
+                              norm_scale=norm_scale, history=history, max_norm_ratio=config.guard_max_norm)
     return result, note
+
+
+class UpdateReputation:
+    """Each client's running (sum, count) of the guarded mean's cosines (its update-space reputation),
+    kept by the server across rounds (:func:`~topofl.robustness.aggregators.guarded_mean` ``history``).
+    """
+
+    def __init__(self) -> None:
+        self.totals: dict[int, tuple[float, int]] = {}
+
+    def history(self, client_ids: Sequence[int]) -> np.ndarray:
+        """``(sum, count)`` rows for ``client_ids`` (zeros for a client not yet scored)."""
+        return np.array([self.totals.get(int(c), (0.0, 0)) for c in client_ids], dtype=np.float64).reshape(len(client_ids), 2)
+
+    def record(self, client_ids: Sequence[int], result: AggregateResult) -> None:
+        """Add the round's cosines of ``result`` (rows in ``client_ids`` order; NaN ones skipped)."""
+        for cid, c in zip(client_ids, result.cosines, strict=False):
+            if np.isfinite(c):
+                total, count = self.totals.get(int(cid), (0.0, 0))
+                self.totals[int(cid)] = (total + float(c), count + 1)
 
 
 def excluded_ids(client_ids: Sequence[int], result: AggregateResult) -> list[int]:

@@ -29,6 +29,7 @@ from topofl.algorithms.base import (
     Algorithm,
     ClientContext,
     RobustAggregationConfig,
+    UpdateReputation,
     cap_shares,
     dp_server_rng,
     excluded_ids,
@@ -66,6 +67,7 @@ class GlobalModelAlgorithm(Algorithm):
         super().setup(model, client_ids, rng)
         self.global_params = model.init(rng)  # zeros for linear models (rng untouched); a torch model draws its init
         self.warned: set[str] = set()  # robust aggregation's fallback notes already logged as warnings
+        self.reputation = UpdateReputation()  # guarded_mean: each client's cosines so far
         dp = self.config.dp if isinstance(self.config, GlobalModelConfig) else None
         # the server's own noise generator (never a client's seed); spawned only for DP runs
         self._dp_rng = dp_server_rng(rng) if dp is not None else None
@@ -98,13 +100,20 @@ class GlobalModelAlgorithm(Algorithm):
         if not isinstance(c, GlobalModelConfig) or c.aggregator == "mean":
             self.global_params = weighted_average([u.params for u in updates], weights, c.max_client_weight)
             return {}
+        ids = [u.client_id for u in updates]
+        history = self.reputation.history(ids) if c.aggregator == "guarded_mean" else None
         result, note = robust_round(c.aggregator, [u.params for u in updates], cap_shares(weights, c.max_client_weight),
-                                    self.global_params, c, self.warned)
+                                    self.global_params, c, self.warned, history=history)
+        if c.aggregator == "guarded_mean":
+            self.reputation.record(ids, result)
         self.global_params = result.vector
         entry: dict[str, Any] = {}
-        excluded = excluded_ids([u.client_id for u in updates], result)
+        excluded = excluded_ids(ids, result)
         if excluded:
             entry["excluded"] = excluded
+        if c.aggregator == "guarded_mean":  # the update-space detector, reported every round
+            entry["update_flagged"] = sorted(int(ids[i]) for i in result.flagged)
+            entry["clipped"] = sorted(int(ids[i]) for i in result.clipped)
         if note is not None:
             entry["aggregation_fallback"] = note
         return entry

@@ -160,19 +160,36 @@ def standardise_clients(clients: Sequence[ClientData], mode: str) -> list[Client
         raise ValueError(f"standardise must be one of {', '.join(STANDARDISATIONS)}; got {mode!r}")
     if mode == "none":
         return list(clients)
-    if mode == "federated":
-        parts = [_moments(c.X_train) for c in clients]
-        n = sum(p[0] for p in parts)
-        mu = sum(p[0] * p[1] for p in parts) / n
-        var = sum(p[2] + p[0] * (p[1] - mu) ** 2 for p in parts) / n
-        stats = [(mu, np.sqrt(var))] * len(clients)
-    else:
-        stats = [(c.X_train.mean(axis=0), c.X_train.std(axis=0)) for c in clients]
-    out = []
-    for c, (mu, sd) in zip(clients, stats, strict=True):
-        sd = np.where(sd > 0, sd, 1.0)
-        out.append(ClientData((c.X_train - mu) / sd, c.y_train, (c.X_test - mu) / sd, c.y_test, c.client_id, c.meta))
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is refused below, by column, not left to a NumPy warning
+        if mode == "federated":
+            parts = [_moments(c.X_train) for c in clients]
+            n = sum(p[0] for p in parts)
+            mu = sum(p[0] * p[1] for p in parts) / n
+            var = sum(p[2] + p[0] * (p[1] - mu) ** 2 for p in parts) / n
+            stats = [(mu, np.sqrt(var))] * len(clients)
+        else:
+            stats = [(c.X_train.mean(axis=0), c.X_train.std(axis=0)) for c in clients]
+        out = []
+        for c, (mu, sd) in zip(clients, stats, strict=True):
+            sd = np.where(sd > 0, sd, 1.0)
+            out.append(ClientData((c.X_train - mu) / sd, c.y_train, (c.X_test - mu) / sd, c.y_test, c.client_id, c.meta))
+    # the inputs are finite (checked on entry), so anything non-finite here is an overflow
+    for (mu, sd), c in zip(stats, out, strict=True):
+        bad = ~(np.isfinite(mu) & np.isfinite(sd) & np.isfinite(c.X_train).all(axis=0) & np.isfinite(c.X_test).all(axis=0))
+        if bad.any():
+            raise ValueError(_overflow_message(clients, mode, int(np.flatnonzero(bad)[0])))
     return out
+
+
+def _overflow_message(clients: Sequence[ClientData], mode: str, j: int) -> str:
+    """Why standardising column ``j`` overflowed: the client holding its largest magnitude, and what to do."""
+    k, value = 0, 0.0
+    for c in clients:
+        for X in (c.X_train, c.X_test):
+            if X.shape[0] and abs(v := float(X[np.argmax(np.abs(X[:, j])), j])) > abs(value):
+                k, value = c.client_id, v
+    return (f"standardise={mode!r} overflows in feature column {j}: client {k} holds {value:.6g}; rescale that column "
+            "(change its unit, or take a log) or drop the row before building the federation")
 
 
 def feature_scale_problem(clients: Sequence[ClientData], ratio: float = 100.0) -> str | None:
@@ -193,14 +210,15 @@ def feature_scale_problem(clients: Sequence[ClientData], ratio: float = 100.0) -
             continue
         hi = cols[np.argmax(spans[cols])]
         mid = cols[np.argsort(spans[cols], kind="stable")[(cols.size - 1) // 2]]
-        if spans[hi] > ratio * spans[mid]:
+        if spans[hi] / ratio > spans[mid]:  # not ratio * spans[mid], which can overflow
             offenders.append((c.client_id, hi, mid, spans[hi], spans[mid]))
     if not offenders:
         return None
     cid, hi, mid, s_hi, s_mid = offenders[0]
     others = f" (and {len(offenders) - 1} other client(s))" if len(offenders) > 1 else ""
+    factor = f"{s_hi / s_mid:.3g}" if s_hi / 1e300 < s_mid else f"1e{np.log10(s_hi) - np.log10(s_mid):.0f}"  # beyond float64: its power of ten
     return (
-        f"client {cid}{others}: feature ranges differ by {s_hi / s_mid:.3g}× (columns {hi} and {mid}: ranges "
+        f"client {cid}{others}: feature ranges differ by {factor}× (columns {hi} and {mid}: ranges "
         f"{s_hi:.3g} and {s_mid:.3g}, the largest and the median); one step size cannot fit both. Standardise the features: "
         "Federation.from_arrays(..., standardise='per_client' or 'federated')"
     )

@@ -30,6 +30,7 @@ import numpy as np
 from topofl.data.scenarios import make_scenario
 from topofl.decentralised.graphs import make_graph
 from topofl.experiments.results import CsvAppender, append_jsonl, write_csv, write_json_atomic
+from topofl.experiments.store import results_lock
 from topofl.federation.history import ROUND_FIELDS, History, RoundSummary, regression_summary
 from topofl.federation.messages import BYTES_PER_FLOAT
 from topofl.federation.runner import run_federation
@@ -167,8 +168,21 @@ def run_compare(
     on_run_done: Callable[[str, int, History], None] | None = None,
     on_round: Callable[[History, RoundSummary], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """Run every (method, seed), writing results under ``out`` as rounds finish; return summary rows."""
-    spec.validate()
+    """Run every (method, seed), writing results under ``out`` as rounds finish; return summary rows.
+
+    ``out`` is locked throughout (:func:`~topofl.experiments.store.results_lock`): a second process
+    writing it is refused with a ``ValueError`` naming it, before anything there changes.
+    """
+    spec.validate()  # writes nothing: bad input leaves ``out`` as it was (no lock file either)
+    if out is None:
+        return _run_compare(spec, None, on_run_done, on_round)
+    with results_lock(out):
+        return _run_compare(spec, Path(out), on_run_done, on_round)
+
+
+def _run_compare(spec: CompareSpec, out: Path | None, on_run_done: Callable[[str, int, History], None] | None,
+                 on_round: Callable[[History, RoundSummary], None] | None) -> list[dict[str, Any]]:
+    """:func:`run_compare`, validated, with ``out`` locked."""
     writers = _open_outputs(spec, out) if out is not None else None
     histories: dict[str, list[History]] = {m: [] for m in spec.methods}
     seconds: dict[str, list[float]] = {m: [] for m in spec.methods}

@@ -1,6 +1,9 @@
-"""Run an experiment end to end: plan → execute (resumable, parallel) → analyse → manifest."""
+"""Run an experiment end to end: plan → execute (resumable, parallel) → analyse → manifest, with the
+experiment's directory locked throughout (:func:`~topofl.experiments.store.results_lock`).
+"""
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import time
@@ -8,9 +11,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from topofl.atomic import LOCK_NAME
 from topofl.experiments.compare import versions
 from topofl.experiments.results import write_json_atomic
 from topofl.experiments.runs import RunSpec, execute
+from topofl.experiments.store import results_lock
 from topofl.experiments.suite import EXPERIMENTS
 
 ORDER = ("comparison", "paper-protocol", "controls", "heart-disease", "robustness", "continual", "privacy", "ablation", "ptopofl-options",
@@ -62,25 +67,53 @@ def run_experiment(
     on_done: Callable[[RunSpec, dict[str, Any]], None] | None = None,
     profile: str = "full",
     data_root: str | None = None,
+    robust_defaults: bool = False,
 ) -> Path:
-    """Run experiment ``name`` into ``out/name`` and return that directory."""
+    """Run experiment ``name`` into ``out/name`` and return that directory.
+
+    With ``robust_defaults`` every run's method gets the deployments' Byzantine-robust defaults
+    (:func:`topofl.robustness.deployment.deployment_hyperparameters`) wherever the plan does not
+    set the field, and the experiment goes to ``out/name-robust``.
+
+    The directory is locked from before ``overwrite`` empties it until its ``config.json`` is
+    written: a second process writing it meanwhile is refused (a ``ValueError`` naming it), and
+    one refused changes nothing there.
+    """
     specs = plan_for(name, seeds, profile, data_root)
     exp_dir = Path(out) / name
-    if overwrite and exp_dir.exists():
-        shutil.rmtree(exp_dir)
-    exp_dir.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    done = execute(specs, exp_dir, resume=resume, jobs=jobs, on_done=on_done) if specs else []
-    manifest = EXPERIMENTS[name].analyse(exp_dir, done)
-    manifest.write(exp_dir)
-    config = {
-        "experiment": name, "profile": profile, "data_root": data_root, "seeds": list(seeds), "n_runs": len(specs),
-        "seconds": time.perf_counter() - t0,
-        "runs": distinct_runs(specs),
-        "versions": versions(),
-    }
-    write_json_atomic(exp_dir / "config.json", config)
+    if robust_defaults:
+        from topofl.robustness.deployment import deployment_hyperparameters
+
+        specs = [dataclasses.replace(s, hyperparameters=deployment_hyperparameters(s.method, s.hyperparameters)) for s in specs]
+        exp_dir = Path(out) / f"{name}-robust"
+    with results_lock(exp_dir):
+        if overwrite:
+            clear_directory(exp_dir)
+        t0 = time.perf_counter()
+        done = execute(specs, exp_dir, resume=resume, jobs=jobs, on_done=on_done) if specs else []
+        manifest = EXPERIMENTS[name].analyse(exp_dir, done)
+        manifest.write(exp_dir)
+        config = {
+            "experiment": name, "robust_defaults": robust_defaults, "profile": profile, "data_root": data_root, "seeds": list(seeds), "n_runs": len(specs),
+            "seconds": time.perf_counter() - t0,
+            "runs": distinct_runs(specs),
+            "versions": versions(),
+        }
+        write_json_atomic(exp_dir / "config.json", config)
     return exp_dir
+
+
+def clear_directory(directory: Path) -> None:
+    """Delete everything in ``directory`` but its lock file (which its holder must keep: a new lock
+    file would let a second writer in).
+    """
+    for p in Path(directory).iterdir():
+        if p.name == LOCK_NAME:
+            continue
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
 
 
 def distinct_runs(specs: Sequence[RunSpec]) -> list[dict[str, Any]]:

@@ -5,12 +5,14 @@ setting). :func:`execute` runs those not yet complete — each through the execu
 method's family (:mod:`~topofl.experiments.federated_run` or
 :mod:`~topofl.experiments.decentralised_run`; a ``paper:`` method, the authors' paper-era protocol
 of :mod:`~topofl.experiments.paper_protocol`), in parallel worker processes — and merges the
-results. With ``resume=True`` a run counts as complete only when its done-record parses and
-every file still matches it; a run whose files were torn, edited or deleted, or whose
-done-record is torn, is redone from scratch with a warning naming the file. Since every run is
-deterministic given its seed, a resumed experiment ends with exactly the results of an
-uninterrupted one. When all runs are complete, their files are merged, in plan order, into
-``DIR/rounds.csv``, ``DIR/curves.csv`` and ``DIR/server_log.jsonl``.
+results. With ``resume=True`` a run counts as complete only when its done-record parses, its seal
+matches its content and every file still matches it; a run whose files were torn, edited or
+deleted, or whose done-record is torn, edited or unsealed (written by an older topofl), is redone
+from scratch with a warning naming the file. Since every run is deterministic given its seed, a
+resumed experiment ends with exactly the results of an uninterrupted one. When all runs are
+complete, their files are merged, in plan order, into ``DIR/rounds.csv``, ``DIR/curves.csv`` and
+``DIR/server_log.jsonl``. ``DIR`` is locked (:func:`~topofl.experiments.store.results_lock`)
+throughout: a second process executing into it is refused before it reads or writes a file.
 """
 from __future__ import annotations
 
@@ -25,13 +27,14 @@ from topofl._validation import check_int
 from topofl.experiments.decentralised_run import execute_decentralised
 from topofl.experiments.federated_run import execute_federated
 from topofl.experiments.paper_protocol import execute_paper_protocol, is_protocol_run
-from topofl.experiments.store import RunSpec, load_curves, load_done, merge, run_paths, verified_done, write_done
+from topofl.experiments.store import RunSpec, load_curves, load_done, merge, results_lock, run_paths, verified_done, write_done
 from topofl.limits import MAX_JOBS
 from topofl.methods import family
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RunSpec", "execute", "execute_run", "load_curves", "load_done", "merge", "run_paths", "verified_done", "write_done"]
+__all__ = ["RunSpec", "execute", "execute_run", "load_curves", "load_done", "merge", "results_lock", "run_paths", "verified_done",
+           "write_done"]
 
 
 def execute_run(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
@@ -70,10 +73,25 @@ def execute(
 ) -> list[dict[str, Any]]:
     """Execute ``specs`` (skipping completed ones when ``resume``) and merge their results.
 
-    Returns the done-records in plan order.
+    Returns the done-records in plan order. ``out`` is locked for the whole call (nested in a
+    caller's own :func:`~topofl.experiments.store.results_lock` of it, if any).
+
+    Raises
+    ------
+    ValueError
+        When another process is writing ``out`` (naming it), when ``out`` holds results and not
+        ``resume``, or when the plan holds a run twice.
     """
     check_int("jobs", jobs, 1, MAX_JOBS)
     out = Path(out)
+    with results_lock(out):
+        return _execute(specs, out, resume, jobs, on_done)
+
+
+def _execute(
+    specs: Sequence[RunSpec], out: Path, resume: bool, jobs: int, on_done: Callable[[RunSpec, dict[str, Any]], None] | None,
+) -> list[dict[str, Any]]:
+    """:func:`execute`, with ``out`` locked."""
     run_dir = out / "runs"
     if run_dir.exists() and any(run_dir.iterdir()) and not resume:
         raise ValueError(f"{out} already holds results; pass --resume to continue them or --overwrite to start again")

@@ -3,19 +3,28 @@
 A run (:class:`RunSpec`) writes its own files under ``DIR/runs/`` as its rounds finish —
 ``<id>.rounds.csv`` (per round and client), ``<id>.curves.csv`` (per round), ``<id>.log.jsonl``
 (server logs) — and, when complete, ``<id>.done.json`` (final metrics, client metrics, seconds,
-and each file's row count and SHA-256), written atomically. A run counts as complete only when
-its done-record parses and every file still matches it (:func:`verified_done`).
+and each file's row count and SHA-256), written atomically and sealed: its ``seal`` is a SHA-256
+over the record's canonical JSON (every other field, the files' hashes included), so the record
+cannot be edited — a final AUC changed by hand — without the change showing. A run counts as
+complete only when its done-record parses, its seal matches its content, and every file still
+matches the record (:func:`verified_done`). The seal detects edits and corruption, not forgery:
+anyone who can write the directory can also recompute it.
+
+One process at a time writes a results directory (:func:`results_lock`).
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from topofl.atomic import LOCK_NAME, directory_lock
 from topofl.experiments.results import _json_default, file_record, read_csv, write_json_atomic, write_text_atomic
 
 
@@ -82,18 +91,54 @@ def run_paths(run_dir: Path, spec: RunSpec) -> dict[str, Path]:
     return {k: run_dir / f"{rid}.{k}.{ext}" for k, ext in (("rounds", "csv"), ("curves", "csv"), ("log", "jsonl"), ("done", "json"))}
 
 
-def write_done(paths: Mapping[str, Path], done: Mapping[str, Any]) -> dict[str, Any]:
-    """Atomically write a run's done-record, with every result file's row count and SHA-256:
-    a run is either complete, with files that can be verified, or not. Returns the record.
+#: the format of a done-record's seal (:func:`seal_of`)
+SEAL_FORMAT = 1
+
+
+def results_lock(out: str | os.PathLike[str]) -> AbstractContextManager[Path]:
+    """The lock of results directory ``out`` (:func:`topofl.atomic.directory_lock` on ``out/.lock``),
+    held for as long as a process writes there — an experiment's runs, their merge and its
+    analysis; a comparison; a tuning. A second process is refused at once with a one-line
+    ``ValueError`` naming the directory; blocks nested in one thread share the lock.
     """
-    record = {**done, "files": {kind: file_record(paths[kind], header) for kind, header in RESULT_FILES.items()}}
+    return directory_lock(out, "results directory", hint="wait for it to finish (or stop it), or use another --out", reentrant=True)
+
+
+def holds_results(directory: Path) -> bool:
+    """Whether ``directory`` exists and holds anything but its lock file."""
+    return directory.is_dir() and any(p.name != LOCK_NAME for p in directory.iterdir())
+
+
+def canonical_json(record: Any) -> bytes:
+    """``record`` as canonical JSON: keys sorted, no spaces, ASCII only (NaN written as ``NaN``)."""
+    return json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=_json_default).encode()
+
+
+def seal_of(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The seal of a done-record as read back from JSON: ``{"format", "sha256"}``, the SHA-256 of
+    the canonical JSON of every field but ``seal`` — the metrics, and the ``files`` row counts and
+    hashes that stand for the result files' rows.
+    """
+    body = {k: v for k, v in record.items() if k != "seal"}
+    return {"format": SEAL_FORMAT, "sha256": hashlib.sha256(canonical_json(body)).hexdigest()}
+
+
+def write_done(paths: Mapping[str, Path], done: Mapping[str, Any]) -> dict[str, Any]:
+    """Atomically write a run's done-record, with every result file's row count and SHA-256, sealed
+    (:func:`seal_of`): a run is either complete, with files and a record that can be verified, or
+    not. Returns the record, as a resumed run reads it back (numpy values as numbers, tuples as lists).
+    """
+    files = {kind: file_record(paths[kind], header) for kind, header in RESULT_FILES.items()}
+    body = json.loads(json.dumps({**{k: v for k, v in done.items() if k != "seal"}, "files": files}, default=_json_default))
+    record = {**body, "seal": seal_of(body)}
     write_json_atomic(paths["done"], record, indent=None)
-    return json.loads(json.dumps(record, default=_json_default))  # as a resumed run reads it back
+    return record
 
 
 def verified_done(paths: Mapping[str, Path]) -> tuple[dict[str, Any] | None, str | None]:
-    """``(done-record, None)`` when the run is complete and its files match the record;
-    ``(None, reason)`` when it must be redone (``reason`` is ``None`` for a run never finished).
+    """``(done-record, None)`` when the run is complete: its record parses, its seal matches its
+    content and its files match the record; ``(None, reason)`` when it must be redone (``reason``
+    names the file; it is ``None`` for a run never finished).
     """
     done = paths["done"]
     if not done.exists():
@@ -102,9 +147,18 @@ def verified_done(paths: Mapping[str, Path]) -> tuple[dict[str, Any] | None, str
         record = json.loads(done.read_text())
     except (ValueError, UnicodeDecodeError) as exc:
         return None, f"{done.name} is torn or not JSON ({exc})"
-    files = record.get("files") if isinstance(record, dict) else None
+    if not isinstance(record, dict):
+        return None, f"{done.name} is not a done-record (a JSON object)"
+    seal = record.get("seal")
+    if seal is None:
+        return None, f"{done.name} has no seal (written by an older topofl), so its content cannot be checked"
+    if not isinstance(seal, dict) or seal.get("format") != SEAL_FORMAT or not isinstance(seal.get("sha256"), str):
+        return None, f"{done.name}: its seal is not a format-{SEAL_FORMAT} seal ({{\"format\": {SEAL_FORMAT}, \"sha256\": ...}})"
+    if seal["sha256"] != seal_of(record)["sha256"]:
+        return None, f"{done.name} does not match its seal (the record was edited or damaged after it was written)"
+    files = record.get("files")
     if not isinstance(files, dict):
-        return None, f"{done.name} records no file row counts and hashes (written by an older topofl)"
+        return None, f"{done.name} records no file row counts and hashes"
     for kind, header in RESULT_FILES.items():
         path = paths[kind]
         if not path.exists():

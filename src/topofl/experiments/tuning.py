@@ -54,7 +54,7 @@ from topofl._validation import check_int, check_range
 from topofl.config import Space
 from topofl.experiments.analysis import add_holm, num, paired_differences
 from topofl.experiments.results import write_csv
-from topofl.experiments.store import RunSpec, run_paths, verified_done
+from topofl.experiments.store import RunSpec, holds_results, results_lock, run_paths, verified_done
 from topofl.limits import MAX_JOBS
 
 log = logging.getLogger(__name__)
@@ -508,7 +508,9 @@ def run_studies(
         open_ = _Open(t, params, trial_specs(study, params, settings.validation))
         current[study.name] = open_
         for spec in open_.specs:
-            record, _ = verified_done(run_paths(run_dir, spec))
+            record, problem = verified_done(run_paths(run_dir, spec))
+            if problem is not None:  # torn, edited or unsealed: redone, and said so
+                log.warning("trial run %s: %s; redoing the run", spec.run_id, problem)
             if record is not None:
                 open_.results[spec.run_id] = record
                 if on_run is not None:
@@ -821,8 +823,18 @@ def tune_comparison(
     values on the test splits and write the tables (``out/manifest.json``, CSV files, figure).
 
     ``out/tuning/runs`` holds the trial runs, ``out/default`` and ``out/tuned`` the two
-    comparisons. ``reference`` is the method every other one is compared with.
+    comparisons. ``reference`` is the method every other one is compared with. ``out`` is locked
+    throughout (:func:`~topofl.experiments.store.results_lock`): a second process tuning into it
+    is refused with a ``ValueError`` naming it.
     """
+    out = Path(out)
+    with results_lock(out):  # the whole tuning: its trial runs, both comparisons, the tables
+        return _tune_comparison(specs, out, settings, reference, resume, jobs, on_run)
+
+
+def _tune_comparison(specs: Sequence[RunSpec], out: Path, settings: TuneSettings, reference: str, resume: bool, jobs: int,
+                     on_run: Callable[[str], None] | None) -> Path:
+    """:func:`tune_comparison`, with ``out`` locked."""
     from topofl.experiments.analysis import final_table
     from topofl.experiments.compare import versions
     from topofl.experiments.results import write_json_atomic
@@ -830,8 +842,7 @@ def tune_comparison(
     from topofl.experiments.suite.base import Manifest
 
     t0 = time.perf_counter()
-    out = Path(out)
-    if not resume and out.is_dir() and any(out.iterdir()):
+    if not resume and holds_results(out):
         raise ValueError(f"{out} already holds results; pass --resume to continue them or --overwrite to start again")
     if reference not in {s.label or s.method for s in specs}:
         raise ValueError(f"reference {reference!r} is not one of the methods compared")
@@ -885,12 +896,9 @@ def run_tuned_experiment(
     """``topofl experiment NAME --tuned``: the experiment with its defaults (``out/NAME``, reused
     when complete) and tuned (``out/NAME-tuned``: every setting tuned on validation with the same
     budget, then the experiment's own analysis of the tuned runs, plus the tuning's tables and
-    tuned − default paired differences). Returns the tuned directory.
+    tuned − default paired differences). Returns the tuned directory. Both directories are locked
+    throughout (:func:`~topofl.experiments.store.results_lock`).
     """
-    from topofl.experiments.compare import versions
-    from topofl.experiments.driver import distinct_runs, plan_for, run_experiment
-    from topofl.experiments.results import write_json_atomic
-    from topofl.experiments.runs import execute
     from topofl.experiments.suite import EXPERIMENTS
 
     if name not in EXPERIMENTS:
@@ -898,10 +906,24 @@ def run_tuned_experiment(
     if not EXPERIMENTS[name].tunable:
         tunable = [n for n, e in EXPERIMENTS.items() if e.tunable]
         raise ValueError(f"experiment {name!r} cannot be tuned (--tuned); tunable: {', '.join(tunable)}")
+    # both directories, throughout: the tuned analysis reads the defaults' runs
+    with results_lock(Path(out) / name), results_lock(Path(out) / f"{name}-tuned"):
+        return _run_tuned_experiment(name, seeds, Path(out), settings, resume, jobs, profile, data_root, on_run)
+
+
+def _run_tuned_experiment(name: str, seeds: Sequence[int], out: Path, settings: TuneSettings, resume: bool, jobs: int, profile: str,
+                          data_root: str | None, on_run: Callable[[str], None] | None) -> Path:
+    """:func:`run_tuned_experiment`, with ``out/NAME`` and ``out/NAME-tuned`` locked."""
+    from topofl.experiments.compare import versions
+    from topofl.experiments.driver import distinct_runs, plan_for, run_experiment
+    from topofl.experiments.results import write_json_atomic
+    from topofl.experiments.runs import execute
+    from topofl.experiments.suite import EXPERIMENTS
+
     t0 = time.perf_counter()
     specs = plan_for(name, seeds, profile, data_root)
-    tuned_dir = Path(out) / f"{name}-tuned"
-    if not resume and tuned_dir.is_dir() and any(tuned_dir.iterdir()):
+    tuned_dir = out / f"{name}-tuned"
+    if not resume and holds_results(tuned_dir):
         raise ValueError(f"{tuned_dir} already holds results; pass --resume to continue them or --overwrite to start again")
     report = (lambda spec, d: on_run(f"{name}: {spec.label or spec.method} seed {spec.seed}")) if on_run else None
     # the defaults are the untuned experiment, run by the same deterministic executor: its verified runs are reused

@@ -25,7 +25,6 @@ against ``checkpoint.json``; it is the server's own file, never a client's.
 """
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -34,9 +33,9 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from topofl.atomic import write_bytes_atomic
+from topofl.atomic import directory_lock, write_bytes_atomic
 from topofl.experiments.results import write_json_atomic
 
 #: the results files a checkpoint pins (those a round appends to)
@@ -75,19 +74,12 @@ class Checkpoint:
 def run_lock(run_dir: str | os.PathLike[str], key: str = "out-dir") -> Iterator[None]:
     """Hold ``run_dir``'s lock for as long as a ServerApp writes there: a second ServerApp on the same
     host — a resume of a run whose ServerApp is still alive (it reconnects after a SuperLink
-    restart) — is refused instead of both appending to the same files.
+    restart) — is refused (a ``ValueError`` naming ``key`` and the directory) instead of both
+    appending to the same files. The lock is :func:`topofl.atomic.directory_lock`'s, the one
+    experiment directories use.
     """
-    path = Path(run_dir) / ".lock"
-    fh: IO[bytes] = path.open("ab")
-    try:
-        try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ValueError(f"{key}={str(run_dir)!r}: another ServerApp is still writing that run (it holds {path}); "
-                             "stop it first (flwr stop <run-id>)") from None
+    with directory_lock(run_dir, f"{key}=", busy="another ServerApp is still writing that run", hint="stop it first (flwr stop <run-id>)"):
         yield
-    finally:
-        fh.close()
 
 
 def _sha256(data: bytes) -> str:

@@ -1114,7 +1114,8 @@ class LocalDeployment:
         return {int(n["node-id"]): str(n["status"]) for n in data.get("nodes", [])}
 
     def register_node_key(self, index: int, public_key: str | os.PathLike[str] | None = None) -> int:
-        """``flwr supernode register`` a public key (default ``supernode-<index>.pub``).
+        """``flwr supernode register`` a public key (default ``supernode-<index>.pub``), and list
+        it in :attr:`authorized_keys` so that the Fleet proxy lets the node through.
 
         Returns the node ID Flower assigned. Needs ``secure=True`` (node auth).
         """
@@ -1128,6 +1129,11 @@ class LocalDeployment:
                 f"flwr supernode register {key} failed (exit {out.returncode}):\n"
                 f"{out.stdout[-2000:]}{out.stderr[-2000:]}"
             )
+        listed = self.authorized_keys
+        line = key.read_text().strip()
+        current = listed.read_text().splitlines() if listed.is_file() else []
+        if line not in (x.strip() for x in current):  # the Fleet proxy lets through only the keys listed there
+            listed.write_text("".join(x + "\n" for x in [*current, line]))
         return int(match.group(1))
 
     # ----------------------------------------------------------------------- runs
@@ -1293,14 +1299,35 @@ class LocalDeployment:
         home = self.log_dir / "flwr-home" / "superexec"
         self.superexec = self._launch("superexec", args, home, port=None)
 
+    @property
+    def authorized_keys(self) -> Path:
+        """``certs/authorized-keys``: the SuperNode public keys the Fleet proxy lets through.
+
+        Every ``supernode-<i>.pub``, written before the proxy starts; the proxy re-reads the
+        file when it changes, so a key registered later must be appended here too.
+        """
+        if self.credentials is None:
+            raise RuntimeError("authorized_keys needs secure=True (SuperNode authentication)")
+        return self.credentials.directory / "authorized-keys"
+
     def _start_proxy(self) -> None:
+        """Start the Fleet proxy: only requests signed by a node key get through, each body at
+        most the proxy's default cap (Flower sends arrays in 5 MiB chunks, one per request, so
+        the cap does not grow with the model), and all SuperNodes share ``host``'s address,
+        so the per-address connection cap grows with ``num_nodes`` (a SuperNode holds up to ~6).
+        """
         creds = self.credentials
         assert creds is not None
+        keys = self.authorized_keys
+        keys.write_bytes(b"".join(creds.public_key(i).read_bytes() for i in range(self.num_nodes)))
+        per_ip = max(64, 8 * self.num_nodes)
         args = [
             sys.executable, "-m", "topofl.flower.fleet_proxy",
             "--listen", f"{self.host}:{self.proxy_port}", "--superlink", self.address,
             "--superlink-root-certificates", str(creds.ca),
             "--certfile", str(creds.server_cert), "--keyfile", str(creds.server_key),
+            "--authorized-keys", str(keys),
+            "--max-connections-per-ip", str(per_ip), "--max-connections", str(max(256, 2 * per_ip)),
         ]
         home = self.log_dir / "flwr-home" / "fleet-proxy"
         self.proxy = self._launch("fleet-proxy", args, home, port=self.proxy_port)

@@ -28,15 +28,22 @@ from topofl.limits import MAX_CLASSES, MAX_FEATURES
 log = logging.getLogger(__name__)
 
 
-def wait_for_nodes(grid: Grid, settings: FlowerSettings) -> list[int]:
-    """Node ids once at least ``min-nodes`` are connected; a clear error after ``node-wait`` seconds."""
+def wait_for_nodes(grid: Grid, settings: FlowerSettings) -> tuple[list[int], dict[int, int]]:
+    """Node ids once at least ``min-nodes`` are connected, and when each was first seen (the poll
+    of ``grid.get_node_ids()`` it first appeared in: 0, 1, ...); a clear error after ``node-wait`` seconds.
+    """
     deadline = time.monotonic() + settings.node_wait
+    first_seen: dict[int, int] = {}
+    poll = 0
     while True:
-        ids = sorted(grid.get_node_ids())
+        ids = sorted(int(n) for n in grid.get_node_ids())
+        for nid in ids:
+            first_seen.setdefault(nid, poll)
         if len(ids) >= settings.min_nodes:
-            return ids
+            return ids, {nid: first_seen[nid] for nid in ids}
         if time.monotonic() >= deadline:
             raise RuntimeError(f"only {len(ids)} SuperNode(s) connected after node-wait={settings.node_wait:g} s; min-nodes={settings.min_nodes}")
+        poll += 1
         time.sleep(0.5)
 
 
@@ -44,13 +51,15 @@ def discover(grid: Grid, settings: FlowerSettings) -> tuple[dict[int, int], dict
     """Ask every connected node which client it is: ``({client: node_id}, {client: info}, failures)``.
 
     A node's declaration is validated (:func:`declaration`); a node whose declaration is invalid
-    is left out of the run with a ``discover`` failure naming the field, never trusted. When
-    several nodes claim the same partition id, none of them is trusted with it: all are left out.
+    is left out of the run with a ``discover`` failure naming the field, never trusted. Who holds a
+    partition id that several nodes claim (:func:`assign_partitions`): the node the run config's
+    ``partition-nodes`` pins to it; else the claimant that connected first (seen in an earlier
+    poll while waiting for ``min-nodes``); claimants first seen at the same time are all left out.
     """
-    node_ids = wait_for_nodes(grid, settings)
+    node_ids, first_seen = wait_for_nodes(grid, settings)
     contents = {nid: RecordDict({"config": config_record(settings.job())}) for nid in node_ids}
 
-    def decode(content: RecordDict) -> dict[str, Any]:
+    def decode(_nid: int, content: RecordDict) -> dict[str, Any]:
         if "info" not in content or not isinstance(content["info"], ConfigRecord):
             raise ValueError("the reply has no 'info' ConfigRecord")
         return dict(content["info"])
@@ -64,19 +73,57 @@ def discover(grid: Grid, settings: FlowerSettings) -> tuple[dict[int, int], dict
             failures.append(Failure(0, None, "discover", f"invalid declaration: {exc}", nid))
             continue
         claims.setdefault(checked["client"], []).append((nid, checked))
-    nodes: dict[int, int] = {}
-    by_client: dict[int, dict[str, Any]] = {}
-    for cid, claimants in sorted(claims.items()):
-        if len(claimants) > 1:
-            ids = ", ".join(str(n) for n, _ in claimants)
-            failures.extend(Failure(0, cid, "discover", f"partition-id={cid} is claimed by nodes {ids}: all of them are left out "
-                                    "(give every node its own partition-id)", n) for n, _ in claimants)
-            continue
-        nodes[cid], by_client[cid] = claimants[0]
+    nodes, by_client, left_out = assign_partitions(claims, first_seen, settings.partition_nodes)
+    failures.extend(left_out)
     for f in failures:
         log.warning("node %s left out of the run at discovery: %s", f.node_id, f.reason)
     if not nodes:
         raise RuntimeError("no SuperNode answered the discovery query with a valid declaration; see the node logs")
+    return nodes, by_client, failures
+
+
+def assign_partitions(
+    claims: Mapping[int, list[tuple[int, dict[str, Any]]]], first_seen: Mapping[int, int], pinned: Mapping[int, int],
+) -> tuple[dict[int, int], dict[int, dict[str, Any]], list[Failure]]:
+    """Which node holds each claimed partition id: ``({client: node_id}, {client: info}, failures)``.
+
+    ``claims`` maps a partition id to its claimants ``(node_id, declaration)``; ``first_seen`` is
+    when each node first appeared among the connected nodes (:func:`wait_for_nodes`); ``pinned``
+    is the run config's ``partition-nodes`` (partition id → node id). A pinned partition is held by
+    its node only, and a pinned node only holds its partition. Otherwise the claimant first seen
+    keeps the partition and later claimants are left out; claimants first seen at the same time
+    (the same poll) are all left out, as nothing tells the honest one apart. Every node left out
+    gets a ``discover`` failure saying why.
+    """
+    nodes: dict[int, int] = {}
+    by_client: dict[int, dict[str, Any]] = {}
+    failures: list[Failure] = []
+    pinned_node = {nid: cid for cid, nid in pinned.items()}
+    for cid, claimants in sorted(claims.items()):
+        rest = []
+        for nid, info in claimants:
+            if cid in pinned and pinned[cid] != nid:
+                failures.append(Failure(0, cid, "discover", f"claims partition-id={cid}, which partition-nodes pins to node {pinned[cid]}: "
+                                        "left out", nid))
+            elif cid not in pinned and nid in pinned_node:
+                failures.append(Failure(0, cid, "discover", f"partition-nodes pins this node to partition-id={pinned_node[nid]}, "
+                                        f"but it claims partition-id={cid}: left out", nid))
+            else:
+                rest.append((nid, info))
+        if not rest:
+            continue
+        first = min(first_seen.get(nid, 0) for nid, _ in rest)
+        earliest = [(nid, info) for nid, info in rest if first_seen.get(nid, 0) == first]
+        ids = ", ".join(str(n) for n, _ in earliest)
+        if len(earliest) > 1:
+            failures.extend(Failure(0, cid, "discover", f"partition-id={cid} is claimed by nodes {ids}, which connected at the same "
+                                    "time: all of them are left out (give every node its own partition-id, or pin node ids to "
+                                    "partitions with the run config's partition-nodes)", n) for n, _ in earliest)
+        else:
+            nodes[cid], by_client[cid] = earliest[0]
+        failures.extend(Failure(0, cid, "discover", f"partition-id={cid} was claimed first by node(s) {ids}, which connected earlier: "
+                                "left out (a later claimant of a partition is never trusted with it)", n)
+                        for n, _ in rest if first_seen.get(n, 0) != first)
     return nodes, by_client, failures
 
 
@@ -97,12 +144,39 @@ def declaration(info: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _majority(values: dict[int, Any], what: str) -> Any:
-    """The value most clients declared; ``ValueError`` on a tie (the run config must decide)."""
+def _majority(values: dict[int, Any], what: str, key: str) -> Any:
+    """The value most clients declared; ``ValueError`` on a tie naming the run-config ``key`` that decides it."""
     counts = Counter(values.values()).most_common()
     if len(counts) > 1 and counts[0][1] == counts[1][1]:
-        raise ValueError(f"the SuperNodes split evenly on {what} ({dict(counts)}); set it in the run config")
+        raise ValueError(f"the SuperNodes split evenly on {what} ({dict(counts)}); set {key} in the run config to decide")
     return counts[0][0]
+
+
+#: a node is left out when, with no ``classes`` in the run config, it declares more than
+#: ``CLASS_FACTOR`` times and ``CLASS_SLACK`` more than the most any other node declares
+CLASS_FACTOR, CLASS_SLACK = 4, 16
+
+
+def class_problem(n_classes: int, info: Mapping[str, Any], others: list[int], bound: int | None, because: str) -> str | None:
+    """Why a node's declared class count cannot be trusted; ``None`` when it can.
+
+    ``bound``: the run's own class count (``classes`` set, or ``task='binary'``), named by
+    ``because``. Without one, no node can inflate the run's classes on its own: a node declaring
+    more classes than it has examples, or more than ``max(CLASS_FACTOR × m, m + CLASS_SLACK)``
+    where ``m`` is the most any *other* node declares (at least 2), is left out.
+    """
+    if bound is not None:
+        return f"declared {n_classes} classes; this run has {bound} ({because})" if n_classes > bound else None
+    examples = int(info["n_train"]) + int(info["n_test"])
+    if n_classes > examples:
+        return f"declared {n_classes} classes but has only {examples} examples (set classes in the run config if that is right)"
+    if others:
+        m = max(max(others), 2)
+        limit = max(CLASS_FACTOR * m, m + CLASS_SLACK)
+        if n_classes > limit:
+            return (f"declared {n_classes} classes, more than max({CLASS_FACTOR} × {m}, {m} + {CLASS_SLACK}) = {limit} where {m} is the "
+                    "most any other node declared (set classes in the run config if that is right)")
+    return None
 
 
 @overload
@@ -125,9 +199,13 @@ def reconcile(
 
     The task is the run config's ``task``, or else what most nodes declared (regression against
     classification; "binary" and "multiclass" are both classification, since a site may see only
-    some classes). Classes: the run config's ``classes``, or the most any kept node declared (at
-    most ``MAX_CLASSES``). Federated methods need one feature space: the count most nodes
-    declared. One node can therefore not change the run for the others: it is left out.
+    some classes); an even split is an error naming ``task``. Federated methods need one feature
+    space: the run config's ``n-features``, or else the count most nodes declared (an even split
+    is an error naming ``n-features``). Classes: the run config's ``classes``, or the most any kept
+    node declared; a node declaring more than the run allows (:func:`class_problem`: more than
+    ``classes`` lists, more than 2 with ``task='binary'``, else far more than any other node or
+    more than its examples) is left out. One node can therefore not change the run for the
+    others: it is left out.
     """
     failures: list[Failure] = []
 
@@ -136,14 +214,26 @@ def reconcile(
         del infos[cid]
 
     family = {cid: "regression" if i["task"] == "regression" else "classification" for cid, i in infos.items()}
-    wanted = ("regression" if settings.task == "regression" else "classification") if settings.task else _majority(family, "the task")
+    wanted = ("regression" if settings.task == "regression" else "classification") if settings.task else _majority(family, "the task", "task")
     for cid in [c for c, f in family.items() if f != wanted]:
         leave_out(cid, f"declared a {family[cid]} task; this run is {wanted}")
     if shared_features:
         dims = {cid: int(i["n_features"]) for cid, i in infos.items()}
-        n_features = _majority(dims, "the number of features")
+        if settings.n_features:
+            n_features, why = settings.n_features, f"n-features={settings.n_features} in the run config"
+        else:
+            n_features, why = _majority(dims, "the number of features", "n-features"), "the count most nodes declared"
         for cid in [c for c, d in dims.items() if d != n_features]:
-            leave_out(cid, f"declared {dims[cid]} features; this run's model takes {n_features} (the count most nodes declared)")
+            leave_out(cid, f"declared {dims[cid]} features; this run's model takes {n_features} ({why})")
+    if wanted == "classification":
+        declared = {cid: int(i["n_classes"]) for cid, i in infos.items()}
+        bound, because = ((len(settings.class_values), f"classes={settings.classes!r}") if settings.class_values else
+                          (2, "task='binary'") if settings.task == "binary" else (None, ""))
+        problems = {cid: class_problem(n, infos[cid], [m for c, m in declared.items() if c != cid], bound, because)
+                    for cid, n in declared.items()}
+        for cid, reason in problems.items():
+            if reason is not None:
+                leave_out(cid, reason)
     for f in failures:
         log.warning("node %s left out of the run: %s", f.node_id, f.reason)
     if not nodes:

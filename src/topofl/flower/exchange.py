@@ -1,4 +1,4 @@
-"""One message exchange with Flower SuperNodes, faults included.
+"""One message exchange with Flower SuperNodes, faults and SuperLink restarts included.
 
 :func:`exchange` sends one message per addressed client, waits up to a timeout and sorts the
 outcome into decoded replies and :class:`~topofl.federation.pool.Failure` records: an error reply
@@ -9,12 +9,34 @@ Replies are pulled every :data:`POLL_S` seconds for the first :data:`FAST_POLL_F
 every :data:`SLOW_POLL_S` after that. Flower 1.41's own ``Grid.send_and_receive`` on a
 deployment polls every 3 s, so each exchange — two per federated round, one per relayed phase —
 waited up to 3 s after the last reply; a round of quick ClientApps took over 6 s.
+
+**SuperLink restarts.** When the SuperLink restarts mid-round (same database, so the ServerApp
+carries on), replies get lost in two ways: the SuperLink answers for a node whose heartbeat
+lapsed during the outage with an error it writes itself (``NODE_UNAVAILABLE``; also
+``MESSAGE_UNAVAILABLE`` / ``REPLY_MESSAGE_UNAVAILABLE`` when objects of an interrupted push are
+missing), or a node's reply is dropped by the node when its push fails, so nothing ever comes.
+The ServerApp sees the outage itself: Flower's HTTP retry in this process logs every failed
+connection attempt (:func:`watch_flower_connections`), and a push or pull that raises is one too
+(:func:`note_outage`). Within :data:`OUTAGE_MEMORY_S` seconds of an outage an exchange therefore
+
+* holds a transient error reply (:data:`TRANSIENT_CODES`) instead of accepting it, and sends the
+  message again once its node is connected again (listed by ``grid.get_node_ids()``);
+* sends again, once its node is connected, every message sent before the outage that has no
+  reply yet;
+
+at most :data:`MAX_RESENDS` times per message and only within the exchange's timeout. Whichever
+copy answers first is taken; a node computes a copy from the state the first copy started from
+(:func:`topofl.flower.records.load_round_state`), so the round's numbers are those of a run
+without the restart. A client that still has no valid reply when the timeout ends fails with a
+reason that says it was lost to the outage (:data:`OUTAGE_MARK`); such rounds are reported as
+degraded (:func:`outage_rounds`), never as an undisturbed completion.
 """
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from flwr.app import Message, RecordDict
@@ -30,17 +52,85 @@ POLL_S, FAST_POLL_FOR, SLOW_POLL_S = 0.05, 10.0, 0.5
 #: mid-push and forgot the push session), waiting 1, 2, 4, ... s between them: ~30 s in all,
 #: inside the ~60 s a ServerApp's task survives a SuperLink outage
 GRID_TRIES = 6
+#: Flower's error codes (``flwr.common.constant.ErrorCode``) of the replies the SuperLink writes
+#: itself when a message, its reply or its destination node is unavailable:
+#: MESSAGE_UNAVAILABLE, REPLY_MESSAGE_UNAVAILABLE, NODE_UNAVAILABLE
+TRANSIENT_CODES = frozenset({3, 4, 5})
+#: seconds after a SuperLink outage during which lost replies are blamed on it and sent again
+#: (two heartbeat intervals of Flower's default 30 s: a node whose heartbeat lapsed is back by then)
+OUTAGE_MEMORY_S = 120.0
+#: copies of one message an exchange sends at most after outages
+MAX_RESENDS = 3
+#: seconds between reads of the connected nodes while a message waits for its node to come back
+NODE_POLL_S = 1.0
+#: what the reason of a failure that followed a SuperLink outage says
+OUTAGE_MARK = "lost to a SuperLink outage"
+#: what Flower's HTTP retry logs (logger ``flwr``) when a request to the SuperLink failed
+_FLOWER_RETRY_MESSAGES = ("Connection attempt failed", "Giving up reconnection")
+
+_outage_lock = threading.Lock()
+_last_outage: float | None = None
+
+
+def note_outage() -> None:
+    """Record that the SuperLink could not be reached just now (``time.monotonic()``)."""
+    global _last_outage
+    with _outage_lock:
+        _last_outage = time.monotonic()
+
+
+def forget_outages() -> None:
+    """Forget every outage seen so far (a test that simulated one cleans up with this)."""
+    global _last_outage
+    with _outage_lock:
+        _last_outage = None
+
+
+def last_outage() -> float | None:
+    """When (``time.monotonic()``) this process last saw the SuperLink unreachable; ``None``: never."""
+    with _outage_lock:
+        return _last_outage
+
+
+def outage_since(t: float) -> float | None:
+    """The last outage if it was seen at or after ``t`` (``time.monotonic()``), else ``None``."""
+    seen = last_outage()
+    return seen if seen is not None and seen >= t else None
+
+
+class _FlowerRetryWatch(logging.Handler):
+    """Notes an outage whenever Flower's HTTP retry reports a failed request to the SuperLink."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if isinstance(record.msg, str) and record.msg.startswith(_FLOWER_RETRY_MESSAGES):
+            note_outage()
+
+
+_watch = _FlowerRetryWatch()
+
+
+def watch_flower_connections() -> None:
+    """Listen to Flower's logger in this process for failed requests to the SuperLink (idempotent).
+
+    Flower's grid retries a request that failed at the transport (the SuperLink is down) until it
+    succeeds, so the failure never reaches topofl's code; the retry's log record is the one sign.
+    """
+    flwr_logger = logging.getLogger("flwr")
+    if _watch not in flwr_logger.handlers:
+        flwr_logger.addHandler(_watch)
 
 
 def _retried(call: Callable[[], T], what: str) -> T:
     """``call()``, tried again after a failure (the grid's own transport retries cover the outage
-    itself; this covers a request the restarted SuperLink no longer recognises).
+    itself; this covers a request the restarted SuperLink no longer recognises). Every failure is
+    noted as an outage (:func:`note_outage`).
     """
     wait = 1.0
     for attempt in range(1, GRID_TRIES + 1):
         try:
             return call()
         except Exception as exc:  # noqa: BLE001 - any failure of the SuperLink request; the last one is raised
+            note_outage()
             if attempt == GRID_TRIES:
                 raise
             log.warning("%s failed (%s: %s); trying again in %.0f s (attempt %d of %d)", what, type(exc).__name__, exc, wait,
@@ -50,27 +140,98 @@ def _retried(call: Callable[[], T], what: str) -> T:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def send_and_receive(grid: Any, messages: list[Message], timeout: float) -> list[Message]:
+def _copy(message: Message) -> Message:
+    """A new message (new id) with the content and destination of ``message``."""
+    md = message.metadata
+    return Message(message.content, dst_node_id=md.dst_node_id, message_type=md.message_type, group_id=md.group_id)
+
+
+def _transient(reply: Message) -> bool:
+    return reply.has_error() and int(reply.error.code) in TRANSIENT_CODES
+
+
+def send_and_receive(grid: Any, messages: list[Message], timeout: float, *, resend: bool = True) -> list[Message]:
     """Push ``messages`` and pull their replies until all arrived or ``timeout`` passed.
 
-    The same contract as ``Grid.send_and_receive``, polling faster (module docstring); a grid
-    without ``push_messages``/``pull_messages`` (a test double) is asked to do it itself.
+    The same contract as ``Grid.send_and_receive``, polling faster and sending messages again
+    after a SuperLink outage (module docstring); a reply may then answer a copy of a message
+    rather than the message itself. A grid without ``push_messages``/``pull_messages`` (a test
+    double) is asked to do it itself.
     """
+    return [reply for _, reply in _exchange_replies(grid, messages, timeout, resend=resend)]
+
+
+def _exchange_replies(grid: Any, messages: Sequence[Message], timeout: float, *, resend: bool = True) -> list[tuple[int | None, Message]]:
+    """``(index in messages, reply)`` for every reply (``None``: a reply to a message not sent here)."""
     if not (hasattr(grid, "push_messages") and hasattr(grid, "pull_messages")):
-        return list(grid.send_and_receive(messages, timeout=timeout))
-    pending = set(_retried(lambda: list(grid.push_messages(messages)), "pushing messages to the SuperLink"))
+        replies = list(grid.send_and_receive(list(messages), timeout=timeout))
+        index = {m.metadata.message_id: k for k, m in enumerate(messages)}
+        return [(index.get(r.metadata.reply_to_message_id), r) for r in replies]
+    watch_flower_connections()
     start = time.monotonic()
-    replies: list[Message] = []
-    while pending:
-        got: Iterable[Message] = _retried(lambda: list(grid.pull_messages(pending)), "pulling replies from the SuperLink")
-        for reply in got:
-            replies.append(reply)
-            pending.discard(reply.metadata.reply_to_message_id)
+    deadline = start + timeout
+    key_of: dict[str, int] = {}           # message id (of a message or a copy) → index of the message
+    outstanding: set[str] = set()          # ids whose reply has not come
+    sent_at: dict[int, float] = {}         # index → when its last copy was pushed
+    copies: dict[int, int] = {}            # index → copies sent again
+    answered: dict[int, Message] = {}
+    held: dict[int, Message] = {}          # index → a transient error reply, while its node may come back
+    unknown: list[Message] = []
+
+    def push(batch: list[tuple[int, Message]]) -> None:
+        ids = _retried(lambda: list(grid.push_messages([m for _, m in batch])), "pushing messages to the SuperLink")
+        now = time.monotonic()
+        for (k, m), mid in zip(batch, ids, strict=False):
+            mid = mid or m.metadata.message_id  # '' or None: not stored now, perhaps stored before a restart
+            key_of[mid] = k
+            outstanding.add(mid)
+            sent_at[k] = now
+
+    push(list(enumerate(messages)))
+    online: set[int] = set()
+    nodes_read_at = -float("inf")
+    while True:
+        if outstanding:
+            got: Iterable[Message] = _retried(lambda: list(grid.pull_messages(set(outstanding))), "pulling replies from the SuperLink")
+            for reply in got:
+                mid = reply.metadata.reply_to_message_id
+                outstanding.discard(mid)
+                k = key_of.get(mid)
+                if k is None:
+                    unknown.append(reply)
+                elif k in answered:
+                    log.debug("a second reply to message %d (a copy sent after an outage); ignored", k)
+                elif (resend and _transient(reply) and copies.get(k, 0) < MAX_RESENDS
+                      and outage_since(start - OUTAGE_MEMORY_S) is not None):
+                    held[k] = reply
+                else:
+                    answered[k] = reply
+                    held.pop(k, None)
+        now = time.monotonic()
+        outage = outage_since(start - OUTAGE_MEMORY_S) if resend else None
+        if outage is not None:
+            due = [k for k in range(len(messages)) if k not in answered and copies.get(k, 0) < MAX_RESENDS
+                   and (k in held or sent_at[k] <= outage)]
+            if due and now - nodes_read_at >= NODE_POLL_S:
+                online = set(_retried(lambda: list(grid.get_node_ids()), "reading the connected SuperNodes"))
+                nodes_read_at = time.monotonic()
+            batch = [(k, _copy(messages[k])) for k in due if messages[k].metadata.dst_node_id in online]
+            if batch:
+                log.warning("sending %d message(s) again after a SuperLink outage (nodes %s): their replies were lost or the "
+                            "SuperLink reported them unavailable", len(batch), sorted({m.metadata.dst_node_id for _, m in batch}))
+                for k, _ in batch:
+                    copies[k] = copies.get(k, 0) + 1
+                    held.pop(k, None)
+                push(batch)
+                online -= {m.metadata.dst_node_id for _, m in batch}  # read again before another copy goes out
         elapsed = time.monotonic() - start
-        if not pending or elapsed >= timeout:
+        if len(answered) == len(messages) or (not outstanding and not held) or elapsed >= timeout:
             break
-        time.sleep(min(POLL_S if elapsed < FAST_POLL_FOR else SLOW_POLL_S, max(timeout - elapsed, 0.0)))
-    return replies
+        time.sleep(min(POLL_S if elapsed < FAST_POLL_FOR else SLOW_POLL_S, max(deadline - time.monotonic(), 0.0)))
+    out: list[tuple[int | None, Message]] = [(k, r) for k, r in answered.items()]
+    out += [(k, r) for k, r in held.items() if k not in answered]
+    out += [(None, r) for r in unknown]
+    return out
 
 
 def exchange(
@@ -81,20 +242,23 @@ def exchange(
     rnd: int,
     stage: str,
     timeout: float,
-    decode: Callable[[RecordDict], T],
+    decode: Callable[[int, RecordDict], T],
 ) -> tuple[dict[int, T], list[Failure]]:
-    """Send ``contents[cid]`` to node ``nodes[cid]``; return ``{cid: decode(reply)}`` and failures.
+    """Send ``contents[cid]`` to node ``nodes[cid]``; return ``{cid: decode(cid, reply)}`` and failures.
 
     Replies are matched to clients through ``reply_to_message_id`` (an unavailable node's error
-    reply comes from the SuperLink, not from the node).
+    reply comes from the SuperLink, not from the node). A failure that followed a SuperLink
+    outage (no reply, or an unavailable message or node) says so in its reason (:data:`OUTAGE_MARK`).
     """
-    sent = {cid: Message(content, dst_node_id=nodes[cid], message_type=message_type, group_id=str(rnd)) for cid, content in contents.items()}
-    replies = send_and_receive(grid, list(sent.values()), timeout) if sent else []
-    by_id = {m.metadata.message_id: cid for cid, m in sent.items()}
+    cids = list(contents)
+    sent = [Message(contents[cid], dst_node_id=nodes[cid], message_type=message_type, group_id=str(rnd)) for cid in cids]
+    start = time.monotonic()
+    replies = _exchange_replies(grid, sent, timeout) if sent else []
     out: dict[int, T] = {}
     failures: list[Failure] = []
-    for reply in replies:
-        cid = by_id.get(reply.metadata.reply_to_message_id)
+    lost: set[int] = set()  # clients whose failure may be the outage's
+    for k, reply in replies:
+        cid = cids[k] if k is not None else None
         if cid is not None and (cid in out or any(f.client == cid for f in failures)):
             log.warning("round %d: ignored a second reply for client %s", rnd, cid)
             continue
@@ -104,9 +268,11 @@ def exchange(
         if reply.has_error():
             err = reply.error
             failures.append(Failure(rnd, cid, stage, f"error code {err.code}: {err.reason}", nodes[cid]))
+            if _transient(reply):
+                lost.add(cid)
             continue
         try:
-            value = decode(reply.content)
+            value = decode(cid, reply.content)
         except Exception as exc:  # noqa: BLE001 - any malformed payload is dropped with its reason
             failures.append(Failure(rnd, cid, stage, f"invalid payload: {exc}", nodes[cid]))
             continue
@@ -115,6 +281,17 @@ def exchange(
             failures.append(Failure(rnd, cid, stage, f"invalid payload: reply claims client {claimed}", nodes[cid]))
             continue
         out[cid] = value
-    for cid in sorted(set(sent) - set(out) - {f.client for f in failures}):
+    for cid in sorted(set(cids) - set(out) - {f.client for f in failures}):
         failures.append(Failure(rnd, cid, stage, f"no reply within round-timeout={timeout:g} s", nodes[cid]))
+        lost.add(cid)
+    outage = outage_since(start - OUTAGE_MEMORY_S)
+    if outage is not None and lost:
+        failures = [Failure(f.round, f.client, f.stage, f"{f.reason} ({OUTAGE_MARK} {time.monotonic() - outage:.0f} s before the "
+                            "exchange ended: not recovered by sending the message again within round-timeout)", f.node_id)
+                    if f.client in lost else f for f in failures]
     return out, failures
+
+
+def outage_rounds(failures: Iterable[Failure]) -> list[int]:
+    """The rounds in which a client was lost to a SuperLink outage (:data:`OUTAGE_MARK`)."""
+    return sorted({int(f.round) for f in failures if OUTAGE_MARK in str(f.reason)})

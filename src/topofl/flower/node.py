@@ -62,7 +62,12 @@ def _npz(path: str, partition: int) -> ClientData:
         missing = [k for k in ("X_train", "y_train", "X_test", "y_test") if k not in z]
         if missing:
             raise ValueError(f"data-path={path!r} lacks array(s) {', '.join(missing)}")
-        return _validated_client(partition, (z["X_train"], z["y_train"], z["X_test"], z["y_test"]))
+        client = _validated_client(partition, (z["X_train"], z["y_train"], z["X_test"], z["y_test"]))
+    from topofl.data.loaders.tables import check_values
+
+    for split, X, y in (("train", client.X_train, client.y_train), ("test", client.X_test, client.y_test)):
+        check_values(f"data-path={path!r} ({split} split)", X, y)  # finite, |value| <= 1e15, as for CSV/NPZ site files
+    return client
 
 
 def partition_id(node_config: Mapping[str, Any]) -> int:

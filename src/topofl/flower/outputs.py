@@ -10,7 +10,9 @@ where the server writes. Every run writes into a fresh directory ``<root>/<out-d
 What: ``rounds.csv`` (one row per round and client), ``curves.csv`` (one row per round),
 ``server_log.jsonl`` (the server's log per round), ``failures.jsonl`` (every failed or dropped
 reply, with the reason) and, at the end, ``result.json`` written atomically
-(``{"method", "rounds", "final", "clients", "failures", "settings"}``).
+(``{"method", "rounds", "final", "clients", "failures", "settings", "status", "degraded_rounds"}``:
+``status`` is ``"degraded"``, with the rounds named, when a SuperLink outage lost replies that
+sending them again did not recover — :func:`run_status`).
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from typing import Any
 
 from topofl.experiments.results import CsvAppender, append_jsonl, write_json_atomic
 from topofl.federation.pool import Failure
+from topofl.flower.exchange import outage_rounds
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +133,18 @@ class RunOutputs:
             write_json_atomic(self.dir / "result.json", result)
             log.info("results written to %s", self.dir)
         return result
+
+
+def run_status(failures: Iterable[Failure], unit: str = "round") -> dict[str, Any]:
+    """``{"status", "degraded_rounds"}`` for result.json: ``"degraded"`` when a SuperLink outage
+    cost a round a client's reply that sending it again did not recover
+    (:func:`topofl.flower.exchange.outage_rounds`; logged), else ``"completed"``.
+    """
+    rounds = outage_rounds(failures)
+    if rounds:
+        log.warning("the run finished DEGRADED: a SuperLink outage lost clients' replies in %s(s) %s (see failures.jsonl); "
+                    "its metrics differ from an undisturbed run's", unit, rounds)
+    return {"status": "degraded" if rounds else "completed", "degraded_rounds": rounds}
 
 
 def _null_nan(v: Any) -> Any:

@@ -5,7 +5,9 @@ The node runs the algorithm's own node-local protocol (:class:`topofl.decentrali
 (sizes, seeds, weights; never anyone's data or model); each ``step`` first consumes the payloads
 its neighbours sent in the previous phase (``incoming``), then returns what it sends in the next
 (``outgoing``). The node object — model and restriction maps — stays on the node, pickled into
-``context.state`` between messages.
+``context.state`` between messages, once per message of the run (the relay's ``seq``): a copy
+of a message the relay sends again after a SuperLink outage starts from the state the first copy
+started from (:func:`topofl.flower.records.load_round_state`), so it computes the same step.
 
 Randomness is the in-process runner's: node ``i`` draws its mini-batches in iteration ``k`` from
 ``SeedSequence([seed, k, i])``, one generator for all phases of the iteration.
@@ -23,7 +25,7 @@ from flwr.app import ConfigRecord, MetricRecord, RecordDict
 from topofl.decentralised import NodeSpec, Peer
 from topofl.decentralised.runner import initial_theta, peer_metrics
 from topofl.flower.node import job_key, node_data
-from topofl.flower.records import arrays_record, load_state, record_arrays, save_state
+from topofl.flower.records import arrays_record, load_round_state, record_arrays, save_round_state
 from topofl.methods import build_peer
 from topofl.models.registry import build_model, is_deep
 
@@ -78,8 +80,16 @@ def setup(node_config: Mapping[str, Any], state: RecordDict, content: RecordDict
         raise ValueError(f"node {spec.node}: its model has {model.n_params} parameters but the relay's spec says dim={spec.dim}")
     theta = initial_theta(model, int(config["seed"]), spec.node, algorithm.config.model_init) if is_deep(model) else model.init()
     node = algorithm.make_node(spec, Peer(spec.node, data, model, theta))
-    save_state(state, job_key(config), {"node": node, "rng": None, "rng_k": 0})
+    save_round_state(state, job_key(config), _seq(config), {"node": node, "rng": None, "rng_k": 0})
     return _reply(node, data.client_id, {})
+
+
+def _seq(config: Mapping[str, Any]) -> int:
+    """The message's place in the relayed run (0: setup)."""
+    seq = config.get("seq")
+    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+        raise ValueError(f"the relay's seq must be a non-negative integer; got {seq!r}")
+    return seq
 
 
 def step(node_config: Mapping[str, Any], state: RecordDict, content: RecordDict) -> RecordDict:
@@ -89,8 +99,9 @@ def step(node_config: Mapping[str, Any], state: RecordDict, content: RecordDict)
     """
     config: dict[str, Any] = dict(content["config"])  # the relay's values: str()/int() convert them
     key = job_key(config)
-    st = load_state(state, key)
-    if not st:
+    seq = _seq(config)
+    st, had = load_round_state(state, key, seq)
+    if not had:
         raise RuntimeError("this node holds no peer state for the job (it missed the relay's setup, or restarted)")
     node = st["node"]
     algorithm = peer_algorithm(str(config["method"]), str(config["hyperparameters"]))
@@ -108,5 +119,5 @@ def step(node_config: Mapping[str, Any], state: RecordDict, content: RecordDict)
             report.update(peer_metrics(node.peer))
     emit = str(config.get("emit", ""))
     outbox = node.outgoing(emit) if emit else {}
-    save_state(state, key, st)
+    save_round_state(state, key, seq, st)
     return _reply(node, node.peer.data.client_id, report, outbox)

@@ -6,12 +6,18 @@ A server message travels as ``RecordDict({"params": ArrayRecord, "extras": Array
 their dtype (float64 by default), so a Flower run computes on the same numbers as an in-process run.
 
 Decoding never trusts the sender: a missing or malformed record raises :class:`PayloadError`
-naming the record, which the server turns into a logged, dropped reply.
+naming the record, which the server turns into a logged, dropped reply. Given what the server
+expects (the algorithm's :class:`~topofl.federation.validation.ReplySchema`, whose sizes come
+from the server's own model), every array's declared dtype, shape and byte count — the record's
+metadata and the ``.npy`` header inside its bytes — are checked *before* the array is decoded:
+an oversized reply is refused without allocating it.
 """
 from __future__ import annotations
 
+import io
+import math
 import pickle
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -21,6 +27,8 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 from topofl.atomic import write_bytes_atomic
 from topofl.federation.messages import ClientUpdate, ServerMessage
 from topofl.federation.pool import ClientEvaluation
+from topofl.federation.validation import ArraySpec, ReplySchema
+from topofl.limits import MAX_REPLY_FREE_VALUES
 
 STATE_KEY = "topofl"
 
@@ -34,8 +42,14 @@ def arrays_record(arrays: Mapping[str, np.ndarray]) -> ArrayRecord:
     return ArrayRecord({str(k): Array(np.ascontiguousarray(v)) for k, v in arrays.items()})
 
 
-def record_arrays(content: RecordDict, key: str, required: bool = True) -> dict[str, np.ndarray]:
-    """The named arrays of ArrayRecord ``key`` of a RecordDict."""
+def record_arrays(content: RecordDict, key: str, required: bool = True,
+                  expect: Mapping[str, ArraySpec] | None = None, free_values: int = MAX_REPLY_FREE_VALUES) -> dict[str, np.ndarray]:
+    """The named arrays of ArrayRecord ``key`` of a RecordDict.
+
+    With ``expect`` (array name → :class:`~topofl.federation.validation.ArraySpec`) an array of
+    another name, or whose declared dtype, shape or byte count does not fit its spec
+    (:func:`array_problem`), is a :class:`PayloadError` raised before any array is decoded.
+    """
     if key not in content:
         if required:
             raise PayloadError(f"record {key!r} is missing")
@@ -43,10 +57,64 @@ def record_arrays(content: RecordDict, key: str, required: bool = True) -> dict[
     rec = content[key]
     if not isinstance(rec, ArrayRecord):
         raise PayloadError(f"record {key!r} must be an ArrayRecord; got {type(rec).__name__}")
+    if expect is not None:
+        unexpected = sorted(str(k) for k in rec if k not in expect)
+        if unexpected:
+            raise PayloadError(f"record {key!r} holds unexpected array(s) {', '.join(repr(k) for k in unexpected[:5])} "
+                               f"(expected: {', '.join(repr(k) for k in expect) or 'none'})")
+        for name in rec:
+            reason = array_problem(rec[name], expect[name].shape, free_values)
+            if reason:
+                raise PayloadError(f"record {key!r}: array {name!r} {reason} (refused before decoding)")
     try:
         return {k: rec[k].numpy() for k in rec}
     except Exception as exc:  # a corrupt Array: shape/dtype/data mismatch
         raise PayloadError(f"record {key!r} holds an array that cannot be decoded: {exc}") from None
+
+
+def _shape_text(shape: Sequence[int | None]) -> str:
+    return "(" + ", ".join("n" if s is None else str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def array_problem(array: Any, shape: Sequence[int | None], free_values: int = MAX_REPLY_FREE_VALUES) -> str | None:
+    """Why a Flower ``Array`` cannot be a float64 array of ``shape``, from its metadata and the
+    ``.npy`` header in its bytes alone (nothing is decoded or copied); ``None`` when it can.
+
+    ``None`` entries of ``shape`` take any length, but the array may then hold at most
+    ``max(free_values, product of the fixed entries)`` values. The header's dtype and shape must
+    be the record's, and the bytes after the header exactly that many float64 values, so the
+    decoded array is exactly what was checked.
+    """
+    if not isinstance(array, Array):
+        return f"must be an Array; got {type(array).__name__}"
+    if array.stype != "numpy.ndarray":
+        return f"must be a serialised numpy array; its record declares stype {str(array.stype)[:40]!r}"
+    if array.dtype != "float64":
+        return f"must be float64; its record declares dtype {str(array.dtype)[:40]!r}"
+    declared = tuple(array.shape)
+    if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in declared):
+        return f"declares an invalid shape {str(declared)[:80]}"
+    if len(declared) != len(shape) or any(s is not None and s != d for s, d in zip(shape, declared, strict=False)):
+        return f"must have shape {_shape_text(shape)}; its record declares {declared}"
+    count = math.prod(declared)
+    fixed = math.prod(s for s in shape if s is not None)
+    if any(s is None for s in shape) and count > max(int(free_values), fixed):
+        return f"declares {count} values; at most {max(int(free_values), fixed)} are accepted"
+    data = array.data
+    if not isinstance(data, bytes):
+        return f"must carry bytes; got {type(data).__name__}"
+    try:
+        fh = io.BytesIO(data)  # shares the bytes: nothing is copied
+        version = np.lib.format.read_magic(fh)
+        reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        h_shape, fortran, h_dtype = reader(fh)
+    except Exception as exc:  # noqa: BLE001 - any malformed header is the sender's
+        return f"has no valid .npy header ({type(exc).__name__}: {str(exc)[:120]})"
+    if tuple(h_shape) != declared or h_dtype != np.dtype(np.float64) or fortran:
+        return f"carries data of shape {tuple(h_shape)} and dtype {h_dtype} while its record declares {declared} float64"
+    if len(data) - fh.tell() != count * 8:
+        return f"carries {len(data) - fh.tell()} bytes of data; {declared} float64 values take {count * 8}"
+    return None
 
 
 def config_record(values: Mapping[str, Any]) -> ConfigRecord:
@@ -86,19 +154,30 @@ def encode_update(update: ClientUpdate) -> RecordDict:
     return rd
 
 
-def decode_update(content: RecordDict) -> ClientUpdate:
-    """A :class:`ClientUpdate` from a reply; :class:`PayloadError` when a record is missing or malformed."""
-    params = record_arrays(content, "params").get("params")
+def decode_update(content: RecordDict, schema: ReplySchema | None = None) -> ClientUpdate:
+    """A :class:`ClientUpdate` from a reply; :class:`PayloadError` when a record is missing or malformed.
+
+    With ``schema`` (what the algorithm accepts from this client, its sizes from the server's
+    model) the params, extras and descriptor arrays are checked against it before any is decoded
+    (:func:`record_arrays`); the full check of the values is the server's screening.
+    """
+    if schema is not None:
+        params_spec: dict[str, ArraySpec] | None = {"params": schema.params}
+        extras_spec: dict[str, ArraySpec] | None = dict(schema.extras)
+        descriptor_spec: dict[str, ArraySpec] | None = {"phi": schema.descriptor} if schema.descriptor is not None else {}
+    else:
+        params_spec = extras_spec = descriptor_spec = None
+    params = record_arrays(content, "params", expect=params_spec).get("params")
     if params is None:
         raise PayloadError("record 'params' has no array 'params'")
     if "metrics" not in content or "num-examples" not in content["metrics"]:
         raise PayloadError("record 'metrics' with 'num-examples' is missing")
     metrics: dict[str, Any] = dict(content["metrics"])  # the sender's values, unchecked: the server screens the update
     n = metrics.pop("num-examples")
-    descriptor = record_arrays(content, "descriptor", required=False).get("phi")
+    descriptor = record_arrays(content, "descriptor", required=False, expect=descriptor_spec).get("phi")
     return ClientUpdate(
         client_id=_client_of(content), params=params, n_examples=n, descriptor=descriptor,
-        metrics=metrics, extras=record_arrays(content, "extras", required=False),
+        metrics=metrics, extras=record_arrays(content, "extras", required=False, expect=extras_spec),
     )
 
 
@@ -113,13 +192,23 @@ def encode_evaluation(ev: ClientEvaluation) -> RecordDict:
     return rd
 
 
-def decode_evaluation(content: RecordDict) -> ClientEvaluation:
-    """A :class:`ClientEvaluation` from a reply; :class:`PayloadError` when its metrics or client id are missing."""
+def decode_evaluation(content: RecordDict, n_test: int | None = None, n_classes: int = 0) -> ClientEvaluation:
+    """A :class:`ClientEvaluation` from a reply; :class:`PayloadError` when its metrics or client id are missing.
+
+    With ``n_test`` (what the client declared at discovery) pooled predictions larger than
+    ``n_test`` labels and ``n_test × max(n_classes, 2)`` scores are refused before decoding.
+    """
     if "metrics" not in content:
         raise PayloadError("record 'metrics' is missing")
     raw: dict[str, Any] = dict(content["metrics"])  # the sender's values: float() refuses a non-number
     metrics = {k: float(v) for k, v in raw.items()}
-    pred = record_arrays(content, "predictions", required=False)
+    expect = None
+    if n_test is not None and "predictions" in content and isinstance(content["predictions"], ArrayRecord):
+        scores = content["predictions"]["scores"] if "scores" in content["predictions"] else None
+        wide = scores is not None and isinstance(scores, Array) and len(tuple(scores.shape)) == 2
+        expect = {"y_true": ArraySpec((n_test,)),
+                  "scores": ArraySpec((n_test, max(int(n_classes), 2)) if wide else (n_test,))}
+    pred = record_arrays(content, "predictions", required=False, expect=expect)
     return ClientEvaluation(_client_of(content), metrics, pred.get("y_true"), pred.get("scores"))
 
 
@@ -152,6 +241,8 @@ def save_state(state: RecordDict, key: str, value: Any) -> None:
 
 #: snapshots of a federated client's state a node keeps on disk (node config ``state-dir``)
 SNAPSHOTS_KEPT = 3
+#: snapshots a node keeps in ``context.state``: its state before and after its last message
+MEMORY_SNAPSHOTS_KEPT = 2
 
 
 def message_seq(rnd: int, stage: str) -> int:
@@ -183,7 +274,10 @@ def load_round_state(state: RecordDict, key: str, seq: int, directory: Path | No
     """A federated client's state as it was *before* message ``seq`` (:func:`message_seq`), and
     whether the node had it.
 
-    In ``context.state`` (Flower keeps it per run) the node holds the state after its last message.
+    In ``context.state`` (Flower keeps it per run) the node holds its state after each of its
+    last :data:`MEMORY_SNAPSHOTS_KEPT` messages: a message the server sends again in the same run
+    (its first reply was lost when the SuperLink restarted, :mod:`topofl.flower.exchange`) starts
+    from the state the first copy started from, even when the node had already processed it.
     With a ``directory`` (node config ``state-dir``) it keeps, on disk, its state after each of its
     last :data:`SNAPSHOTS_KEPT` messages of the job's lineage (a run and its resumptions): a resumed
     run — a new Flower run, whose ``context.state`` starts empty — finds its clients' state, and a
@@ -195,20 +289,37 @@ def load_round_state(state: RecordDict, key: str, seq: int, directory: Path | No
         if not before:
             return {}, False
         return pickle.loads((directory / key / f"seq-{max(before)}.pkl").read_bytes()), True  # the node's own files
-    rec = state[STATE_KEY] if STATE_KEY in state else None
-    if rec is None or rec.get("job") != key or int(cast(int, rec.get("seq", seq))) >= seq:
+    snaps = _memory_snapshots(state, key)
+    earlier = [s for s in snaps if s < seq]
+    if not earlier:
         return {}, False
-    return pickle.loads(cast(bytes, rec["state"])), True
+    return pickle.loads(snaps[max(earlier)]), True
+
+
+def _memory_snapshots(state: RecordDict, key: str) -> dict[int, bytes]:
+    """``{seq: pickled state}`` kept in ``context.state`` for job ``key`` (``{}`` for another job)."""
+    rec = state[STATE_KEY] if STATE_KEY in state else None
+    if rec is None or rec.get("job") != key:
+        return {}
+    if "seqs" in rec:
+        return {int(s): cast(bytes, b) for s, b in zip(cast(list, rec["seqs"]), cast(list, rec["states"]), strict=True)}
+    if "seq" in rec:  # one snapshot (written by an earlier topofl)
+        return {int(cast(int, rec["seq"])): cast(bytes, rec["state"])}
+    return {}
 
 
 def save_round_state(state: RecordDict, key: str, seq: int, value: Any, directory: Path | None = None) -> None:
-    """Keep ``value`` as the state after message ``seq`` (see :func:`load_round_state`); on disk,
+    """Keep ``value`` as the state after message ``seq`` (see :func:`load_round_state`);
     snapshots of later messages (from an attempt that went further before the server restarted)
-    are dropped and only the last :data:`SNAPSHOTS_KEPT` are kept.
+    are dropped and only the last :data:`MEMORY_SNAPSHOTS_KEPT` (in ``context.state``) or
+    :data:`SNAPSHOTS_KEPT` (on disk) are kept.
     """
     blob = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     if directory is None:
-        state[STATE_KEY] = ConfigRecord({"job": key, "seq": int(seq), "state": blob})
+        kept = {s: b for s, b in _memory_snapshots(state, key).items() if s < seq}
+        kept[int(seq)] = blob
+        order = sorted(kept)[-MEMORY_SNAPSHOTS_KEPT:]
+        state[STATE_KEY] = ConfigRecord({"job": key, "seqs": order, "states": [kept[s] for s in order]})
         return
     d = directory / key
     d.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -35,12 +35,14 @@ from flwr.serverapp import Grid
 from topofl.decentralised import make_graph
 from topofl.decentralised.runner import DecentralisedHistory, _divergence_error, summarise_peers
 from topofl.federation.pool import Failure
+from topofl.federation.validation import ArraySpec
 from topofl.flower.discovery import discover, new_run_id, reconcile
 from topofl.flower.exchange import exchange
-from topofl.flower.outputs import RunOutputs, resolve_run_dir, results_root
+from topofl.flower.outputs import RunOutputs, resolve_run_dir, results_root, run_status
 from topofl.flower.peer import peer_algorithm, peer_model
 from topofl.flower.records import arrays_record, config_record, record_arrays
 from topofl.flower.settings import FlowerSettings
+from topofl.limits import MAX_REPLY_FREE_VALUES
 
 log = logging.getLogger(__name__)
 
@@ -49,11 +51,15 @@ RECORD_FIELDS = ("round", "client", "accuracy", "loss", "dim")
 CURVE_FIELDS = ("round", "accuracy", "accuracy_std", "loss", "bits", "cumulative_bits", "map_storage_bytes", "n_clients", "n_failures")
 
 
-def _decode_step(content: RecordDict) -> dict[str, Any]:
+def _decode_step(content: RecordDict, expect: Mapping[str, ArraySpec] | None = None, free_values: int = MAX_REPLY_FREE_VALUES) -> dict[str, Any]:
+    """A node's reply: its report and outbox; with ``expect`` (neighbour → spec) an outbox
+    addressed elsewhere or larger than the spec is refused before it is decoded.
+    """
     report = dict(content["report"])
     meta: Mapping[str, Any] = content["meta"]  # the sender's record: int() refuses a bad client id
     return {"client": int(meta["client"]), "report": report,
-            "outbox": {int(j): v for j, v in record_arrays(content, "outbox", required=False).items()}}
+            "outbox": {int(j): v for j, v in record_arrays(content, "outbox", required=False, expect=expect,
+                                                                     free_values=free_values).items()}}
 
 
 class Relay:
@@ -82,13 +88,20 @@ class Relay:
     def _send(self, rnd: int, stage: str, message_type: str, contents: dict[int, RecordDict]) -> dict[int, dict[str, Any]]:
         """Send to graph nodes ``contents``' keys; failed nodes are dropped; replies by graph node."""
         nodes = {k: self.flwr_node[k] for k in contents}
-        got, failures = exchange(self.grid, nodes, contents, message_type, rnd, stage, self.settings.round_timeout, _decode_step)
+        got, failures = exchange(self.grid, nodes, contents, message_type, rnd, stage, self.settings.round_timeout, self._decode)
         for k in [k for k, v in got.items() if v["client"] != self.clients[k]]:
             failures.append(Failure(rnd, k, stage, "invalid payload: reply claims another client", nodes[k]))
             del got[k]
         for f in failures:
             self._drop(cast(int, f.client), f.round, f.stage, f.reason)  # exchange names the graph node of every failure
         return got
+
+    def _decode(self, k: int, content: RecordDict) -> dict[str, Any]:
+        """Node ``k``'s reply; its outbox may only address ``k``'s neighbours with vectors no longer
+        than the largest model of the run (checked before decoding).
+        """
+        free = max(self.dims.values(), default=0)
+        return _decode_step(content, {str(j): ArraySpec((None,)) for j in self.specs[k].neighbours} if free else None, free)
 
     def _drop(self, k: int, rnd: int, stage: str, reason: str) -> None:
         failure = Failure(rnd, self.clients[k], stage, reason, self.flwr_node[k])
@@ -112,7 +125,8 @@ class Relay:
     # ---- the run ---------------------------------------------------------------------------
     def setup(self) -> None:
         """Send every node its spec; it builds its peer and algorithm state."""
-        contents = {k: RecordDict({"config": config_record({**self.job, "spec": json.dumps(self.specs[k].to_dict())})}) for k in sorted(self.alive)}
+        contents = {k: RecordDict({"config": config_record({**self.job, "seq": 0, "spec": json.dumps(self.specs[k].to_dict())})})
+                    for k in sorted(self.alive)}
         got = self._send(0, "setup", f"{MessageType.QUERY}.peer", contents)
         self.start_norm = max([1.0, *(float(v["report"]["norm"]) for v in got.values())])
 
@@ -154,10 +168,12 @@ class Relay:
         inbox: dict[int, dict[int, np.ndarray]] = {}
         prev: tuple[int, str] = (0, "")
         cumulative = 0
-        for k, phase in schedule:
+        for seq, (k, phase) in enumerate(schedule, start=1):
             contents = {
                 i: RecordDict({
-                    "config": config_record({**self.job, "apply": prev[1], "apply_k": prev[0], "emit": phase}),
+                    # seq: the message's place in the run, so a node computes a copy sent again after a
+                    # SuperLink outage from the state the first copy started from (topofl.flower.peer)
+                    "config": config_record({**self.job, "seq": seq, "apply": prev[1], "apply_k": prev[0], "emit": phase}),
                     "inbox": arrays_record({str(j): v for j, v in inbox.get(i, {}).items()}),
                 })
                 for i in sorted(self.alive)
@@ -185,6 +201,7 @@ class Relay:
         out.failures = list(self.failures)
         out.finish(s.method, s.as_dict(), {
             "graph_edges": sorted(map(list, self.graph.edges)), "dropped": sorted(self.clients[k] for k in set(self.flwr_node) - self.alive),
+            **run_status(self.failures, "iteration"),
         })
         return history
 

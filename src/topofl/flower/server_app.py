@@ -26,7 +26,7 @@ from topofl.federation.runner import RoundState, run_rounds
 from topofl.federation.validation import client_info
 from topofl.flower.checkpoint import load_checkpoint, remove_checkpoint, run_lock, save_checkpoint
 from topofl.flower.discovery import discover, new_run_id, reconcile
-from topofl.flower.outputs import RunOutputs, resolve_run_dir, results_root, resume_run_dir
+from topofl.flower.outputs import RunOutputs, resolve_run_dir, results_root, resume_run_dir, run_status
 from topofl.flower.pool import FlowerPool
 from topofl.flower.relay import relay_main
 from topofl.flower.settings import FlowerSettings
@@ -98,13 +98,19 @@ def _federated(grid: Grid, settings: FlowerSettings, run_dir: Path | None, run_i
             save_checkpoint(run_dir, state.round, settings.as_dict(),
                             {"state": state, "outputs": out.state(), "job": job, "clients": {c: infos[c] for c in clients}})
 
-    pool = FlowerPool(grid, nodes, job, settings.round_timeout, {cid: client_info(cid, infos[cid]) for cid in clients}, clients)
+    declared = {cid: client_info(cid, infos[cid]) for cid in clients}
+    server = ckpt.payload["state"].algorithm if ckpt is not None else algorithm  # the object run_rounds drives
+
+    def schema(cid: int, message: Any) -> Any:
+        return server.reply_schema(cid, message, declared[cid])
+
+    pool = FlowerPool(grid, nodes, job, settings.round_timeout, declared, clients, schema=schema)
     history = run_rounds(pool, algorithm, model, settings.rounds, settings.seed, client_fraction=settings.client_fraction,
                          min_replies=settings.min_replies, on_round=on_round, start=ckpt.payload["state"] if ckpt else None,
                          on_checkpoint=on_checkpoint)
     history.failures[:0] = failures
     history.out_dir = str(run_dir) if run_dir is not None else None
-    out.finish(settings.method, settings.as_dict())
+    out.finish(settings.method, settings.as_dict(), run_status(out.failures, "round"))
     if run_dir is not None:
         remove_checkpoint(run_dir)  # result.json now records the run; a finished run is not resumed
     return history
@@ -141,16 +147,18 @@ def _resumed_clients(settings: FlowerSettings, payload: dict[str, Any], job: dic
 
 def resumed_settings(given: FlowerSettings, saved: dict[str, Any]) -> FlowerSettings:
     """The checkpointed run's settings, with ``resume-dir`` and the operational keys (how long to
-    wait for nodes and replies) of the resuming run; other keys of the resuming run that differ
+    wait for nodes and replies, which node holds which partition) of the resuming run; other keys of the resuming run that differ
     are ignored, with a warning naming them.
     """
-    operational = ("resume_dir", "min_nodes", "node_wait", "round_timeout")
+    operational = ("resume_dir", "min_nodes", "node_wait", "round_timeout", "partition_nodes")
     try:
-        base = FlowerSettings(**{k: v for k, v in saved.items() if k not in operational},
-                              **{k: getattr(given, k) for k in operational})
+        base = FlowerSettings.from_saved({**{k: v for k, v in saved.items() if k not in operational},
+                                          **{k: getattr(given, k) for k in operational}})
     except (TypeError, ValueError) as exc:
         raise ValueError(f"resume-dir={given.resume_dir!r}: the checkpoint's settings are not valid settings ({exc})") from None
     defaults, kept = FlowerSettings().as_dict(), base.as_dict()
+    # the hyper-parameters the resuming run would have had without setting any (its method's deployment defaults)
+    defaults["hyperparameters"] = dict(FlowerSettings(method=given.method, robust_defaults=given.robust_defaults).hyperparameters)
     ignored = sorted(k for k, v in given.as_dict().items() if k not in operational and v != defaults[k] and v != kept[k])
     if ignored:
         log.warning("resume-dir: the resumed run keeps its own settings; ignored: %s", ", ".join(ignored))

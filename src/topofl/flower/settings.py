@@ -14,8 +14,11 @@ from typing import Any
 
 from topofl._validation import check_choice, check_int, check_range
 from topofl.data.federation import TASKS
-from topofl.limits import MAX_CLASSES, MAX_ROUNDS, MAX_SEED
+from topofl.limits import MAX_CLASSES, MAX_FEATURES, MAX_ROUNDS, MAX_SEED
 from topofl.parsing import parse_assignments
+from topofl.robustness.deployment import DEPLOYMENT_DEFAULTS, deployment_hyperparameters
+
+__all__ = ["DEPLOYMENT_DEFAULTS", "KEYS", "FlowerSettings", "deployment_hyperparameters", "parse_pairs"]
 
 #: run-config key → (settings field, default, help)
 KEYS: dict[str, tuple[str, Any, str]] = {
@@ -37,16 +40,22 @@ KEYS: dict[str, tuple[str, Any, str]] = {
     "pooled-metrics": ("pooled_metrics", False, "clients also send test labels and scores so the server can compute pooled metrics"),
     "task": ("task", "", "binary | multiclass | regression; '' = what most nodes declare (nodes that disagree are left out)"),
     "classes": ("classes", "", "label values in class order, 'a,b,c': a node with its own data-path maps label classes[i] to class i"),
+    "n-features": ("n_features", 0, "features of the model of a federated method; nodes that declare another count are left out "
+                   "(0 = the count most nodes declare)"),
+    "partition-nodes": ("partition_nodes", "", "pin partitions to SuperNodes, 'partition-id=node-id,...': only that node may hold "
+                        "the partition ('' = the first node to connect that claims it)"),
     "model": ("model", "linear", "the model every node trains: linear, cnn-small, cnn-same, cnn-medium, cnn-large, convnet2, resnet18, mlp, or "
               "'package.module:factory' (installed on every node)"),
     "device": ("device", "cpu", "where a PyTorch model computes on each node: cpu, cuda or auto"),
     "resume-dir": ("resume_dir", "", "continue the run whose directory this is (inside the results root, as out-dir; e.g. "
                    "'trial1/run-42') from its last checkpointed round, with its settings ('' = a new run)"),
+    "robust-defaults": ("robust_defaults", True, "apply topofl.flower.settings.DEPLOYMENT_DEFAULTS (a Byzantine-robust server rule "
+                        "and a cap on any one client's share) to every hyper-parameter the run does not set; false = the "
+                        "papers' rules (opt-out)"),
     "attack": ("attack", "", "robustness trials: hostile clients, 'kind:key=value,...' (topofl.robustness.attacks, e.g. "
                "'sign_flip:fraction=0.25,start_round=2'); each node whose client id (graph node, for a "
                "decentralised method) is chosen attacks ('' = none)"),
 }
-
 
 
 def parse_pairs(text: str, key: str) -> dict[str, Any]:
@@ -63,6 +72,31 @@ def parse_pairs(text: str, key: str) -> dict[str, Any]:
             current += ch
     items.append(current)
     return parse_assignments([p for p in items if p.strip()], key)
+
+
+def _partition_nodes(value: Any) -> dict[int, int]:
+    """The ``partition-nodes`` run-config value as ``{partition id: node id}``: a mapping, or the
+    text ``'0=123,1=456'``; ``ValueError`` naming the key unless ids are non-negative integers and
+    no node holds two partitions.
+    """
+    if isinstance(value, str):
+        pairs: dict[int, int] = {}
+        for item in (p.strip() for p in value.split(",")):
+            if not item:
+                continue
+            left, sep, right = item.partition("=")
+            if not sep or not left.strip().isdecimal() or not right.strip().isdecimal():
+                raise ValueError(f"partition-nodes must be 'partition-id=node-id,...' with integer ids; got {value!r}")
+            if int(left) in pairs:
+                raise ValueError(f"partition-nodes names partition-id={int(left)} twice; got {value!r}")
+            pairs[int(left)] = int(right)
+    elif isinstance(value, Mapping):  # e.g. from a checkpoint's JSON manifest: ids may be strings
+        return _partition_nodes(",".join(f"{k}={v}" for k, v in value.items()))
+    else:
+        raise ValueError(f"partition-nodes must be 'partition-id=node-id,...'; got {value!r}")
+    if len(set(pairs.values())) != len(pairs):
+        raise ValueError(f"partition-nodes pins one node to several partitions; got {value!r}")
+    return pairs
 
 
 @dataclass(frozen=True)
@@ -86,16 +120,23 @@ class FlowerSettings:
     pooled_metrics: bool = False
     task: str = ""
     classes: str = ""
+    n_features: int = 0
+    partition_nodes: Mapping[int, int] = field(default_factory=dict)
     model: str = "linear"
     device: str = "cpu"
     attack: str = ""
     resume_dir: str = ""
+    robust_defaults: bool = True
 
     def __post_init__(self) -> None:
         from topofl.data.scenarios import SCENARIOS
         from topofl.methods import available
 
         check_choice("method", self.method, available())
+        if not isinstance(self.robust_defaults, bool):
+            raise ValueError(f"robust-defaults must be true or false; got {self.robust_defaults!r}")
+        if self.robust_defaults:  # the deployment's Byzantine-robust defaults, unless the run sets the field
+            object.__setattr__(self, "hyperparameters", deployment_hyperparameters(self.method, dict(self.hyperparameters)))
         check_choice("scenario", self.scenario, list(SCENARIOS))
         check_int("num-server-rounds", self.rounds, 1, MAX_ROUNDS)
         check_int("seed", self.seed, 0, MAX_SEED)
@@ -130,6 +171,8 @@ class FlowerSettings:
             if self.task == "regression":
                 raise ValueError("classes cannot be combined with task='regression'")
             _ = self.class_values
+        check_int("n-features", self.n_features, 0, MAX_FEATURES)
+        object.__setattr__(self, "partition_nodes", _partition_nodes(self.partition_nodes))
 
     @property
     def class_values(self) -> list[float]:
@@ -151,6 +194,14 @@ class FlowerSettings:
         return family(self.method) == "peer"
 
     @classmethod
+    def from_saved(cls, saved: Mapping[str, Any]) -> FlowerSettings:
+        """Settings as :meth:`as_dict` wrote them (a checkpoint's). A checkpoint written before
+        ``robust-defaults`` existed ran the papers' rules with the hyper-parameters it saved, so a
+        missing ``robust_defaults`` is ``False``: resuming never changes a run's rule.
+        """
+        return cls(**{"robust_defaults": False, **saved})
+
+    @classmethod
     def from_run_config(cls, run_config: Mapping[str, Any]) -> FlowerSettings:
         """Settings from Flower's run config; unknown keys are an error listing the known ones."""
         unknown = sorted(set(run_config) - set(KEYS))
@@ -161,6 +212,8 @@ class FlowerSettings:
             name, default, _ = KEYS[key]
             if name in ("scenario_params", "hyperparameters", "graph_params"):
                 value = parse_pairs(value, key)
+            elif name == "partition_nodes":
+                value = _partition_nodes(value)
             elif isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
                 value = float(value)
             values[name] = value

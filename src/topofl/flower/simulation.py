@@ -72,7 +72,7 @@ def simulate_flower(
             root = results_root if results_root is not None else os.environ.get("TOPOFL_RESULTS_ROOT") or "results"
             saved = checkpoint_settings(resume_run_dir(settings.resume_dir, root))
             try:
-                job = FlowerSettings(**saved)
+                job = FlowerSettings.from_saved(saved)
             except TypeError as exc:
                 raise ValueError(f"resume-dir={settings.resume_dir!r}: checkpoint.json's settings are not valid settings ({exc})") from None
         n_nodes = len(make_scenario(job.scenario, job.seed, **dict(job.scenario_params)))

@@ -17,6 +17,9 @@ name              rule                                                        we
                   the median (El Mhamdi et al. 2018, §4)
 ``norm_clip``     each u_k − reference clipped to norm ≤ M, then the mean      yes
                   (Sun et al. 2019, §4 "norm thresholding")
+``guarded_mean``  changes pointing against the coordinate-wise median change   yes
+                  left out, the rest clipped to c × their median norm, then
+                  the mean (:func:`guarded_mean`; the deployments' default)
 ================  ==========================================================  ==========
 
 (*) Blanchard et al. average the m selected updates with equal weights; here they are averaged
@@ -27,8 +30,15 @@ influence over them.
 
 :func:`robust_aggregate` dispatches by name and reports which updates entered the result
 (:class:`AggregateResult`). The rules that pick whole updates (Krum, Multi-Krum, Bulyan's first
-stage) leave the others out; the coordinate-wise rules and norm clipping leave no client out
-as a whole, so every index is ``selected``.
+stage, and the guarded mean's direction check) leave the others out; the coordinate-wise rules
+and norm clipping leave no client out as a whole, so every index is ``selected``.
+
+**f and β from the round.** The defender rarely knows how many clients are hostile. With
+``f = AUTO`` (−1, the methods' default) Krum and Multi-Krum tolerate the most their condition
+n ≥ 2f + 3 allows at the round's n, ⌊(n − 3)/2⌋, and Bulyan ⌊(n − 3)/4⌋ (:func:`auto_f`); with
+``trim_fraction = AUTO`` the trimmed mean cuts t = ⌈n/2⌉ − 1 values from each end (the most that
+leaves a middle; 1 of 4, 3 of 8, 4 of 10), i.e. it tolerates just under half. The price is
+statistical efficiency on clean rounds, which the attacks experiment measures.
 
 Differences from Flower's implementations (``flwr.serverapp.strategy``, 1.41), which the tests
 use as an independent oracle where the definitions coincide:
@@ -60,9 +70,12 @@ from topofl._validation import as_real, check_choice, check_finite, check_int, c
 
 __all__ = [
     "AGGREGATORS",
+    "AUTO",
     "AggregateResult",
+    "auto_f",
     "bulyan",
     "coordinate_median",
+    "guarded_mean",
     "krum",
     "krum_scores",
     "multi_krum",
@@ -74,7 +87,11 @@ __all__ = [
 ]
 
 #: the rules :func:`robust_aggregate` knows, by name; ``"mean"`` is FedAvg's weighted average
-AGGREGATORS = ("mean", "median", "trimmed_mean", "krum", "multi_krum", "bulyan", "norm_clip")
+AGGREGATORS = ("mean", "median", "trimmed_mean", "krum", "multi_krum", "bulyan", "norm_clip", "guarded_mean")
+#: ``f`` / ``trim_fraction`` value meaning "derived from the round's number of updates" (:func:`auto_f`)
+AUTO = -1
+#: the fewest updates whose coordinate-wise median change the guarded mean trusts as a direction (one hostile of three)
+GUARD_MIN_GROUP = 3
 
 
 @dataclass(frozen=True)
@@ -91,6 +108,12 @@ class AggregateResult:
 
     vector: np.ndarray
     selected: tuple[int, ...]
+    #: rows the guarded mean's direction check flagged (and left out); empty for the other rules
+    flagged: tuple[int, ...] = ()
+    #: rows whose change the guarded mean scaled down
+    clipped: tuple[int, ...] = ()
+    #: the guarded mean's cosine of each row's change with the median change (NaN where not checked)
+    cosines: tuple[float, ...] = ()
 
 
 # ---- input checks -------------------------------------------------------------------------
@@ -114,6 +137,33 @@ def _shares(weights: np.ndarray | Sequence[float], n: int) -> np.ndarray:
         raise ValueError(f"weights must be non-negative with a positive finite sum; got {w.tolist()}")
     shares: np.ndarray = w / total
     return shares
+
+
+def auto_f(name: str, n: int) -> int:
+    """The number of Byzantine updates rule ``name`` tolerates at most among ``n`` (``f = AUTO``).
+
+    Krum and Multi-Krum: ⌊(n − 3)/2⌋ (Blanchard et al. 2017, Prop. 1: n > 2f + 2); Bulyan:
+    ⌊(n − 3)/4⌋ (El Mhamdi et al. 2018, §4: n ≥ 4f + 3); the trimmed mean: ⌈n/2⌉ − 1 values cut
+    from each end (Yin et al. 2018 need β < 1/2). Never below 0.
+    """
+    check_choice("aggregator", name, AGGREGATORS)
+    check_int("n", n, 0)
+    if name in ("krum", "multi_krum"):
+        return max((n - 3) // 2, 0)
+    if name == "bulyan":
+        return max((n - 3) // 4, 0)
+    if name == "trimmed_mean":
+        return max((n + 1) // 2 - 1, 0)
+    return 0
+
+
+def _reference(reference: np.ndarray, U: np.ndarray) -> np.ndarray:
+    """The model(s) the server sent, checked: finite, of shape (d,) (one for every client) or (n, d)."""
+    R = as_real(reference, "reference")
+    if R.shape not in (U.shape[1:], U.shape):
+        raise ValueError(f"reference must have shape ({U.shape[1]},) or {U.shape}; got shape {R.shape}")
+    check_finite(R, "reference")
+    return R
 
 
 def _check_f(f: int, n: int, need: int, rule: str, condition: str) -> None:
@@ -141,7 +191,9 @@ def required_updates(name: str, f: int) -> int:
         The smallest acceptable number of updates.
     """
     check_choice("aggregator", name, AGGREGATORS)
-    check_int("f", f, 0)
+    check_int("f", f, AUTO)
+    if f == AUTO:  # f follows n: the rule's smallest n (f = 0)
+        f = 0
     return {"krum": 2 * f + 3, "multi_krum": 2 * f + 3, "bulyan": 4 * f + 3}.get(name, 1)
 
 
@@ -384,15 +436,134 @@ def norm_clip(
     U = _updates(updates)
     s = _shares(weights, U.shape[0])
     check_range("clip_norm", clip_norm, 0.0, low_open=True)
-    R = as_real(reference, "reference")
-    if R.shape not in (U.shape[1:], U.shape):
-        raise ValueError(f"reference must have shape ({U.shape[1]},) or {U.shape}; got shape {R.shape}")
-    check_finite(R, "reference")
+    R = _reference(reference, U)
     delta = U - R
     norms = np.sqrt(np.einsum("ij,ij->i", delta, delta))
     scale = np.minimum(1.0, clip_norm / np.where(norms > 0, norms, 1.0))
     out: np.ndarray = s @ (R + delta * scale[:, None])
     return out
+
+
+def guarded_mean(
+    updates: np.ndarray | Sequence[np.ndarray],
+    weights: np.ndarray | Sequence[float],
+    reference: np.ndarray,
+    *,
+    min_cosine: float = 0.0,
+    clip_multiplier: float = 2.0,
+    direction: np.ndarray | None = None,
+    norm_scale: float | None = None,
+    history: np.ndarray | None = None,
+    max_norm_ratio: float = math.inf,
+) -> AggregateResult:
+    """The guarded mean: a direction check, norm clipping at a multiple of the median norm, the mean.
+
+    With Δ_k = u_k − r_k each client's change from the model it was sent:
+
+    1. **Direction check** (the update-space detector): with m the coordinate-wise median of the
+       Δ_k (Yin et al. 2018, Def. 1 — robust while fewer than half the changes are hostile),
+       client k is *flagged* when cos(Δ_k, m) < ``min_cosine`` and left out. A sign-flipping
+       client (Li et al. 2019; Δ_k ≈ −s·Δ_honest) has cosine ≈ −1 with the honest majority's
+       median; an honest client of a non-IID federation is rarely opposed to it (measured by
+       the attacks experiment: its false flags and clean cost).
+    2. **Norm clipping** (Sun et al. 2019, §4 "norm thresholding") with an adaptive bound: every
+       kept Δ_k is scaled down to norm ≤ M = ``clip_multiplier`` · median_j ‖Δ_j‖ (the median
+       over all n, so fewer than half the clients cannot raise it), so no kept client — a model
+       replacement (Bagdasaryan et al. 2020) or a liar about its size — moves the aggregate
+       further than an ordinary client could.
+    3. **Mean**: Σ_k s_k (r_k + clip(Δ_k)) over the kept clients, shares s = w / Σ w renormalised
+       over them (FedAvg's weights).
+
+    ``direction`` and ``norm_scale``, the median change and median norm of a larger set, replace
+    the updates' own when given: pTopoFL checks each cluster against the whole round, because
+    hostile clients that are a minority of the round can be half of a small cluster, whose own
+    median they would then decide (measured: two sign-flippers in a cluster of four got the two
+    honest members flagged). Without them, fewer than :data:`GUARD_MIN_GROUP` updates skip the
+    direction check (two updates' median is their mean, which one hostile change decides). If every update is flagged, none is left out (the check cannot
+    tell the majority) and only clipping applies.
+
+    Parameters
+    ----------
+    updates : array_like of shape (n, d)
+        The clients' models.
+    weights : array_like of shape (n,)
+        Non-negative weights (e.g. example counts).
+    reference : array_like of shape (d,) or (n, d)
+        The model the server sent (to every client, or one row per client).
+    min_cosine : float
+        Flag threshold in [−1, 1): a change whose cosine with the median change is below it is
+        left out (0: opposed to the majority's direction).
+    clip_multiplier : float
+        c > 0 of the bound M = c · median norm.
+    direction : array_like of shape (d,), optional
+        The median change to check directions against (default: the updates' own, when n >= :data:`GUARD_MIN_GROUP`).
+    norm_scale : float, optional
+        The median norm that ``clip_multiplier`` and ``max_norm_ratio`` multiply (default: the updates' own).
+    max_norm_ratio : float
+        A change longer than this × the median norm is flagged and left out (default: never).
+    history : array_like of shape (n, 2), optional
+        Each client's earlier cosines, as (sum, count): the check then compares the client's mean
+        cosine over this and its earlier rounds with ``min_cosine`` — a reputation, so that a
+        client opposed to the majority round after round stays out even in rounds where the
+        honest changes are small and scattered (near a fixed point of the mean, where one
+        round's cosine says little).
+
+    Returns
+    -------
+    AggregateResult
+        The aggregate; ``selected`` the kept rows, ``flagged`` the rows left out by the direction
+        check, ``clipped`` the kept rows scaled down.
+    """
+    U = _updates(updates)
+    n = U.shape[0]
+    s = _shares(weights, n)
+    check_range("min_cosine", min_cosine, -1.0, 1.0, high_open=True)
+    check_range("clip_multiplier", clip_multiplier, 0.0, low_open=True)
+    R = _reference(reference, U)
+    delta = U - R
+    norms = np.sqrt(np.einsum("ij,ij->i", delta, delta))
+    own = n >= GUARD_MIN_GROUP
+    med: np.ndarray | None
+    if direction is not None:
+        med = as_real(direction, "direction")
+        if med.shape != U.shape[1:]:
+            raise ValueError(f"direction must have shape ({U.shape[1]},); got shape {med.shape}")
+    else:
+        med = np.median(delta, axis=0) if own else None
+    scale = float(norm_scale) if norm_scale is not None else float(np.median(norms))
+    flagged = np.zeros(n, dtype=bool)
+    cosines = np.full(n, np.nan)
+    if med is not None:
+        med_norm = float(np.linalg.norm(med))
+        if med_norm > 0:
+            cos = (delta @ med) / (np.where(norms > 0, norms, 1.0) * med_norm)
+            cosines = np.where(norms > 0, cos, np.nan)
+            score = cos
+            if history is not None:
+                H = as_real(history, "history")
+                if H.shape != (n, 2):
+                    raise ValueError(f"history must have shape ({n}, 2), (sum, count) per update; got shape {H.shape}")
+                score = (cos + H[:, 0]) / (1.0 + H[:, 1])
+            flagged = (score < min_cosine) & (norms > 0)
+    if scale > 0 and math.isfinite(max_norm_ratio):
+        flagged |= norms > max_norm_ratio * scale
+    if flagged.all():  # the check cannot tell the majority: nobody is left out
+        flagged[:] = False
+    keep = ~flagged
+    bound = clip_multiplier * scale
+    factor = np.ones(n)
+    if bound > 0:
+        factor = np.minimum(1.0, bound / np.where(norms > 0, norms, 1.0))
+    clipped = keep & (factor < 1.0)
+    sk = s * keep
+    if not sk.sum() > 0:  # only zero-weight clients kept: weigh the kept ones equally
+        sk = keep.astype(np.float64)
+    sk = sk / sk.sum()
+    rows = R if R.ndim == 2 else np.broadcast_to(R, U.shape)
+    out: np.ndarray = sk @ (rows + delta * factor[:, None])
+    idx = np.arange(n)
+    return AggregateResult(out, tuple(int(i) for i in idx[keep]), tuple(int(i) for i in idx[flagged]),
+                           tuple(int(i) for i in idx[clipped]), tuple(float(c) for c in cosines))
 
 
 def robust_aggregate(
@@ -405,6 +576,12 @@ def robust_aggregate(
     trim_fraction: float = 0.25,
     clip_norm: float = 1.0,
     m: int = 0,
+    min_cosine: float = 0.0,
+    clip_multiplier: float = 2.0,
+    direction: np.ndarray | None = None,
+    norm_scale: float | None = None,
+    history: np.ndarray | None = None,
+    max_norm_ratio: float = math.inf,
 ) -> AggregateResult:
     """Aggregate a round's updates with rule ``name`` (see the module docstring).
 
@@ -419,13 +596,16 @@ def robust_aggregate(
     reference : array_like of shape (d,) or (n, d), optional
         The model(s) the server sent; required by ``norm_clip``.
     f : int
-        Byzantine clients tolerated by ``krum``, ``multi_krum`` and ``bulyan``.
+        Byzantine clients tolerated by ``krum``, ``multi_krum`` and ``bulyan``; :data:`AUTO`: the
+        most the rule tolerates at this n (:func:`auto_f`).
     trim_fraction : float
-        β of ``trimmed_mean``.
+        β of ``trimmed_mean``; :data:`AUTO`: cut :func:`auto_f` values from each end.
     clip_norm : float
         M of ``norm_clip``.
     m : int
         Updates averaged by ``multi_krum``; 0 means n − f (Blanchard et al.'s choice in §5).
+    min_cosine, clip_multiplier, direction, norm_scale, history, max_norm_ratio
+        The parameters of ``guarded_mean`` (:func:`guarded_mean`).
 
     Returns
     -------
@@ -439,10 +619,13 @@ def robust_aggregate(
     if name == "mean":
         return AggregateResult(weighted_mean(U, weights), everyone)
     _shares(weights, n)  # the weights are checked even by the rules that ignore them
+    if f == AUTO:
+        f = auto_f(name, n)
     if name == "median":
         return AggregateResult(coordinate_median(U), everyone)
     if name == "trimmed_mean":
-        return AggregateResult(trimmed_mean(U, trim_fraction), everyone)
+        beta = auto_f(name, n) / n if trim_fraction == AUTO else trim_fraction
+        return AggregateResult(trimmed_mean(U, min(beta, 0.5 - 1e-12)), everyone)
     if name == "krum":
         return krum(U, f)
     if name == "multi_krum":
@@ -451,5 +634,8 @@ def robust_aggregate(
     if name == "bulyan":
         return bulyan(U, f)
     if reference is None:
-        raise ValueError("norm_clip needs reference, the model the server sent")
+        raise ValueError(f"{name} needs reference, the model the server sent")
+    if name == "guarded_mean":
+        return guarded_mean(U, weights, reference, min_cosine=min_cosine, clip_multiplier=clip_multiplier, direction=direction,
+                            norm_scale=norm_scale, history=history, max_norm_ratio=max_norm_ratio)
     return AggregateResult(norm_clip(U, weights, clip_norm, reference), everyone)

@@ -51,6 +51,7 @@ from topofl.algorithms.base import (
     Algorithm,
     ClientContext,
     RobustAggregationConfig,
+    UpdateReputation,
     cap_shares,
     dp_server_rng,
     excluded_ids,
@@ -66,6 +67,7 @@ from topofl.models.registry import is_deep, representation
 from topofl.privacy import accounting
 from topofl.privacy.dp import descriptor_mechanism, dp_fedavg_aggregate, gaussian_sigma, privacy_report
 from topofl.privacy.risk import PRIVACY_METRICS, client_privacy
+from topofl.robustness.aggregators import GUARD_MIN_GROUP
 from topofl.tda.barycentre import diagram_barycentre, distances_to_barycentre
 from topofl.tda.descriptor import (
     LAYOUT,
@@ -415,6 +417,7 @@ class PTopoFL(Algorithm):
         self.boosted: set[int] = set()
         self.sent: dict[int, np.ndarray] = {}  # the model each client was last sent (norm clipping's reference)
         self.warned: set[str] = set()  # robust aggregation's fallback notes already logged as warnings
+        self.reputation = UpdateReputation()  # guarded_mean: each client's cosines so far
         # DP: the server's own noise generator (spawned only for DP runs) and the distinct descriptors received per client
         self._dp_rng = dp_server_rng(rng) if self.config.dp_updates else None
         self.descriptor_releases: dict[int, int] = {}
@@ -525,7 +528,7 @@ class PTopoFL(Algorithm):
             self.init_params = self._dp_aggregate(members, self.init_params, len(self.client_ids), robust)
         elif members:
             w = self._weights(members, sorted(u.client_id for u in members), None, distances)
-            self.init_params = self._aggregate(members, w, robust, "all")
+            self.init_params = self._aggregate(members, w, robust, "all", members)
         c = self.config
         waiting = (f"{len(self.phi)} descriptor(s) < n_clusters={c.n_clusters}: clustering waits" if len(self.phi) < c.n_clusters
                    else f"warm-up round {rnd} of cluster_after={c.cluster_after}: clustering waits")
@@ -569,20 +572,37 @@ class PTopoFL(Algorithm):
         self.barycentres, self.barycentres_used = self.barycentres_used, {}  # keep the barycentres this round used
         return {"barycentre_distance": {int(k): v for k, v in sorted(distances.items())}}
 
-    def _aggregate(self, members: list[ClientUpdate], w: np.ndarray, robust: dict[str, Any], group: str) -> np.ndarray:
+    def _aggregate(self, members: list[ClientUpdate], w: np.ndarray, robust: dict[str, Any], group: str,
+                   everyone: list[ClientUpdate]) -> np.ndarray:
         """One group's model from its members' models with weights ``w`` (Eq. 6): their weighted
         average (``intra_aggregator="mean"``), or the robust rule it names; the clients a rule
-        leaves out and any fallback note are collected in ``robust`` for the round's log.
+        leaves out, flags or clips and any fallback note are collected in ``robust`` for the round's log.
+
+        ``guarded_mean`` checks every cluster against the median change and norm of the round's valid
+        replies, ``everyone`` (each change from the model its client was sent): hostile clients that
+        are a minority of the round can be half of a small cluster.
         """
         rule = self.config.intra_aggregator
         if rule == "mean":
             mean: np.ndarray = w @ np.vstack([u.params for u in members])
             return mean
-        reference = None
-        if rule == "norm_clip":
+        reference = direction = scale = None
+        if rule in ("norm_clip", "guarded_mean"):
             reference = np.vstack([self.sent[u.client_id] for u in members])  # recorded by configure_fit
-        result, note = robust_round(rule, [u.params for u in members], w, reference, self.config, self.warned)
-        robust.setdefault("excluded", []).extend(excluded_ids([u.client_id for u in members], result))
+        if rule == "guarded_mean" and len(everyone) >= GUARD_MIN_GROUP:
+            if "_round_change" not in robust:
+                changes = np.vstack([np.asarray(u.params, dtype=np.float64) - self.sent[u.client_id] for u in everyone])
+                robust["_round_change"] = (np.median(changes, axis=0), float(np.median(np.linalg.norm(changes, axis=1))))
+            direction, scale = robust["_round_change"]
+        ids = [u.client_id for u in members]
+        history = self.reputation.history(ids) if rule == "guarded_mean" else None
+        result, note = robust_round(rule, [u.params for u in members], w, reference, self.config, self.warned, direction, scale, history)
+        if rule == "guarded_mean":
+            self.reputation.record(ids, result)
+        robust.setdefault("excluded", []).extend(excluded_ids(ids, result))
+        if rule == "guarded_mean":
+            robust.setdefault("update_flagged", []).extend(int(ids[i]) for i in result.flagged)
+            robust.setdefault("clipped", []).extend(int(ids[i]) for i in result.clipped)
         if note is not None:
             robust.setdefault("aggregation_fallback", {})[group] = note
         return result.vector
@@ -631,6 +651,9 @@ class PTopoFL(Algorithm):
     def _robust_log(robust: dict[str, Any]) -> dict[str, Any]:
         """The round-log entries of :meth:`_aggregate`: ``excluded`` (sorted, when any) and the notes."""
         out: dict[str, Any] = {"excluded": sorted(robust["excluded"])} if robust.get("excluded") else {}
+        for key in ("update_flagged", "clipped"):  # guarded_mean: reported every round, empty or not
+            if key in robust:
+                out[key] = sorted(robust[key])
         if "aggregation_fallback" in robust:
             out["aggregation_fallback"] = robust["aggregation_fallback"]
         return out
@@ -707,7 +730,7 @@ class PTopoFL(Algorithm):
                 continue
             group = sorted(cid for cid, lab in self.labels.items() if lab == j and cid in self.dgms)
             w = self._weights(members, group, centroids[j], distances)
-            self.cluster_raw[j] = self._aggregate(members, w, robust, str(j))
+            self.cluster_raw[j] = self._aggregate(members, w, robust, str(j), updates)
         self.cluster_models = maths.blend(self.cluster_raw, self._sizes(), self.config.beta)
         return {
             "clusters": {int(k): int(v) for k, v in self.labels.items()},

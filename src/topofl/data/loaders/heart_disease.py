@@ -51,17 +51,24 @@ def read_site(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     """One site's file as ``(X, num)``: X (n, 13) float64 with NaN for ``?`` (and for a 0 in
     :data:`ZERO_MEANS_MISSING` columns), ``num`` the diagnosis 0–4 as int64.
 
-    Raises ``ValueError`` naming the file, line and column for a malformed file.
+    Raises ``ValueError`` naming the file, line and column for a malformed file: not ASCII text (a
+    UTF-8 byte-order mark is ignored), not 14 values, a value that is not a finite number of
+    magnitude at most :data:`topofl.data.loaders.tables.MAX_ABS_VALUE`, a diagnosis outside 0–4.
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="ascii")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"cannot read {str(path)!r}: {exc}") from None
+        text = path.read_bytes().decode("utf-8-sig")
+    except OSError as exc:
+        raise ValueError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path.name}: not ASCII text (byte {exc.start} cannot be decoded)") from None
     rows, labels = [], []
     for i, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
+        if not line.isascii():
+            bad = next(ch for ch in line if not ch.isascii())
+            raise ValueError(f"{path.name} line {i}: not ASCII text ({bad!r}); the UCI files hold ASCII numbers and '?'")
         cells = [c.strip() for c in line.split(",")]
         if len(cells) != 14:
             raise ValueError(f"{path.name} line {i}: expected 14 comma-separated values; got {len(cells)}")

@@ -23,6 +23,7 @@ under-provisioned at higher shares: that is part of what is measured.
 """
 from __future__ import annotations
 
+import csv
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,10 +31,11 @@ from typing import Any
 
 import numpy as np
 
-from topofl.experiments.analysis import add_holm, against, detection_scores, final_table
+from topofl.experiments.analysis import add_holm, against, detection_scores, final_table, t_interval
 from topofl.experiments.figures import pyplot, save
 from topofl.experiments.store import RunSpec
 from topofl.experiments.suite.base import Experiment, Manifest, last_round_logs
+from topofl.robustness.deployment import deployment_hyperparameters
 
 ROUNDS = 15
 #: label → (method, hyper-parameters)
@@ -49,7 +51,17 @@ DEFENCES: dict[str, tuple[str, dict[str, Any]]] = {
     "pTopoFL (flagged gate)": ("ptopofl", {"trust_gate": "flagged", "tau": 1.8}),
     "pTopoFL + median": ("ptopofl", {"intra_aggregator": "median"}),
     "Ditto": ("ditto", {}),
+    # what a Flower deployment runs by default (topofl.flower.settings.DEPLOYMENT_DEFAULTS): the guarded mean, capped shares
+    "FedAvg (deployment default)": ("fedavg", deployment_hyperparameters("fedavg", {})),
+    "pTopoFL (deployment default)": ("ptopofl", deployment_hyperparameters("ptopofl", {})),
 }
+#: the deployment defaults' rows, and the papers' rule each is compared with
+DEPLOYED = {"FedAvg (deployment default)": "FedAvg", "pTopoFL (deployment default)": "pTopoFL"}
+#: the reliability audit's sign flips (issue 20), on healthcare only: label → (attack spec, share of the 8 clients).
+#: One client of 8 reversing its update ×9 stays inside the server's norm bound (max_update_ratio 10).
+AUDIT = {"sign_flip_x9": ("sign_flip:scale=9", 0.125), "sign_flip_x10": ("sign_flip:scale=10", 0.25)}
+#: the deployment defaults' targets: honest clients' AUC within this of clean under AUDIT, and at most COST on clean runs
+TARGET, COST = 0.03, 0.005
 KINDS = ("label_flip", "feature_poison", "sign_flip", "scaled_replacement", "gaussian_noise", "descriptor_forgery", "crude_forgery",
          "collusion", "free_rider")
 #: scenario → (scenario parameters, attack shares of the full budget)
@@ -61,7 +73,7 @@ SCENARIOS: dict[str, tuple[dict[str, Any], tuple[float, ...]]] = {
 QUICK_SHARES = {"healthcare": (0.25, 0.5), "benchmark": (0.2, 0.5), "heart-disease": (0.25, 0.5)}
 CLEAN = "none"
 #: labels whose runs single out clients (pTopoFL's flags, or a rule's exclusions)
-DETECTORS = ("pTopoFL", "pTopoFL (flagged gate)", "FedAvg + Krum", "FedAvg + Multi-Krum", "FedAvg + Bulyan")
+DETECTORS = ("pTopoFL", "pTopoFL (flagged gate)", "FedAvg + Krum", "FedAvg + Multi-Krum", "FedAvg + Bulyan", *DEPLOYED)
 
 
 def plan(seeds: Sequence[int], profile: str = "full", data_root: str | None = None) -> list[RunSpec]:
@@ -84,6 +96,10 @@ def plan(seeds: Sequence[int], profile: str = "full", data_root: str | None = No
                     for share in shares:
                         specs.append(RunSpec("attacks", sc, method, s, rounds, label=label, hyperparameters=hp, scenario_params=params,
                                              setting={"attack": kind, "share": share}, attack=f"{kind}:fraction={share!r},seed={s}"))
+                if sc == "healthcare":  # the audit's two sign flips, in every budget
+                    for kind, (prefix, share) in AUDIT.items():
+                        specs.append(RunSpec("attacks", sc, method, s, rounds, label=label, hyperparameters=hp, scenario_params=params,
+                                             setting={"attack": kind, "share": share}, attack=f"{prefix},fraction={share!r},seed={s}"))
     return specs
 
 
@@ -97,7 +113,9 @@ def detection(out: Path, done: list[dict[str, Any]]) -> list[dict[str, Any]]:
                            if r.get("method") in DETECTORS and r.get("attack") != CLEAN else None)
     per: dict[tuple, list[dict[str, float]]] = defaultdict(list)
     for key, r in last.items():
-        chosen = r.get("flagged", []) if str(key[1]).startswith("pTopoFL") else r.get("excluded", [])
+        # the update-space detector (guarded_mean's flags) for the deployment defaults, pTopoFL's descriptor flags for pTopoFL
+        chosen = (r.get("update_flagged", []) if key[1] in DEPLOYED else
+                  r.get("flagged", []) if str(key[1]).startswith("pTopoFL") else r.get("excluded", []))
         adv = truth.get(key, set())
         s = detection_scores([int(c) for c in chosen], adv)
         s["refused"] = len(refused.get(key, set()) & adv) / len(adv) if adv else float("nan")
@@ -111,6 +129,79 @@ def detection(out: Path, done: list[dict[str, Any]]) -> list[dict[str, Any]]:
             v = np.array([x[k] for x in ss], float)
             row[k] = float(np.nanmean(v)) if np.isfinite(v).any() else float("nan")
         rows.append(row)
+    return rows
+
+
+def _last_round_aucs(out: Path, methods: set[str]) -> dict[tuple[str, str, int], dict[int, float]]:
+    """Each healthcare run's last-round AUC per client, by (method, attack, seed), for ``methods``
+    under no attack or an :data:`AUDIT` attack (read from the merged rounds.csv as a stream).
+    """
+    best: dict[tuple[str, str, int], tuple[int, dict[int, float]]] = {}
+    path = Path(out) / "rounds.csv"
+    if not path.is_file():
+        return {}
+    with path.open(newline="") as fh:
+        for r in csv.DictReader(fh):
+            if r["scenario"] != "healthcare" or r["method"] not in methods or (r["attack"] != CLEAN and r["attack"] not in AUDIT):
+                continue
+            key, rnd = (r["method"], r["attack"], int(r["seed"])), int(r["round"])
+            held = best.get(key)
+            if held is None or rnd > held[0]:
+                best[key] = held = (rnd, {})
+            if rnd == held[0] and r["auc"] not in ("", "nan"):
+                held[1][int(r["client"])] = float(r["auc"])
+    return {k: v for k, (_, v) in best.items()}
+
+
+def deployment_check(out: Path, done: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The deployment defaults against the audit's sign flips (:data:`AUDIT`), and the papers' rules beside them.
+
+    For every seed, the final AUC averaged over the clients that are honest in the attacked run
+    (an adversary's own model is its business; its test set is honest data) minus the same
+    method's clean run averaged over the same clients, paired over seeds (mean, 95 % t-interval);
+    ``meets`` says whether the whole interval's mean is within :data:`TARGET`. The deployment
+    rows' clean cost is in 'paired_vs_fedavg' / 'deployment_cost'.
+    """
+    methods = set(DEPLOYED) | set(DEPLOYED.values())
+    aucs = _last_round_aucs(out, methods)
+    adversaries = {(d["method"], d["attack"], int(d["seed"])): set(d.get("adversarial", [])) for d in done
+                   if d["scenario"] == "healthcare" and d["attack"] in AUDIT}
+    rows = []
+    for m in [*DEPLOYED.values(), *DEPLOYED]:
+        for kind, (_, share) in AUDIT.items():
+            diffs, attacked, clean = [], [], []
+            for (method, attack, seed), adv in sorted(adversaries.items()):
+                if (method, attack) != (m, kind) or (m, CLEAN, seed) not in aucs or (m, kind, seed) not in aucs:
+                    continue
+                hit, base = aucs[(m, kind, seed)], aucs[(m, CLEAN, seed)]
+                honest = sorted(c for c in hit if c not in adv and c in base)
+                if not honest:
+                    continue
+                a, c = float(np.mean([hit[i] for i in honest])), float(np.mean([base[i] for i in honest]))
+                attacked.append(a)
+                clean.append(c)
+                diffs.append(a - c)
+            if not diffs:
+                continue
+            mean, lo, hi = t_interval(diffs)
+            rows.append({"method": m, "attack": kind, "share": share, "n_seeds": len(diffs), "clean_auc_honest": float(np.mean(clean)),
+                         "attacked_auc_honest": float(np.mean(attacked)), "diff_mean": mean, "ci_low": lo, "ci_high": hi,
+                         "meets": bool(mean >= -TARGET) if m in DEPLOYED else ""})
+    return rows
+
+
+def deployment_cost(done: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What the deployment defaults cost on clean runs: each deployment row minus the papers' rule it
+    replaces (FedAvg's mean, pTopoFL's Eq. 6), final AUC paired over seeds per scenario, and whether
+    the mean cost stays within :data:`COST`.
+    """
+    clean = [d for d in done if d["attack"] == CLEAN and d["method"] in set(DEPLOYED) | set(DEPLOYED.values())]
+    rows = []
+    for deployed, papers in DEPLOYED.items():
+        pair = [d for d in clean if d["method"] in (deployed, papers)]
+        for r in against(pair, ("scenario",), papers, "auc"):
+            if r["method"] == deployed:
+                rows.append({**r, "meets": bool(r["diff_mean"] >= -COST)})
     return rows
 
 
@@ -143,10 +234,29 @@ def analyse(out: Path, done: list[dict[str, Any]]) -> Manifest:
     man.table(out, "paired_vs_fedavg", "Each defence minus plain FedAvg under the same attack (attack 'none': what the defence costs "
               "on clean data), paired over seeds (mean, 95 % t-interval, seeds won/lost; p: paired t-test, Holm-adjusted over the "
               "defences under one attack, share and scenario)", versus)
+    check = deployment_check(out, done)
+    if check:
+        man.table(out, "deployment_default", "The deployment defaults (guarded mean, shares capped at 0.3) and the papers' rules under "
+                  "the audit's sign flips on healthcare (1 of 8 reversed ×9 inside the norm bound; 2 of 8 reversed ×10): final AUC "
+                  f"of the clients honest in the attacked run, attacked − clean on the same clients, paired over seeds (mean, 95 % "
+                  f"t-interval); meets: within {TARGET} of clean", check)
+        for r in check:
+            if r["method"] in DEPLOYED:
+                man.console.append(f"{r['method']}, {r['attack']} ({r['share']:.1%}): honest clients' AUC {r['diff_mean']:+.3f} "
+                                   f"[{r['ci_low']:+.3f}, {r['ci_high']:+.3f}] vs clean (target ≥ −{TARGET}: "
+                                   f"{'met' if r['meets'] else 'NOT met'})")
+    cost = deployment_cost(done)
+    if cost:
+        man.table(out, "deployment_cost", "What the deployment defaults cost on clean runs: final AUC minus the papers' rule they "
+                  f"replace, paired over seeds (mean, 95 % t-interval, Holm over the scenarios); meets: a mean cost of at most {COST}", cost)
+        for r in cost:
+            man.console.append(f"{r['method']} on clean {r['scenario']}: {r['diff_mean']:+.4f} AUC vs {r['versus']} "
+                               f"(target ≥ −{COST}: {'met' if r['meets'] else 'NOT met'})")
     det = detection(out, done)
     if det:
-        man.table(out, "detection", "Who is singled out: pTopoFL's flags (z > τ) and the clients Krum-type rules excluded, final round, "
-                  "against the true adversaries (mean over seeds)", det)
+        man.table(out, "detection", "Who is singled out: pTopoFL's descriptor flags (z > τ), the update-space detector of the "
+                  "deployment defaults (guarded mean: changes opposed to the median change or over 4× its norm) and the clients "
+                  "Krum-type rules excluded, final round, against the true adversaries (mean over seeds)", det)
     _heatmaps(out, man, drops)
     if det:
         _detection_figure(out, man, det)
