@@ -12,8 +12,12 @@ pytestmark = pytest.mark.flower
 
 
 def test_ptopofl_through_flower_simulation_equals_in_process():
+    from topofl.robustness.deployment import deployment_hyperparameters
+
     flower = simulate_flower(method="ptopofl", num_server_rounds=3, seed=0)
-    ref = topofl.simulate(topofl.make_scenario("healthcare", seed=0), "ptopofl", rounds=3, seed=0)
+    # a Flower run applies the deployment defaults (robust-defaults): the in-process run gets the same hyper-parameters
+    ref = topofl.simulate(topofl.make_scenario("healthcare", seed=0), "ptopofl", rounds=3, seed=0,
+                          **deployment_hyperparameters("ptopofl", {}))
     assert len(flower.records) == len(ref.records) == 3 * 8
     got = {(r["round"], r["client"]): (r["auc"], r["accuracy"], r["loss"]) for r in flower.records}
     want = {(r["round"], r["client"]): (r["auc"], r["accuracy"], r["loss"]) for r in ref.records}

@@ -144,14 +144,14 @@ def test_defaults_keep_the_weighted_mean():
     for method, field in (("fedavg", "aggregator"), ("fedprox", "aggregator"), ("ptopofl", "intra_aggregator")):
         c = build(method, {}).config
         assert getattr(c, field) == "mean"
-        assert (c.byzantine_f, c.trim_fraction, c.clip_norm, c.multi_krum_m) == (-1, -1.0, 1.0, 0)   # f and β from the round
+        assert (c.byzantine_f, c.trim_fraction, c.clip_norm, c.multi_krum_m) == (-1, 0.25, 1.0, 0)   # f from the round
 
 
 @pytest.mark.parametrize("method, values, field", [
     ("fedavg", {"aggregator": "geomed"}, "aggregator"),
     ("ptopofl", {"intra_aggregator": "geomed"}, "intra_aggregator"),
     ("fedavg", {"byzantine_f": -2}, "byzantine_f"),
-    ("fedavg", {"trim_fraction": -0.5}, "trim_fraction"),
+    ("fedavg", {"trim_fraction": -1.0}, "trim_fraction"),
     ("fedavg", {"guard_min_cosine": 1.0}, "guard_min_cosine"),
     ("ptopofl", {"guard_clip": 0.0}, "guard_clip"),
     ("fedavg", {"guard_clip": 3.0, "guard_max_norm": 2.0}, "guard_max_norm"),

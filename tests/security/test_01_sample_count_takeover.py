@@ -157,3 +157,28 @@ def test_the_run_config_pins_the_task_and_classes_of_sites_with_their_own_data(t
         federated_main(FakeGrid(3, node_config=config), FlowerSettings(method="fedavg", rounds=1))
     h = federated_main(FakeGrid(3, node_config=config), FlowerSettings(method="fedavg", rounds=2, classes="1,2"))
     assert h.final["auc"] > 0.9 and not h.failures
+
+
+def test_a_site_declaring_a_billion_examples_is_capped_by_the_deployment_defaults():
+    """Issue 20's audit: a site declaring 10⁹ examples (at discovery and in every reply, so nothing
+    is refused) took FedAvg from 0.877 to 0.724; the deployments' max_client_weight 0.3 caps it."""
+    pytest.importorskip("flwr")
+    from fake_grid import FakeGrid, tamper_discovery, tamper_train_metrics
+    from topofl.flower.server_app import federated_main
+    from topofl.flower.settings import FlowerSettings
+
+    def lying_grid():
+        grid = FakeGrid(8)
+        declare = tamper_discovery(grid.node_ids[3], {"n_train": 10**9})
+        repeat = tamper_train_metrics(grid.node_ids[3], {"num-examples": 10**9})
+        grid.tamper = lambda message, content: repeat(message, declare(message, content))
+        return grid
+
+    for robust, bound in ((False, None), (True, 0.01)):
+        settings = FlowerSettings(method="fedavg", rounds=15, seed=0, robust_defaults=robust, scenario_params={"adversarial": ()})
+        clean, lied = federated_main(FakeGrid(8), settings), federated_main(lying_grid(), settings)
+        assert not lied.failures   # the lie is consistent: nothing to refuse
+        if bound is None:
+            assert lied.final["auc"] < clean.final["auc"] - 0.1, (clean.final["auc"], lied.final["auc"])   # 0.884 -> 0.727
+        else:
+            assert abs(lied.final["auc"] - clean.final["auc"]) < bound, (clean.final["auc"], lied.final["auc"])   # 0.884 -> 0.879

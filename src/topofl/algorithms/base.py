@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -19,11 +20,19 @@ from topofl.config import hp
 from topofl.federation.algorithm import Algorithm, AlgorithmConfig, ClientContext
 from topofl.privacy.accounting import ACCOUNTANTS
 from topofl.privacy.dp import DPConfig
-from topofl.robustness.aggregators import AGGREGATORS, AUTO, AggregateResult, required_updates, robust_aggregate
+from topofl.robustness.aggregators import (
+    AGGREGATORS,
+    AUTO,
+    GUARD_MIN_GROUP,
+    AggregateResult,
+    cap_shares,
+    required_updates,
+    robust_aggregate,
+)
 
 __all__ = [
     "AGGREGATORS", "Algorithm", "AlgorithmConfig", "ClientContext", "RobustAggregationConfig", "cap_shares", "dp_server_rng",
-    "UpdateReputation", "excluded_ids", "hp", "personal_rng", "robust_round", "weighted_average",
+    "UpdateReputation", "excluded_ids", "hp", "robust_entries", "round_change_stats", "personal_rng", "robust_round", "weighted_average",
 ]
 
 log = logging.getLogger(__name__)
@@ -59,8 +68,8 @@ class RobustAggregationConfig(AlgorithmConfig):
         "fewer is aggregated by the coordinate-wise median (logged)"
     )
     trim_fraction: float = hp(
-        float(AUTO), "trimmed_mean: fraction β in [0, 0.5) of the values cut from each end of every coordinate (⌊β·n⌋ of n; "
-        "-1: ceil(n/2)-1 values, the most that leaves a middle)"
+        0.25, "trimmed_mean: fraction β in [0, 0.5) of the values cut from each end of every coordinate (⌊β·n⌋ of n; 0.25 cuts one "
+        "from each end from n = 4 on)"
     )
     clip_norm: float = hp(1.0, "norm_clip: largest norm M (> 0) of a client's change θ_k − θ from the model it was sent")
     guard_min_cosine: float = hp(
@@ -83,8 +92,7 @@ class RobustAggregationConfig(AlgorithmConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_int("byzantine_f", self.byzantine_f, AUTO, 10_000)
-        if self.trim_fraction != AUTO:
-            check_range("trim_fraction", self.trim_fraction, 0.0, 0.5, high_open=True)
+        check_range("trim_fraction", self.trim_fraction, 0.0, 0.5, high_open=True)
         check_range("guard_min_cosine", self.guard_min_cosine, -1.0, 1.0, high_open=True)
         check_range("guard_clip", self.guard_clip, 0.0, low_open=True)
         if not (self.guard_max_norm >= self.guard_clip):  # inf allowed
@@ -130,6 +138,26 @@ class RobustAggregationConfig(AlgorithmConfig):
             )
 
 
+class UpdateReputation:
+    """Each client's running (sum, count) of the guarded mean's cosines (its update-space reputation),
+    kept by the server across rounds (:func:`~topofl.robustness.aggregators.guarded_mean` ``history``).
+    """
+
+    def __init__(self) -> None:
+        self.totals: dict[int, tuple[float, int]] = {}
+
+    def history(self, client_ids: Sequence[int]) -> np.ndarray:
+        """``(sum, count)`` rows for ``client_ids`` (zeros for a client not yet scored)."""
+        return np.array([self.totals.get(int(c), (0.0, 0)) for c in client_ids], dtype=np.float64).reshape(len(client_ids), 2)
+
+    def record(self, client_ids: Sequence[int], result: AggregateResult) -> None:
+        """Add the round's cosines of ``result`` (rows in ``client_ids`` order; NaN ones skipped)."""
+        for cid, c in zip(client_ids, result.cosines, strict=False):
+            if np.isfinite(c):
+                total, count = self.totals.get(int(cid), (0.0, 0))
+                self.totals[int(cid)] = (total + float(c), count + 1)
+
+
 def robust_round(
     rule: str,
     vectors: Sequence[np.ndarray],
@@ -139,7 +167,8 @@ def robust_round(
     warned: set[str] | None = None,
     direction: np.ndarray | None = None,
     norm_scale: float | None = None,
-    history: np.ndarray | None = None,
+    client_ids: Sequence[int] | None = None,
+    reputation: UpdateReputation | None = None,
 ) -> tuple[AggregateResult, str | None]:
     """:func:`~topofl.robustness.aggregators.robust_aggregate` in the round loop: a round with
     too few updates for ``rule`` with the configured f never stops the server.
@@ -164,9 +193,12 @@ def robust_round(
         The method's configuration (f, trim fraction, clip norm, m).
     warned : set of str, optional
         The notes already logged as warnings by the caller; a new note is added to it.
-    direction, norm_scale, history : optional
-        ``guarded_mean``'s reference change and norm for a group too small to supply its own, and
-        the clients' earlier cosines (:func:`~topofl.robustness.aggregators.guarded_mean`).
+    direction, norm_scale : optional
+        ``guarded_mean``'s reference change and norm (the whole round's, for a clustered method;
+        :func:`round_change_stats`).
+    client_ids, reputation : optional
+        The updates' clients and the server's :class:`UpdateReputation`: ``guarded_mean`` judges
+        each client by its mean cosine so far, and the round's cosines are added to it.
 
     Returns
     -------
@@ -190,31 +222,44 @@ def robust_round(
                 warned.add(note)
         else:
             log.debug("robust aggregation: %s", note)
+    tracked = rule == "guarded_mean" and reputation is not None and client_ids is not None
+    history = reputation.history(client_ids) if tracked and reputation is not None and client_ids is not None else None
     result = robust_aggregate(rule, np.vstack(vectors), weights, reference=reference, f=config.byzantine_f,
                               trim_fraction=config.trim_fraction, clip_norm=config.clip_norm, m=m,
                               min_cosine=config.guard_min_cosine, clip_multiplier=config.guard_clip, direction=direction,
-                              norm_scale=norm_scale, history=history, max_norm_ratio=config.guard_max_norm)
+                              norm_scale=norm_scale, history=history, max_norm_ratio=config.guard_max_norm,
+                              max_share=config.max_client_weight)
+    if tracked and reputation is not None and client_ids is not None:
+        reputation.record(client_ids, result)
     return result, note
 
 
-class UpdateReputation:
-    """Each client's running (sum, count) of the guarded mean's cosines (its update-space reputation),
-    kept by the server across rounds (:func:`~topofl.robustness.aggregators.guarded_mean` ``history``).
+def round_change_stats(changes: Sequence[np.ndarray]) -> tuple[np.ndarray, float] | None:
+    """The coordinate-wise median change and the median change norm of a round's valid replies
+    (each change from the model its client was sent), against which ``guarded_mean`` checks every
+    group of a clustered method (pTopoFL's clusters, IFCA's): hostile clients that are a minority
+    of the round can be half of a small group. ``None`` with fewer than three replies.
     """
+    if len(changes) < GUARD_MIN_GROUP:
+        return None
+    D = np.vstack(changes)
+    return np.median(D, axis=0), float(np.median(np.linalg.norm(D, axis=1)))
 
-    def __init__(self) -> None:
-        self.totals: dict[int, tuple[float, int]] = {}
 
-    def history(self, client_ids: Sequence[int]) -> np.ndarray:
-        """``(sum, count)`` rows for ``client_ids`` (zeros for a client not yet scored)."""
-        return np.array([self.totals.get(int(c), (0.0, 0)) for c in client_ids], dtype=np.float64).reshape(len(client_ids), 2)
-
-    def record(self, client_ids: Sequence[int], result: AggregateResult) -> None:
-        """Add the round's cosines of ``result`` (rows in ``client_ids`` order; NaN ones skipped)."""
-        for cid, c in zip(client_ids, result.cosines, strict=False):
-            if np.isfinite(c):
-                total, count = self.totals.get(int(cid), (0.0, 0))
-                self.totals[int(cid)] = (total + float(c), count + 1)
+def robust_entries(client_ids: Sequence[int], result: AggregateResult, rule: str, note: str | None) -> dict[str, Any]:
+    """A robust aggregate's entries for the round's server log: ``excluded`` (when any), the
+    guarded mean's ``update_flagged`` and ``clipped`` (every round, empty or not) and the fallback note.
+    """
+    entry: dict[str, Any] = {}
+    excluded = excluded_ids(client_ids, result)
+    if excluded:
+        entry["excluded"] = excluded
+    if rule == "guarded_mean":
+        entry["update_flagged"] = sorted(int(client_ids[i]) for i in result.flagged)
+        entry["clipped"] = sorted(int(client_ids[i]) for i in result.clipped)
+    if note is not None:
+        entry["aggregation_fallback"] = note
+    return entry
 
 
 def excluded_ids(client_ids: Sequence[int], result: AggregateResult) -> list[int]:
@@ -242,36 +287,6 @@ def personal_rng(ctx: ClientContext) -> np.random.Generator:
     """
     return np.random.default_rng(np.random.SeedSequence([ctx.seed, ctx.round, ctx.client_id, 0xD1770]))
 
-
-def cap_shares(weights: np.ndarray, max_share: float = 1.0) -> np.ndarray:
-    """Normalised weights in which no share exceeds ``max_share`` (the server's ``max_client_weight``).
-
-    Water-filling: shares above the cap are set to it and the excess is re-distributed over the
-    others in proportion to their weights, until none exceeds it. When the cap cannot hold
-    (``max_share · K < 1``) every client gets 1/K, the closest feasible split. With
-    ``max_share = 1`` this is ``w / Σ w``.
-    """
-    w = np.asarray(weights, dtype=np.float64)
-    check_range("max_share", max_share, 0.0, 1.0, low_open=True)
-    total = w.sum()
-    if w.ndim != 1 or w.size == 0 or not np.isfinite(total) or total <= 0 or (w < 0).any():
-        raise ValueError(f"aggregation weights must be non-negative with a positive finite sum; got {w.tolist()}")
-    s: np.ndarray = w / total
-    if max_share >= 1.0 or s.max() <= max_share:
-        return s
-    if max_share * w.size < 1.0:
-        return np.full(w.size, 1.0 / w.size)
-    capped = np.zeros(w.size, dtype=bool)
-    while True:
-        over = (s > max_share) & ~capped
-        if not over.any():
-            return s
-        capped |= over
-        s[capped] = max_share
-        free = ~capped
-        rest = 1.0 - max_share * capped.sum()
-        mass = w[free].sum()
-        s[free] = rest * (w[free] / mass if mass > 0 else np.full(free.sum(), 1.0 / free.sum()))
 
 
 #: above this many numbers (clients × parameters), :func:`weighted_average` accumulates instead of stacking

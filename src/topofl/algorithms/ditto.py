@@ -8,15 +8,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from topofl._validation import check_range
-from topofl.algorithms.base import AlgorithmConfig, ClientContext, hp, personal_rng
-from topofl.algorithms.fedavg import GlobalModelAlgorithm
+from topofl.algorithms.base import ClientContext, hp, personal_rng
+from topofl.algorithms.fedavg import GlobalModelAlgorithm, GlobalModelConfig
 from topofl.config import floats
 from topofl.federation.local import AffineGrad
 from topofl.federation.messages import ClientUpdate, ServerMessage
 
 
 @dataclass(frozen=True)
-class DittoConfig(AlgorithmConfig):
+class DittoConfig(GlobalModelConfig):
     """Hyper-parameters of Ditto: the pull λ of each personal model towards the global one."""
 
     lam: float = hp(0.1, "pull λ of the personal model towards the global one (>= 0; 0 = local training)", space=floats(1e-3, 10.0, log=True))

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -32,8 +32,8 @@ from topofl.algorithms.base import (
     UpdateReputation,
     cap_shares,
     dp_server_rng,
-    excluded_ids,
     hp,
+    robust_entries,
     robust_round,
     weighted_average,
 )
@@ -52,10 +52,16 @@ class GlobalModelConfig(RobustAggregationConfig):
 
     aggregator: str = hp("mean", "server's aggregation rule: " + AGGREGATOR_HELP)
 
+    #: whether the method implements client-level DP of its aggregate (DP-FedAvg); IFCA and SCAFFOLD do not
+    supports_dp: ClassVar[bool] = True
+
     def __post_init__(self) -> None:
         super().__post_init__()
         check_choice("aggregator", self.aggregator, AGGREGATORS)
         self.check_dp_rule("aggregator", self.aggregator)
+        if self.dp_updates and not self.supports_dp:
+            raise ValueError(f"dp_noise_multiplier={self.dp_noise_multiplier!r}: client-level DP is implemented for FedAvg, FedProx, "
+                             "Ditto, pFedMe, Per-FedAvg and pTopoFL, not for this method")
 
 
 class GlobalModelAlgorithm(Algorithm):
@@ -101,21 +107,10 @@ class GlobalModelAlgorithm(Algorithm):
             self.global_params = weighted_average([u.params for u in updates], weights, c.max_client_weight)
             return {}
         ids = [u.client_id for u in updates]
-        history = self.reputation.history(ids) if c.aggregator == "guarded_mean" else None
         result, note = robust_round(c.aggregator, [u.params for u in updates], cap_shares(weights, c.max_client_weight),
-                                    self.global_params, c, self.warned, history=history)
-        if c.aggregator == "guarded_mean":
-            self.reputation.record(ids, result)
+                                    self.global_params, c, self.warned, client_ids=ids, reputation=self.reputation)
         self.global_params = result.vector
-        entry: dict[str, Any] = {}
-        excluded = excluded_ids(ids, result)
-        if excluded:
-            entry["excluded"] = excluded
-        if c.aggregator == "guarded_mean":  # the update-space detector, reported every round
-            entry["update_flagged"] = sorted(int(ids[i]) for i in result.flagged)
-            entry["clipped"] = sorted(int(ids[i]) for i in result.clipped)
-        if note is not None:
-            entry["aggregation_fallback"] = note
+        entry = robust_entries(ids, result, c.aggregator, note)
         return entry
 
     def _dp_aggregate(self, rnd: int, updates: list[ClientUpdate], dp: DPConfig) -> dict[str, Any]:

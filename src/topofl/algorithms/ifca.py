@@ -16,7 +16,18 @@ from typing import Any
 import numpy as np
 
 from topofl._validation import check_int, check_range
-from topofl.algorithms.base import Algorithm, AlgorithmConfig, ClientContext, hp, weighted_average
+from topofl.algorithms.base import (
+    Algorithm,
+    ClientContext,
+    UpdateReputation,
+    cap_shares,
+    hp,
+    robust_entries,
+    robust_round,
+    round_change_stats,
+    weighted_average,
+)
+from topofl.algorithms.fedavg import GlobalModelConfig
 from topofl.config import ints
 from topofl.federation.messages import ClientUpdate, ServerMessage
 from topofl.federation.validation import ArraySpec, ClientInfo, ReplySchema
@@ -24,8 +35,12 @@ from topofl.models.base import Model
 
 
 @dataclass(frozen=True)
-class IFCAConfig(AlgorithmConfig):
-    """Hyper-parameters of IFCA: the number of cluster models and the scale of their random initialisation."""
+class IFCAConfig(GlobalModelConfig):
+    """Hyper-parameters of IFCA: the number of cluster models and the scale of their random initialisation, and
+    the rule ``aggregator`` that aggregates each cluster (the weighted mean by default).
+    """
+
+    supports_dp = False
 
     k: int = hp(2, "number of cluster models (>= 1; 1 = FedAvg)", space=ints(1, 4))
     init_scale: float = hp(
@@ -51,6 +66,8 @@ class IFCA(Algorithm):
     def setup(self, model: Model, client_ids: list[int], rng: np.random.Generator) -> None:
         super().setup(model, client_ids, rng)
         self.models = np.vstack([model.init(rng)] + [model.init(rng, self.config.init_scale) for _ in range(self.config.k - 1)])
+        self.warned: set[str] = set()  # robust aggregation's fallback notes already logged as warnings
+        self.reputation = UpdateReputation()  # guarded_mean: each client's cosines so far
 
     def server_params(self) -> np.ndarray:
         """The k cluster models, stacked (row j: cluster j)."""
@@ -81,14 +98,36 @@ class IFCA(Algorithm):
         return ClientUpdate(ctx.client_id, theta, ctx.data.n_train, extras={"cluster": np.array([float(j)])})
 
     def aggregate_fit(self, rnd: int, updates: list[ClientUpdate]) -> dict[str, Any]:
+        """Each cluster model ← the weighted average of the models of the clients that chose it, or
+        the robust rule ``aggregator`` with that cluster's model as the reference; the guarded mean
+        checks every cluster against the whole round's changes (:func:`~topofl.algorithms.base.round_change_stats`).
+        """
+        c = self.config
         choice = {u.client_id: int(u.extras["cluster"][0]) for u in updates}
-        for j in range(self.config.k):
+        entry: dict[str, Any] = {"clusters": choice}
+        stats = None
+        if c.aggregator == "guarded_mean":
+            stats = round_change_stats([np.asarray(u.params, dtype=np.float64) - self.models[choice[u.client_id]] for u in updates])
+        for j in range(c.k):
             members = [u for u in updates if choice[u.client_id] == j]
-            if members:
-                self.models[j] = weighted_average(
-                    [u.params for u in members], np.array([u.n_examples for u in members], float), self.config.max_client_weight
-                )
-        return {"clusters": choice}
+            if not members:
+                continue
+            weights = np.array([u.n_examples for u in members], float)
+            if c.aggregator == "mean":
+                self.models[j] = weighted_average([u.params for u in members], weights, c.max_client_weight)
+                continue
+            ids = [u.client_id for u in members]
+            result, note = robust_round(c.aggregator, [u.params for u in members], cap_shares(weights, c.max_client_weight),
+                                        self.models[j].copy(), c, self.warned, direction=stats[0] if stats else None,
+                                    norm_scale=stats[1] if stats else None, client_ids=ids,
+                                        reputation=self.reputation)
+            self.models[j] = result.vector
+            for key, value in robust_entries(ids, result, c.aggregator, note).items():
+                if key == "aggregation_fallback":
+                    entry.setdefault(key, {})[str(j)] = value
+                else:
+                    entry[key] = sorted([*entry.get(key, []), *value])
+        return entry
 
     def client_params(self, ctx: ClientContext, message: ServerMessage) -> np.ndarray:
         models = message.params.reshape(self.config.k, -1)

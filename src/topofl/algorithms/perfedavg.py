@@ -15,15 +15,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from topofl._validation import check_choice, check_range
-from topofl.algorithms.base import AlgorithmConfig, ClientContext, hp
-from topofl.algorithms.fedavg import GlobalModelAlgorithm
+from topofl.algorithms.base import ClientContext, hp
+from topofl.algorithms.fedavg import GlobalModelAlgorithm, GlobalModelConfig
 from topofl.config import choice, floats
 from topofl.federation.local import ensure_finite
 from topofl.federation.messages import ClientUpdate, ServerMessage
 
 
 @dataclass(frozen=True)
-class PerFedAvgConfig(AlgorithmConfig):
+class PerFedAvgConfig(GlobalModelConfig):
     """Hyper-parameters of Per-FedAvg: adaptation step α, first-order or Hessian-free variant, and δ."""
 
     alpha: float = hp(0.05, "adaptation step size α (> 0)", space=floats(1e-3, 0.5, log=True))

@@ -15,15 +15,15 @@ from typing import Any
 import numpy as np
 
 from topofl._validation import check_int, check_range
-from topofl.algorithms.base import AlgorithmConfig, ClientContext, hp
-from topofl.algorithms.fedavg import GlobalModelAlgorithm
+from topofl.algorithms.base import ClientContext, hp
+from topofl.algorithms.fedavg import GlobalModelAlgorithm, GlobalModelConfig
 from topofl.config import floats
 from topofl.federation.local import ensure_finite
 from topofl.federation.messages import ClientUpdate, ServerMessage
 
 
 @dataclass(frozen=True)
-class PFedMeConfig(AlgorithmConfig):
+class PFedMeConfig(GlobalModelConfig):
     """Hyper-parameters of pFedMe: step sizes, Moreau-envelope strength λ, inner steps K and server mixing β."""
 
     lr: float = hp(0.05, "local-model step size η (> 0); η·λ must stay below 2 for stability", space=floats(1e-3, 0.1, log=True))

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from topofl._validation import check_range
-from topofl.algorithms.base import Algorithm, AlgorithmConfig, ClientContext, hp
+from topofl.algorithms.base import Algorithm, ClientContext, UpdateReputation, cap_shares, hp, robust_entries, robust_round
+from topofl.algorithms.fedavg import GlobalModelConfig
 from topofl.config import floats
 from topofl.federation.local import AffineGrad
 from topofl.federation.messages import ClientUpdate, ServerMessage
@@ -25,8 +26,12 @@ from topofl.models.base import Model
 
 
 @dataclass(frozen=True)
-class ScaffoldConfig(AlgorithmConfig):
-    """Hyper-parameters of SCAFFOLD: the server step size η_g."""
+class ScaffoldConfig(GlobalModelConfig):
+    """Hyper-parameters of SCAFFOLD: the server step size η_g, and the rule ``aggregator`` that
+    aggregates the clients' Δy (the mean by default).
+    """
+
+    supports_dp = False
 
     global_lr: float = hp(1.0, "server step size η_g (> 0)", space=floats(0.25, 2.0, log=True))
 
@@ -50,6 +55,8 @@ class Scaffold(Algorithm):
         super().setup(model, client_ids, rng)
         self.x = model.init(rng)
         self.c = np.zeros_like(self.x)
+        self.warned: set[str] = set()  # robust aggregation's fallback notes already logged as warnings
+        self.reputation = UpdateReputation()  # guarded_mean: each client's cosines so far
 
     def server_params(self) -> np.ndarray:
         """The server model x."""
@@ -89,7 +96,21 @@ class Scaffold(Algorithm):
         return None
 
     def aggregate_fit(self, rnd: int, updates: list[ClientUpdate]) -> dict[str, Any]:
-        if updates:
-            self.x = self.x + self.config.global_lr * np.mean([u.params for u in updates], axis=0)
+        """X ← x + η_g · mean Δy and c ← c + |S|/N · mean Δc (Karimireddy et al. 2020, Alg. 1). With a
+        robust ``aggregator`` the Δy (changes from x, so the reference is 0) are aggregated by it, and c
+        by the mean Δc of the clients whose Δy it kept (S: its ``selected``).
+        """
+        c = self.config
+        entry: dict[str, Any] = {}
+        if updates and c.aggregator == "mean":
+            self.x = self.x + c.global_lr * np.mean([u.params for u in updates], axis=0)
             self.c = self.c + len(updates) / len(self.client_ids) * np.mean([u.extras["dc"] for u in updates], axis=0)
-        return {"control_norm": float(np.linalg.norm(self.c))}
+        elif updates:
+            ids = [u.client_id for u in updates]
+            result, note = robust_round(c.aggregator, [u.params for u in updates], cap_shares(np.ones(len(updates)), c.max_client_weight),
+                                        np.zeros_like(self.x), c, self.warned, client_ids=ids, reputation=self.reputation)
+            kept = [updates[i] for i in result.selected]
+            self.x = self.x + c.global_lr * result.vector
+            self.c = self.c + len(kept) / len(self.client_ids) * np.mean([u.extras["dc"] for u in kept], axis=0)
+            entry = robust_entries(ids, result, c.aggregator, note)
+        return {"control_norm": float(np.linalg.norm(self.c)), **entry}

@@ -33,12 +33,12 @@ influence over them.
 stage, and the guarded mean's direction check) leave the others out; the coordinate-wise rules
 and norm clipping leave no client out as a whole, so every index is ``selected``.
 
-**f and β from the round.** The defender rarely knows how many clients are hostile. With
-``f = AUTO`` (−1, the methods' default) Krum and Multi-Krum tolerate the most their condition
-n ≥ 2f + 3 allows at the round's n, ⌊(n − 3)/2⌋, and Bulyan ⌊(n − 3)/4⌋ (:func:`auto_f`); with
-``trim_fraction = AUTO`` the trimmed mean cuts t = ⌈n/2⌉ − 1 values from each end (the most that
-leaves a middle; 1 of 4, 3 of 8, 4 of 10), i.e. it tolerates just under half. The price is
-statistical efficiency on clean rounds, which the attacks experiment measures.
+**f from the round.** The defender rarely knows how many clients are hostile. With ``f = AUTO``
+(−1, the methods' default) Krum and Multi-Krum tolerate the most their condition n ≥ 2f + 3
+allows at the round's n, ⌊(n − 3)/2⌋, and Bulyan ⌊(n − 3)/4⌋ (:func:`auto_f`). The trimmed
+mean's β is a fraction already, so its ⌊β·n⌋ follows the round (β = 0.25: 2 of 8, 5 of 20); the
+most it could cut, ⌈n/2⌉ − 1 from each end, would make it the median, which is a rule of its own.
+The price of a larger f is statistical efficiency on clean rounds, which the attacks experiment measures.
 
 Differences from Flower's implementations (``flwr.serverapp.strategy``, 1.41), which the tests
 use as an independent oracle where the definitions coincide:
@@ -73,6 +73,7 @@ __all__ = [
     "AUTO",
     "AggregateResult",
     "auto_f",
+    "cap_shares",
     "bulyan",
     "coordinate_median",
     "guarded_mean",
@@ -88,7 +89,7 @@ __all__ = [
 
 #: the rules :func:`robust_aggregate` knows, by name; ``"mean"`` is FedAvg's weighted average
 AGGREGATORS = ("mean", "median", "trimmed_mean", "krum", "multi_krum", "bulyan", "norm_clip", "guarded_mean")
-#: ``f`` / ``trim_fraction`` value meaning "derived from the round's number of updates" (:func:`auto_f`)
+#: ``f`` value meaning "derived from the round's number of updates" (:func:`auto_f`)
 AUTO = -1
 #: the fewest updates whose coordinate-wise median change the guarded mean trusts as a direction (one hostile of three)
 GUARD_MIN_GROUP = 3
@@ -139,12 +140,42 @@ def _shares(weights: np.ndarray | Sequence[float], n: int) -> np.ndarray:
     return shares
 
 
+def cap_shares(weights: np.ndarray, max_share: float = 1.0) -> np.ndarray:
+    """Normalised weights in which no share exceeds ``max_share`` (the server's ``max_client_weight``).
+
+    Water-filling: shares above the cap are set to it and the excess is re-distributed over the
+    others in proportion to their weights, until none exceeds it. When the cap cannot hold
+    (``max_share · K < 1``) every client gets 1/K, the closest feasible split. With
+    ``max_share = 1`` this is ``w / Σ w``.
+    """
+    w = np.asarray(weights, dtype=np.float64)
+    check_range("max_share", max_share, 0.0, 1.0, low_open=True)
+    total = w.sum()
+    if w.ndim != 1 or w.size == 0 or not np.isfinite(total) or total <= 0 or (w < 0).any():
+        raise ValueError(f"aggregation weights must be non-negative with a positive finite sum; got {w.tolist()}")
+    s: np.ndarray = w / total
+    if max_share >= 1.0 or s.max() <= max_share:
+        return s
+    if max_share * w.size < 1.0:
+        return np.full(w.size, 1.0 / w.size)
+    capped = np.zeros(w.size, dtype=bool)
+    while True:
+        over = (s > max_share) & ~capped
+        if not over.any():
+            return s
+        capped |= over
+        s[capped] = max_share
+        free = ~capped
+        rest = 1.0 - max_share * capped.sum()
+        mass = w[free].sum()
+        s[free] = rest * (w[free] / mass if mass > 0 else np.full(free.sum(), 1.0 / free.sum()))
+
+
 def auto_f(name: str, n: int) -> int:
     """The number of Byzantine updates rule ``name`` tolerates at most among ``n`` (``f = AUTO``).
 
     Krum and Multi-Krum: ⌊(n − 3)/2⌋ (Blanchard et al. 2017, Prop. 1: n > 2f + 2); Bulyan:
-    ⌊(n − 3)/4⌋ (El Mhamdi et al. 2018, §4: n ≥ 4f + 3); the trimmed mean: ⌈n/2⌉ − 1 values cut
-    from each end (Yin et al. 2018 need β < 1/2). Never below 0.
+    ⌊(n − 3)/4⌋ (El Mhamdi et al. 2018, §4: n ≥ 4f + 3); 0 for the other rules. Never below 0.
     """
     check_choice("aggregator", name, AGGREGATORS)
     check_int("n", n, 0)
@@ -152,8 +183,6 @@ def auto_f(name: str, n: int) -> int:
         return max((n - 3) // 2, 0)
     if name == "bulyan":
         return max((n - 3) // 4, 0)
-    if name == "trimmed_mean":
-        return max((n + 1) // 2 - 1, 0)
     return 0
 
 
@@ -455,6 +484,7 @@ def guarded_mean(
     norm_scale: float | None = None,
     history: np.ndarray | None = None,
     max_norm_ratio: float = math.inf,
+    max_share: float = 1.0,
 ) -> AggregateResult:
     """The guarded mean: a direction check, norm clipping at a multiple of the median norm, the mean.
 
@@ -501,12 +531,18 @@ def guarded_mean(
         The median norm that ``clip_multiplier`` and ``max_norm_ratio`` multiply (default: the updates' own).
     max_norm_ratio : float
         A change longer than this × the median norm is flagged and left out (default: never).
+    max_share : float
+        The largest share one kept client may have (:func:`cap_shares` over the kept clients, so
+        that leaving clients out never lifts a capped client above the cap).
     history : array_like of shape (n, 2), optional
         Each client's earlier cosines, as (sum, count): the check then compares the client's mean
         cosine over this and its earlier rounds with ``min_cosine`` — a reputation, so that a
-        client opposed to the majority round after round stays out even in rounds where the
-        honest changes are small and scattered (near a fixed point of the mean, where one
-        round's cosine says little).
+        client that was opposed to the majority in the early rounds, where honest changes agree,
+        is not let back in near a fixed point of the mean, where honest changes are small and
+        scattered and one round's cosine says little. It is a lifetime mean: a client honest for
+        many rounds that then turns is judged on that average at first, and only the norm flag and
+        the clipping bound it until its mean falls (a ×1 sign flip, whose changes look like an
+        honest site's, is flagged in the early rounds only).
 
     Returns
     -------
@@ -545,20 +581,17 @@ def guarded_mean(
                     raise ValueError(f"history must have shape ({n}, 2), (sum, count) per update; got shape {H.shape}")
                 score = (cos + H[:, 0]) / (1.0 + H[:, 1])
             flagged = (score < min_cosine) & (norms > 0)
-    if scale > 0 and math.isfinite(max_norm_ratio):
+    if math.isfinite(max_norm_ratio):  # a zero median norm (most clients sent no change) flags every non-zero change
         flagged |= norms > max_norm_ratio * scale
     if flagged.all():  # the check cannot tell the majority: nobody is left out
         flagged[:] = False
     keep = ~flagged
-    bound = clip_multiplier * scale
-    factor = np.ones(n)
-    if bound > 0:
-        factor = np.minimum(1.0, bound / np.where(norms > 0, norms, 1.0))
+    bound = clip_multiplier * scale  # 0 when most clients sent no change: every kept change is clipped to nothing
+    factor = np.minimum(1.0, bound / np.where(norms > 0, norms, 1.0))
     clipped = keep & (factor < 1.0)
-    sk = s * keep
-    if not sk.sum() > 0:  # only zero-weight clients kept: weigh the kept ones equally
-        sk = keep.astype(np.float64)
-    sk = sk / sk.sum()
+    sk = np.zeros(n)
+    kept_w = s[keep]
+    sk[keep] = cap_shares(kept_w if kept_w.sum() > 0 else np.ones(kept_w.size), max_share)  # zero-weight kept: equal shares
     rows = R if R.ndim == 2 else np.broadcast_to(R, U.shape)
     out: np.ndarray = sk @ (rows + delta * factor[:, None])
     idx = np.arange(n)
@@ -582,6 +615,7 @@ def robust_aggregate(
     norm_scale: float | None = None,
     history: np.ndarray | None = None,
     max_norm_ratio: float = math.inf,
+    max_share: float = 1.0,
 ) -> AggregateResult:
     """Aggregate a round's updates with rule ``name`` (see the module docstring).
 
@@ -599,12 +633,12 @@ def robust_aggregate(
         Byzantine clients tolerated by ``krum``, ``multi_krum`` and ``bulyan``; :data:`AUTO`: the
         most the rule tolerates at this n (:func:`auto_f`).
     trim_fraction : float
-        β of ``trimmed_mean``; :data:`AUTO`: cut :func:`auto_f` values from each end.
+        β of ``trimmed_mean``.
     clip_norm : float
         M of ``norm_clip``.
     m : int
         Updates averaged by ``multi_krum``; 0 means n − f (Blanchard et al.'s choice in §5).
-    min_cosine, clip_multiplier, direction, norm_scale, history, max_norm_ratio
+    min_cosine, clip_multiplier, direction, norm_scale, history, max_norm_ratio, max_share
         The parameters of ``guarded_mean`` (:func:`guarded_mean`).
 
     Returns
@@ -624,8 +658,7 @@ def robust_aggregate(
     if name == "median":
         return AggregateResult(coordinate_median(U), everyone)
     if name == "trimmed_mean":
-        beta = auto_f(name, n) / n if trim_fraction == AUTO else trim_fraction
-        return AggregateResult(trimmed_mean(U, min(beta, 0.5 - 1e-12)), everyone)
+        return AggregateResult(trimmed_mean(U, trim_fraction), everyone)
     if name == "krum":
         return krum(U, f)
     if name == "multi_krum":
@@ -637,5 +670,6 @@ def robust_aggregate(
         raise ValueError(f"{name} needs reference, the model the server sent")
     if name == "guarded_mean":
         return guarded_mean(U, weights, reference, min_cosine=min_cosine, clip_multiplier=clip_multiplier, direction=direction,
-                            norm_scale=norm_scale, history=history, max_norm_ratio=max_norm_ratio)
+                            norm_scale=norm_scale, history=history, max_norm_ratio=max_norm_ratio,
+                            max_share=max_share)
     return AggregateResult(norm_clip(U, weights, clip_norm, reference), everyone)

@@ -26,13 +26,13 @@ __all__ = ["DEPLOYMENT_DEFAULTS", "RULE_FIELDS", "deployment_hyperparameters"]
 #: * ``max_client_weight`` 0.3: no client's declared example count buys it more than 30 % of an
 #:   aggregate (a site that declares 10⁹ examples).
 #:
-#: Methods whose server keeps no aggregate the rule could replace (Ditto's, IFCA's, SCAFFOLD's,
-#: pFedMe's and Per-FedAvg's own averages; the decentralised methods) get only the fields they
-#: have. A run with client-level DP (``dp_noise_multiplier`` > 0) keeps the mean its noise calibration needs.
+#: Every server-based method aggregates through the rule: FedAvg, FedProx, Ditto, pFedMe and
+#: Per-FedAvg their global model, IFCA each cluster model (checked against the whole round),
+#: SCAFFOLD its Δy (and c over the clients kept), pTopoFL each cluster (``intra_aggregator``). Local
+#: and the decentralised methods have no server aggregate and get nothing. A run with client-level
+#: DP (``dp_noise_multiplier`` > 0) keeps the mean its noise calibration needs.
 DEPLOYMENT_DEFAULTS: dict[str, dict[str, Any]] = {
-    "*": {"max_client_weight": 0.3},
-    "fedavg": {"aggregator": "guarded_mean"},
-    "fedprox": {"aggregator": "guarded_mean"},
+    "*": {"max_client_weight": 0.3, "aggregator": "guarded_mean"},
     "ptopofl": {"intra_aggregator": "guarded_mean"},
 }
 

@@ -54,9 +54,10 @@ from topofl.algorithms.base import (
     UpdateReputation,
     cap_shares,
     dp_server_rng,
-    excluded_ids,
     hp,
+    robust_entries,
     robust_round,
+    round_change_stats,
 )
 from topofl.algorithms.ptopofl import maths
 from topofl.config import choice, floats, ints
@@ -67,7 +68,6 @@ from topofl.models.registry import is_deep, representation
 from topofl.privacy import accounting
 from topofl.privacy.dp import descriptor_mechanism, dp_fedavg_aggregate, gaussian_sigma, privacy_report
 from topofl.privacy.risk import PRIVACY_METRICS, client_privacy
-from topofl.robustness.aggregators import GUARD_MIN_GROUP
 from topofl.tda.barycentre import diagram_barycentre, distances_to_barycentre
 from topofl.tda.descriptor import (
     LAYOUT,
@@ -586,23 +586,20 @@ class PTopoFL(Algorithm):
         if rule == "mean":
             mean: np.ndarray = w @ np.vstack([u.params for u in members])
             return mean
-        reference = direction = scale = None
+        reference = stats = None
         if rule in ("norm_clip", "guarded_mean"):
             reference = np.vstack([self.sent[u.client_id] for u in members])  # recorded by configure_fit
-        if rule == "guarded_mean" and len(everyone) >= GUARD_MIN_GROUP:
+        if rule == "guarded_mean":
             if "_round_change" not in robust:
-                changes = np.vstack([np.asarray(u.params, dtype=np.float64) - self.sent[u.client_id] for u in everyone])
-                robust["_round_change"] = (np.median(changes, axis=0), float(np.median(np.linalg.norm(changes, axis=1))))
-            direction, scale = robust["_round_change"]
+                robust["_round_change"] = round_change_stats(
+                    [np.asarray(u.params, dtype=np.float64) - self.sent[u.client_id] for u in everyone])
+            stats = robust["_round_change"]
         ids = [u.client_id for u in members]
-        history = self.reputation.history(ids) if rule == "guarded_mean" else None
-        result, note = robust_round(rule, [u.params for u in members], w, reference, self.config, self.warned, direction, scale, history)
-        if rule == "guarded_mean":
-            self.reputation.record(ids, result)
-        robust.setdefault("excluded", []).extend(excluded_ids(ids, result))
-        if rule == "guarded_mean":
-            robust.setdefault("update_flagged", []).extend(int(ids[i]) for i in result.flagged)
-            robust.setdefault("clipped", []).extend(int(ids[i]) for i in result.clipped)
+        result, note = robust_round(rule, [u.params for u in members], w, reference, self.config, self.warned,
+                                    direction=stats[0] if stats else None,
+                                    norm_scale=stats[1] if stats else None, client_ids=ids, reputation=self.reputation)
+        for key, value in robust_entries(ids, result, rule, None).items():
+            robust.setdefault(key, []).extend(value)
         if note is not None:
             robust.setdefault("aggregation_fallback", {})[group] = note
         return result.vector

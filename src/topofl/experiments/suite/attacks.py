@@ -43,9 +43,10 @@ DEFENCES: dict[str, tuple[str, dict[str, Any]]] = {
     "FedAvg": ("fedavg", {}),
     "FedAvg + median": ("fedavg", {"aggregator": "median"}),
     "FedAvg + trimmed mean": ("fedavg", {"aggregator": "trimmed_mean"}),
-    "FedAvg + Krum": ("fedavg", {"aggregator": "krum"}),
-    "FedAvg + Multi-Krum": ("fedavg", {"aggregator": "multi_krum"}),
-    "FedAvg + Bulyan": ("fedavg", {"aggregator": "bulyan"}),
+    # f = 1 (what Bulyan allows with 8 clients), as documented; the methods' default f follows the round
+    "FedAvg + Krum": ("fedavg", {"aggregator": "krum", "byzantine_f": 1}),
+    "FedAvg + Multi-Krum": ("fedavg", {"aggregator": "multi_krum", "byzantine_f": 1}),
+    "FedAvg + Bulyan": ("fedavg", {"aggregator": "bulyan", "byzantine_f": 1}),
     "FedAvg + norm clip": ("fedavg", {"aggregator": "norm_clip"}),
     "pTopoFL": ("ptopofl", {}),
     "pTopoFL (flagged gate)": ("ptopofl", {"trust_gate": "flagged", "tau": 1.8}),
@@ -54,12 +55,15 @@ DEFENCES: dict[str, tuple[str, dict[str, Any]]] = {
     # what a Flower deployment runs by default (topofl.flower.settings.DEPLOYMENT_DEFAULTS): the guarded mean, capped shares
     "FedAvg (deployment default)": ("fedavg", deployment_hyperparameters("fedavg", {})),
     "pTopoFL (deployment default)": ("ptopofl", deployment_hyperparameters("ptopofl", {})),
+    "Ditto (deployment default)": ("ditto", deployment_hyperparameters("ditto", {})),
 }
 #: the deployment defaults' rows, and the papers' rule each is compared with
-DEPLOYED = {"FedAvg (deployment default)": "FedAvg", "pTopoFL (deployment default)": "pTopoFL"}
+DEPLOYED = {"FedAvg (deployment default)": "FedAvg", "pTopoFL (deployment default)": "pTopoFL", "Ditto (deployment default)": "Ditto"}
 #: the reliability audit's sign flips (issue 20), on healthcare only: label → (attack spec, share of the 8 clients).
 #: One client of 8 reversing its update ×9 stays inside the server's norm bound (max_update_ratio 10).
-AUDIT = {"sign_flip_x9": ("sign_flip:scale=9", 0.125), "sign_flip_x10": ("sign_flip:scale=10", 0.25)}
+AUDIT = {"sign_flip_x9": ("sign_flip:scale=9", 0.125), "sign_flip_x10": ("sign_flip:scale=10", 0.25),
+         # below the guarded mean's 4× norm flag: only its direction check (and clipping) can stop it
+         "sign_flip_x3": ("sign_flip:scale=3", 0.25)}
 #: the deployment defaults' targets: honest clients' AUC within this of clean under AUDIT, and at most COST on clean runs
 TARGET, COST = 0.03, 0.005
 KINDS = ("label_flip", "feature_poison", "sign_flip", "scaled_replacement", "gaussian_noise", "descriptor_forgery", "crude_forgery",
@@ -159,7 +163,7 @@ def deployment_check(out: Path, done: list[dict[str, Any]]) -> list[dict[str, An
     For every seed, the final AUC averaged over the clients that are honest in the attacked run
     (an adversary's own model is its business; its test set is honest data) minus the same
     method's clean run averaged over the same clients, paired over seeds (mean, 95 % t-interval);
-    ``meets`` says whether the whole interval's mean is within :data:`TARGET`. The deployment
+    ``meets`` says whether the mean is within :data:`TARGET` (the interval is reported beside it). The deployment
     rows' clean cost is in 'paired_vs_fedavg' / 'deployment_cost'.
     """
     methods = set(DEPLOYED) | set(DEPLOYED.values())
@@ -237,9 +241,10 @@ def analyse(out: Path, done: list[dict[str, Any]]) -> Manifest:
     check = deployment_check(out, done)
     if check:
         man.table(out, "deployment_default", "The deployment defaults (guarded mean, shares capped at 0.3) and the papers' rules under "
-                  "the audit's sign flips on healthcare (1 of 8 reversed ×9 inside the norm bound; 2 of 8 reversed ×10): final AUC "
-                  f"of the clients honest in the attacked run, attacked − clean on the same clients, paired over seeds (mean, 95 % "
-                  f"t-interval); meets: within {TARGET} of clean", check)
+                  "the audit's sign flips on healthcare (1 of 8 reversed ×9 inside the norm bound; 2 of 8 reversed ×10; and 2 of 8 "
+                  "reversed ×3, below the 4× norm flag): final AUC of the clients honest in the attacked run, attacked − clean on the "
+                  f"same clients, paired over seeds (mean, 95 % t-interval); meets: the mean within {TARGET} of clean (with 3 seeds "
+                  "the interval is wide: read it too)", check)
         for r in check:
             if r["method"] in DEPLOYED:
                 man.console.append(f"{r['method']}, {r['attack']} ({r['share']:.1%}): honest clients' AUC {r['diff_mean']:+.3f} "
