@@ -95,8 +95,8 @@ class RobustAggregationConfig(AlgorithmConfig):
         check_range("trim_fraction", self.trim_fraction, 0.0, 0.5, high_open=True)
         check_range("guard_min_cosine", self.guard_min_cosine, -1.0, 1.0, high_open=True)
         check_range("guard_clip", self.guard_clip, 0.0, low_open=True)
-        if not (self.guard_max_norm >= self.guard_clip):  # inf allowed
-            raise ValueError(f"guard_max_norm must be >= guard_clip={self.guard_clip!r} (or inf); got {self.guard_max_norm!r}")
+        if not (isinstance(self.guard_max_norm, float) and self.guard_max_norm == float("inf")):  # inf: never flag by norm
+            check_range("guard_max_norm", self.guard_max_norm, self.guard_clip)  # >= guard_clip
         check_range("clip_norm", self.clip_norm, 0.0, low_open=True)
         check_int("multi_krum_m", self.multi_krum_m, 0, 10_000)
         check_range("dp_noise_multiplier", self.dp_noise_multiplier, 0.0)
