@@ -67,7 +67,7 @@ def compare(
     method_list = methods.split(",") if methods is not None else file.get("methods", [file["method"]] if "method" in file else available("server"))
     spec = options_spec(o, file, method_list, resolve(o.seeds, file, "seeds", "0-9"))
     if o.robust_defaults:
-        from topofl.robustness.deployment import deployment_hyperparameters
+        from topofl.deployment_defaults import deployment_hyperparameters
 
         spec = dataclasses.replace(spec, hyperparameters={m: deployment_hyperparameters(m, spec.hyperparameters.get(m, {}))
                                                           for m in spec.methods})

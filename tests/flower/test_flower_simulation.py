@@ -12,7 +12,7 @@ pytestmark = pytest.mark.flower
 
 
 def test_ptopofl_through_flower_simulation_equals_in_process():
-    from topofl.robustness.deployment import deployment_hyperparameters
+    from topofl.deployment_defaults import deployment_hyperparameters
 
     flower = simulate_flower(method="ptopofl", num_server_rounds=3, seed=0)
     # a Flower run applies the deployment defaults (robust-defaults): the in-process run gets the same hyper-parameters

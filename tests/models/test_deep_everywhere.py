@@ -42,7 +42,7 @@ def test_a_users_module_trains_in_process_and_on_flower_with_identical_metrics(m
     from topofl.flower.settings import FlowerSettings
 
     fed = topofl.make_scenario("healthcare", seed=0, **SMALL)
-    from topofl.robustness.deployment import deployment_hyperparameters
+    from topofl.deployment_defaults import deployment_hyperparameters
 
     # the Flower run applies the deployment defaults (robust-defaults): the in-process run gets the same
     local = topofl.simulate(fed, method, rounds=2, seed=0, model=make_mlp, **deployment_hyperparameters(method, {"lr": 0.05}))

@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import topofl
+from topofl.deployment_defaults import DEPLOYMENT_DEFAULTS, deployment_hyperparameters
 from topofl.robustness.aggregators import AUTO, auto_f, guarded_mean, robust_aggregate
 from topofl.robustness.attacks import parse_attack
-from topofl.robustness.deployment import DEPLOYMENT_DEFAULTS, deployment_hyperparameters
 
 ONE_OF_EIGHT = "sign_flip:fraction=0.125,scale=9"   # 1 of 8, reversed ×9: inside the norm bound (max_update_ratio 10)
 QUARTER = "sign_flip:fraction=0.25,scale=10"        # 2 of 8, reversed ×10

@@ -97,6 +97,11 @@ class IFCA(Algorithm):
         theta = self.local_sgd(ctx, models[j], ctx.data.X_train)
         return ClientUpdate(ctx.client_id, theta, ctx.data.n_train, extras={"cluster": np.array([float(j)])})
 
+    def reply_models(self, update: ClientUpdate, message: ServerMessage) -> tuple[np.ndarray, np.ndarray]:
+        """IFCA starts from the cluster model its reply names: ``(models[j], θ_k)``."""
+        rows = message.params.reshape(self.config.k, -1)
+        return rows[int(update.extras["cluster"][0])], update.params
+
     def aggregate_fit(self, rnd: int, updates: list[ClientUpdate]) -> dict[str, Any]:
         """Each cluster model ← the weighted average of the models of the clients that chose it, or
         the robust rule ``aggregator`` with that cluster's model as the reference; the guarded mean

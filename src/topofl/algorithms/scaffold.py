@@ -10,6 +10,7 @@ Client control variates live in the client's own state, never on the server.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,6 +95,17 @@ class Scaffold(Algorithm):
         if gap > tol:
             return f"extras['dc'] is not the option-II control-variate change −c − Δy/(K·lr) (off by {gap:.3g})"
         return None
+
+    def reply_models(self, update: ClientUpdate, message: ServerMessage) -> tuple[np.ndarray, np.ndarray]:
+        """SCAFFOLD replies Δy = θ_k − x: ``(x, x + Δy)``."""
+        return message.params, message.params + update.params
+
+    def reply_for_model(self, ctx: ClientContext, update: ClientUpdate, message: ServerMessage, theta: np.ndarray) -> ClientUpdate:
+        """Δy = θ − x and Δc = −c − Δy/(K·η_l), the option-II control-variate change consistent with it."""
+        dy = np.asarray(theta, dtype=np.float64) - message.params
+        K = self.local_steps(ctx.data.n_train)
+        dc = -message.extras["c"] - dy / (K * self.config.lr)
+        return dataclasses.replace(update, params=dy, extras={**update.extras, "dc": dc})
 
     def aggregate_fit(self, rnd: int, updates: list[ClientUpdate]) -> dict[str, Any]:
         """X ← x + η_g · mean Δy and c ← c + |S|/N · mean Δc (Karimireddy et al. 2020, Alg. 1). With a

@@ -72,7 +72,7 @@ def run_experiment(
     """Run experiment ``name`` into ``out/name`` and return that directory.
 
     With ``robust_defaults`` every run's method gets the deployments' Byzantine-robust defaults
-    (:func:`topofl.robustness.deployment.deployment_hyperparameters`) wherever the plan does not
+    (:func:`topofl.deployment_defaults.deployment_hyperparameters`) wherever the plan does not
     set the field, and the experiment goes to ``out/name-robust``.
 
     The directory is locked from before ``overwrite`` empties it until its ``config.json`` is
@@ -82,7 +82,7 @@ def run_experiment(
     specs = plan_for(name, seeds, profile, data_root)
     exp_dir = Path(out) / name
     if robust_defaults:
-        from topofl.robustness.deployment import deployment_hyperparameters
+        from topofl.deployment_defaults import deployment_hyperparameters
 
         specs = [dataclasses.replace(s, hyperparameters=deployment_hyperparameters(s.method, s.hyperparameters)) for s in specs]
         exp_dir = Path(out) / f"{name}-robust"

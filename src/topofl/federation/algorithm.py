@@ -16,6 +16,7 @@ Client state lives in ``ctx.state`` (a dict the runtime persists per client), ne
 """
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -154,6 +155,23 @@ class Algorithm(ABC):
         the declared shape and finite values.
         """
         return None
+
+    def reply_models(self, update: ClientUpdate, message: ServerMessage) -> tuple[np.ndarray, np.ndarray]:
+        """``(θ_sent, θ_k)``: the model a reply started from and the model it stands for (read by the
+        attack wrappers of :mod:`topofl.robustness.attacks`). By default the reply is the model θ_k,
+        started from the parameters sent; a method whose reply is something else overrides this
+        (SCAFFOLD: Δy; IFCA: one of the k models sent).
+        """
+        if message.params.shape != update.params.shape:
+            raise ValueError(f"attack: cannot tell which model a {self.name} reply starts from "
+                             f"(sent {message.params.shape}, replied {update.params.shape})")
+        return message.params, update.params
+
+    def reply_for_model(self, ctx: ClientContext, update: ClientUpdate, message: ServerMessage, theta: np.ndarray) -> ClientUpdate:
+        """``update`` standing for model ``theta`` instead, every array consistent with it (the inverse
+        of :meth:`reply_models`, for the attack wrappers). By default the model replaces the params.
+        """
+        return dataclasses.replace(update, params=np.asarray(theta, dtype=np.float64))
 
     # ---- client side --------------------------------------------------------------------------
     def client_features(self, ctx: ClientContext, X: np.ndarray) -> np.ndarray:

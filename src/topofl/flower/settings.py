@@ -14,9 +14,9 @@ from typing import Any
 
 from topofl._validation import check_choice, check_int, check_range
 from topofl.data.federation import TASKS
+from topofl.deployment_defaults import DEPLOYMENT_DEFAULTS, deployment_hyperparameters
 from topofl.limits import MAX_CLASSES, MAX_FEATURES, MAX_ROUNDS, MAX_SEED
 from topofl.parsing import parse_assignments
-from topofl.robustness.deployment import DEPLOYMENT_DEFAULTS, deployment_hyperparameters
 
 __all__ = ["DEPLOYMENT_DEFAULTS", "KEYS", "FlowerSettings", "deployment_hyperparameters", "parse_pairs"]
 

@@ -85,8 +85,6 @@ from typing import Any
 import numpy as np
 
 from topofl._validation import check_choice, check_int, check_range
-from topofl.algorithms.ifca import IFCA
-from topofl.algorithms.scaffold import Scaffold
 from topofl.config import Config, hp
 from topofl.data.federation import ClientData
 from topofl.federation.algorithm import Algorithm, ClientContext
@@ -267,33 +265,19 @@ def innermost(algorithm: Algorithm) -> Algorithm:
 
 
 def sent_and_trained(method: Algorithm, update: ClientUpdate, message: ServerMessage) -> tuple[np.ndarray, np.ndarray]:
-    """(θ_sent, θ_k): the model a reply started from and the model it stands for.
-
-    SCAFFOLD sends Δy = θ_k − x; IFCA starts from the cluster model it names; the others send
-    θ_k, started from the parameters they received.
+    """(θ_sent, θ_k): the model a reply started from and the model it stands for — the method's own
+    :meth:`~topofl.federation.algorithm.Algorithm.reply_models` (SCAFFOLD sends Δy = θ_k − x; IFCA
+    starts from the cluster model it names; the others send θ_k, started from the parameters they received).
     """
-    if isinstance(method, Scaffold):
-        return message.params, message.params + update.params
-    if isinstance(method, IFCA):
-        rows = message.params.reshape(method.config.k, -1)
-        return rows[int(update.extras["cluster"][0])], update.params
-    if message.params.shape != update.params.shape:
-        raise ValueError(f"attack: cannot tell which model a {method.name} reply starts from "
-                         f"(sent {message.params.shape}, replied {update.params.shape})")
-    return message.params, update.params
+    return method.reply_models(update, message)
 
 
 def with_trained(method: Algorithm, ctx: ClientContext, update: ClientUpdate, message: ServerMessage, theta: np.ndarray) -> ClientUpdate:
-    """``update`` standing for model ``theta`` instead, every array consistent with it (SCAFFOLD:
-    Δy = θ − x and Δc = −c − Δy/(K·η_l), its option-II control-variate change).
+    """``update`` standing for model ``theta`` instead, every array consistent with it — the method's own
+    :meth:`~topofl.federation.algorithm.Algorithm.reply_for_model` (SCAFFOLD: Δy = θ − x and
+    Δc = −c − Δy/(K·η_l), its option-II control-variate change).
     """
-    theta = np.asarray(theta, dtype=np.float64)
-    if isinstance(method, Scaffold):
-        dy = theta - message.params
-        K = method.local_steps(ctx.data.n_train)
-        dc = -message.extras["c"] - dy / (K * method.config.lr)
-        return dataclasses.replace(update, params=dy, extras={**update.extras, "dc": dc})
-    return dataclasses.replace(update, params=theta)
+    return method.reply_for_model(ctx, update, message, theta)
 
 
 def _gaussian(seed_words: list[int], size: int, std: float) -> np.ndarray:

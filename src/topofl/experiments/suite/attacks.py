@@ -31,11 +31,11 @@ from typing import Any
 
 import numpy as np
 
+from topofl.deployment_defaults import deployment_hyperparameters
 from topofl.experiments.analysis import add_holm, against, detection_scores, final_table, t_interval
 from topofl.experiments.figures import pyplot, save
 from topofl.experiments.store import RunSpec
 from topofl.experiments.suite.base import Experiment, Manifest, last_round_logs
-from topofl.robustness.deployment import deployment_hyperparameters
 
 ROUNDS = 15
 #: label → (method, hyper-parameters)
