@@ -1,22 +1,153 @@
-"""The Python API: :func:`simulate`."""
+"""The Python API: :func:`run` executes a :class:`~topofl.job.Job` in the runtime of its method's
+family; :func:`simulate` and :func:`simulate_decentralised` are conveniences that build the job.
+"""
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from topofl.data.federation import Federation
 from topofl.federation.algorithm import Algorithm
-from topofl.federation.history import History
-from topofl.federation.runner import OnRound, run_federation
+from topofl.federation.history import Result, RoundSummary
+from topofl.federation.runner import run_federation
+from topofl.job import DEFAULT_GRAPH, DEFAULT_ROUNDS, Job
 from topofl.methods import build_peer, build_server
 
 if TYPE_CHECKING:
     from topofl.robustness.attacks import AttackConfig
 
+#: called after every (evaluated) round with the result so far and the round's summary
+OnRound = Callable[[Result, RoundSummary], None]
+
+
+def load_job_data(job: Job) -> Any:
+    """The job's clients: its data source loaded for its seed (or its data in memory), with the
+    validation split applied. A server-family job gets a :class:`Federation`.
+    """
+    from topofl.data.sources import load
+
+    data = load(job.data, job.seed, job.data_params) if isinstance(job.data, str) else job.data
+    if job.family == "server":
+        if not isinstance(data, Federation):
+            if not (hasattr(data, "clients") and hasattr(data, "task")):
+                raise ValueError(f"data must be a Federation or a registered data source for {job.method}; got {type(data).__name__}")
+            data = Federation(data.clients, data.task, data.n_classes, name=job.data_name)
+        return data.with_validation(job.validation, job.seed) if job.validation else data
+    data = peer_data(data)
+    if job.validation:
+        from dataclasses import replace
+
+        from topofl.data.federation import validation_clients
+
+        clients = validation_clients(data.clients, job.validation, job.seed, stratify=data.task != "regression")
+        data = replace(data, clients=clients)
+    return data
+
+
+def peer_data(clients: Any, task: str | None = None, n_classes: int | None = None) -> Any:
+    """``LoadedData`` (clients, task, n_classes) of a :class:`Federation`, a ``LoadedData`` or a list of
+    ``ClientData`` / ``(X_train, y_train, X_test, y_test)`` tuples (feature counts may differ).
+    """
+    from topofl.data.federation import ClientData, _validated_client, resolve_labels
+    from topofl.data.loaders.base import LoadedData
+
+    if isinstance(clients, LoadedData) and task is None and n_classes is None:
+        return clients
+    name = str(getattr(clients, "name", "custom"))
+    if hasattr(clients, "clients") and hasattr(clients, "task"):
+        data, task, n_classes = clients.clients, task or clients.task, n_classes or clients.n_classes
+    else:
+        data = [c if isinstance(c, ClientData) else _validated_client(k, c) for k, c in enumerate(clients)]
+        data = [_validated_client(k, c) for k, c in enumerate(data)]
+    if not data:
+        raise ValueError("clients must hold at least one client")
+    if task is None:
+        task, inferred, mapping = resolve_labels([c.y_train for c in data] + [c.y_test for c in data])
+        n_classes = n_classes or inferred
+        if mapping is not None:
+            data = [ClientData(c.X_train, mapping(c.y_train), c.X_test, mapping(c.y_test), c.client_id, c.meta) for c in data]
+    return LoadedData(list(data), task, int(n_classes or 2), name)
+
+
+def run(
+    job: Job,
+    *,
+    on_round: OnRound | None = None,
+    progress: bool = False,
+    algorithm: Any = None,
+    eval_every: int = 1,
+) -> Result:
+    """Run ``job`` in process, in the runtime of its method's family, and return its :class:`Result`.
+
+    Parameters
+    ----------
+    job : Job
+        What to run (:class:`topofl.job.Job`).
+    on_round : callable, optional
+        ``on_round(result, summary)`` after every round (peer methods: every evaluated iteration).
+    progress : bool
+        Show a progress bar (server-based methods).
+    algorithm : Algorithm or PeerAlgorithm, optional
+        A configured algorithm object to run instead of building ``job.method`` from ``job.hyperparameters``.
+    eval_every : int
+        Peer methods: score the clients every ``eval_every`` iterations (and after the last).
+    """
+    if algorithm is None:
+        algorithm = (build_server if job.family == "server" else build_peer)(job.method, job.hyperparameters)
+    data = load_job_data(job)
+    if job.family == "server":
+        return _run_server(job, algorithm, data, on_round, progress)
+    return _run_peers(job, algorithm, data, on_round, eval_every)
+
+
+def _run_server(job: Job, algorithm: Algorithm, federation: Federation, on_round: OnRound | None, progress: bool) -> Result:
+    if job.attack != "":
+        from topofl.robustness.attacks import attacked, parse_attack
+
+        config = parse_attack(job.attack)
+        algorithm = attacked(algorithm, config, config.adversaries(federation.client_ids))
+    return run_federation(federation, algorithm, job.rounds, job.seed, client_fraction=job.client_fraction, on_round=on_round,
+                          progress=progress, model=job.model, device=job.device)
+
+
+def _run_peers(job: Job, algorithm: Any, data: Any, on_round: OnRound | None, eval_every: int) -> Result:
+    import networkx as nx
+
+    from topofl.decentralised import make_graph, run_decentralised
+
+    g = job.graph if isinstance(job.graph, nx.Graph) else make_graph(job.graph, len(data.clients), seed=job.seed, **job.graph_params)
+    if job.attack != "":
+        from topofl.robustness.attacks import parse_attack
+        from topofl.robustness.peer_attacks import attacked_peers
+
+        config = parse_attack(job.attack)
+        algorithm = attacked_peers(algorithm, config, config.adversaries(range(g.number_of_nodes())))
+    models = peer_models(per_client(job.model, len(data.clients)), data.clients, data.task, data.n_classes, algorithm.config.l2,
+                         job.device)
+
+    def report(result: Result, row: dict[str, Any]) -> None:
+        if on_round is not None and "accuracy" in row:
+            on_round(result, result.rounds[-1])
+
+    return run_decentralised(data.clients, g, algorithm, job.rounds, job.seed, task=data.task, n_classes=data.n_classes,
+                             models=models, eval_every=eval_every, on_round=report)
+
+
+def per_client(model: Any, n_clients: int) -> Any:
+    """A peer run's model spec per client: a list as given; a string naming one model for all, or a
+    comma list dealt to the clients in turn (client k gets item k mod len) — the paper's
+    heterogeneous federations, in almost equal proportions (Sheaf-FMTL §4.3); an object as given.
+    """
+    if isinstance(model, str):
+        names = [m.strip() for m in model.split(",") if m.strip()] or ["linear"]
+        return [names[k % len(names)] for k in range(n_clients)]
+    return model
+
 
 def simulate(
     federation: Federation,
     method: str | Algorithm,
-    rounds: int = 15,
+    rounds: int = DEFAULT_ROUNDS,
     seed: int = 0,
     *,
     client_fraction: float = 1.0,
@@ -26,7 +157,7 @@ def simulate(
     device: str = "cpu",
     attack: AttackConfig | str | None = None,
     **hyperparameters: Any,
-) -> History:
+) -> Result:
     """Run a method on a federation in process.
 
     Parameters
@@ -54,8 +185,8 @@ def simulate(
 
     Returns
     -------
-    History
-        ``history.final`` holds ``auc`` and ``accuracy`` (means over clients of each client's
+    Result
+        ``result.final`` holds ``auc`` and ``accuracy`` (means over clients of each client's
         score with the model it would use), their spreads, and ``pooled_auc``/``pooled_accuracy``;
         ``history.client_models`` every client's final model, ``history.server_params`` the
         server's, ``history.predict(X, client=k)`` scores new data; :func:`topofl.save_models`
@@ -63,28 +194,33 @@ def simulate(
     """
     if not isinstance(federation, Federation):
         raise ValueError(f"federation must be a topofl Federation; got {type(federation).__name__}")
+    algorithm = None
     if isinstance(method, Algorithm):
         if hyperparameters:
             raise ValueError("pass hyper-parameters either in the Algorithm's config or as keywords, not both")
-        algorithm = method
-    else:
-        algorithm = build_server(method, hyperparameters)
-    if attack is not None:
-        from topofl.robustness.attacks import attacked, parse_attack
+        algorithm, method = method, _registered_name(method)
+    job = Job(method=method, data=federation, hyperparameters=hyperparameters, model="linear" if model is None else model,
+              rounds=rounds, seed=seed, client_fraction=client_fraction, attack=attack or "", device=device)
+    return run(job, on_round=on_round, progress=progress, algorithm=algorithm)
 
-        config = parse_attack(attack)
-        algorithm = attacked(algorithm, config, config.adversaries(federation.client_ids))
-    return run_federation(federation, algorithm, rounds, seed, client_fraction=client_fraction, on_round=on_round, progress=progress,
-                          model=model, device=device)
+
+def _registered_name(algorithm: Algorithm) -> str:
+    """The registry name of a configured algorithm object (its family's runtime is chosen by it)."""
+    from topofl.methods import available, get
+
+    for name in available("server"):
+        if isinstance(algorithm, get(name).cls):
+            return name
+    return "fedavg"  # a user's own Algorithm subclass runs in the server family's runtime
 
 
 def simulate_decentralised(
     clients: Any,
     method: str = "sheaf",
-    rounds: int = 200,
+    rounds: int = DEFAULT_ROUNDS,
     seed: int = 0,
     *,
-    graph: Any = "erdos_renyi",
+    graph: Any = DEFAULT_GRAPH,
     graph_params: dict[str, Any] | None = None,
     task: str | None = None,
     n_classes: int | None = None,
@@ -117,35 +253,10 @@ def simulate_decentralised(
         The method's hyper-parameters (``topofl methods`` lists the federated ones; see
         :class:`topofl.decentralised.sheaf.SheafConfig`).
     """
-    import networkx as nx
-
-    from topofl.data.federation import ClientData, _validated_client, resolve_labels
-    from topofl.decentralised import make_graph, run_decentralised
-
-    if isinstance(clients, Federation):
-        data, task, n_classes = clients.clients, task or clients.task, n_classes or clients.n_classes
-    elif hasattr(clients, "clients") and hasattr(clients, "task"):
-        data, task, n_classes = clients.clients, task or clients.task, n_classes or clients.n_classes
-    else:
-        data = [c if isinstance(c, ClientData) else _validated_client(k, c) for k, c in enumerate(clients)]
-        data = [_validated_client(k, c) for k, c in enumerate(data)]
-    if not data:
-        raise ValueError("clients must hold at least one client")
-    if task is None:
-        task, inferred, mapping = resolve_labels([c.y_train for c in data] + [c.y_test for c in data])
-        n_classes = n_classes or inferred
-        if mapping is not None:
-            data = [ClientData(c.X_train, mapping(c.y_train), c.X_test, mapping(c.y_test), c.client_id, c.meta) for c in data]
-    g = graph if isinstance(graph, nx.Graph) else make_graph(graph, len(data), seed=seed, **(graph_params or {}))
-    algorithm = build_peer({"local": "local-peers"}.get(method, method), hyperparameters)
-    if attack is not None:
-        from topofl.robustness.attacks import parse_attack
-        from topofl.robustness.peer_attacks import attacked_peers
-
-        config = parse_attack(attack)
-        algorithm = attacked_peers(algorithm, config, config.adversaries(range(g.number_of_nodes())))
-    models = peer_models(model, data, task, n_classes or 2, algorithm.config.l2, device)
-    return run_decentralised(data, g, algorithm, rounds, seed, task=task, n_classes=n_classes or 2, models=models)
+    job = Job(method={"local": "local-peers"}.get(method, method), data=peer_data(clients, task, n_classes),
+              hyperparameters=hyperparameters, model="linear" if model is None else model, rounds=rounds, seed=seed,
+              graph=graph, graph_params=graph_params or {}, attack=attack or "", device=device)
+    return run(job)
 
 
 def peer_models(spec: Any, clients: Any, task: str, n_classes: int, l2: float, device: str = "cpu") -> list[Any] | None:

@@ -5,6 +5,6 @@ round loop (:mod:`~topofl.decentralised.runner`). Methods are looked up in :mod:
 """
 from topofl.decentralised.graphs import make_graph
 from topofl.decentralised.protocol import NodeSpec, Peer, PeerAlgorithm, PeerConfig, PeerNode
-from topofl.decentralised.runner import DecentralisedHistory, run_decentralised
+from topofl.decentralised.runner import run_decentralised
 
-__all__ = ["DecentralisedHistory", "NodeSpec", "Peer", "PeerAlgorithm", "PeerConfig", "PeerNode", "make_graph", "run_decentralised"]
+__all__ = ["NodeSpec", "Peer", "PeerAlgorithm", "PeerConfig", "PeerNode", "make_graph", "run_decentralised"]

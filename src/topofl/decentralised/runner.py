@@ -15,7 +15,6 @@ import time
 import tracemalloc
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -24,7 +23,8 @@ from topofl._validation import TrainingWarning, check_choice, check_int
 from topofl.data.federation import ClientData, feature_scale_problem
 from topofl.decentralised.protocol import MODEL_INITS, Peer, PeerAlgorithm
 from topofl.decentralised.transport import InProcessTransport
-from topofl.federation.history import nanmean, nanstd, regression_summary
+from topofl.federation.history import Result, RoundSummary, nanmean, nanstd, regression_summary
+from topofl.federation.messages import BYTES_PER_FLOAT
 from topofl.limits import MAX_ROUNDS, MAX_SEED
 from topofl.metrics import auc_score, pooled_scores, regression_scores
 from topofl.models.linear import make_model
@@ -33,40 +33,6 @@ if TYPE_CHECKING:  # networkx is imported where a graph is built or checked (laz
     import networkx as nx
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class DecentralisedHistory:
-    """What a decentralised run recorded: per-client rows, per-round summaries, algorithm logs and failures."""
-
-    method: str
-    seed: int
-    records: list[dict[str, Any]] = field(default_factory=list)
-    rounds: list[dict[str, Any]] = field(default_factory=list)
-    logs: list[dict[str, Any]] = field(default_factory=list)
-    failures: list[Any] = field(default_factory=list)  # nodes dropped by a runtime, with the reason
-    out_dir: str | None = None  # where a runtime wrote the run's files, if it did
-    models: dict[int, Any] = field(default_factory=dict)  # each client's model object (sizes may differ)
-    client_models: dict[int, np.ndarray] = field(default_factory=dict)  # each client's final parameters
-
-    @property
-    def model(self) -> Any:
-        """The model every client trained, when they all share one (``None`` when sizes differ)."""
-        objs = {id(m): m for m in self.models.values()}
-        return next(iter(objs.values())) if len(objs) == 1 else None
-
-    def predict(self, X: np.ndarray, client: int) -> np.ndarray:
-        """Scores of ``X`` under client ``client``'s final model."""
-        if client not in self.client_models:
-            raise ValueError(f"client {client!r} has no final model; clients: {sorted(self.client_models)}")
-        return self.models[client].predict_scores(self.client_models[client], np.asarray(X, dtype=np.float64))  # type: ignore[no-any-return]
-
-    @property
-    def final(self) -> dict[str, Any]:
-        return self.rounds[-1]
-
-    def curve(self, key: str = "accuracy") -> np.ndarray:
-        return np.array([r[key] for r in self.rounds], dtype=float)
 
 
 def _divergence_error(algo: PeerAlgorithm, k: int, node: int, norm: float) -> FloatingPointError:
@@ -139,8 +105,8 @@ def run_decentralised(
     eval_every: int = 1,
     track_memory: bool = False,
     divergence_norm: float = 1e6,
-    on_round: Callable[[DecentralisedHistory, dict[str, Any]], None] | None = None,
-) -> DecentralisedHistory:
+    on_round: Callable[[Result, dict[str, Any]], None] | None = None,
+) -> Result:
     """Run ``rounds`` synchronous iterations of a decentralised algorithm on ``graph``.
 
     ``clients`` may have different feature counts (then each peer has its own model size, which
@@ -169,7 +135,7 @@ def run_decentralised(
     algorithm.setup(peers, graph, rng)
     algorithm.before_run(rounds)
     transport = InProcessTransport(graph)
-    history = DecentralisedHistory(algorithm.name, seed)
+    history = Result(algorithm.name, seed, family="peer", graph=graph)
     start_norm = max(1.0, max(float(np.linalg.norm(p.theta)) for p in peers))
     cum_bits, cum_flops = 0, 0.0
     model_bytes = 8 * sum(p.dim for p in peers)  # every node's model θ_i, d_i float64 numbers
@@ -200,7 +166,8 @@ def run_decentralised(
                 row["peak_traced_bytes"] = tracemalloc.get_traced_memory()[1]
             if k % eval_every == 0 or k == rounds:
                 row.update(_evaluate(history, peers, k, sent, received))
-            history.rounds.append(row)
+                history.rounds.append(round_summary(row, [r for r in history.records if r["round"] == k]))
+            history.iterations.append(row)
             if algorithm.log():
                 history.logs.append({"round": k, **algorithm.log()})
             if on_round is not None:
@@ -209,6 +176,8 @@ def run_decentralised(
         if track_memory:
             tracemalloc.stop()
     history.models = {p.node: p.model for p in peers if p.data is not None}
+    shared = {id(m): m for m in history.models.values()}
+    history.model = next(iter(shared.values())) if len(shared) == 1 else None
     history.client_models = {p.node: np.array(p.theta, dtype=np.float64, copy=True) for p in peers if p.data is not None}
     return history
 
@@ -250,7 +219,20 @@ def summarise_peers(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
             **regression_summary(rows)}
 
 
-def _evaluate(history: DecentralisedHistory, peers: Sequence[Peer], k: int, sent: dict[int, int], received: dict[int, int]) -> dict[str, float]:
+def round_summary(row: dict[str, Any], records: Sequence[dict[str, Any]]) -> RoundSummary:
+    """The :class:`RoundSummary` of an evaluated iteration ``row`` and its per-client ``records``
+    (every payload counted as floats and, as for the server-based methods, 8 bytes per float; the
+    Sheaf-FMTL experiments count float32 bits, as the paper does, in the iteration's ``bits``).
+    """
+    return RoundSummary(
+        round=row["round"], auc=row["auc"], auc_std=row["auc_std"], accuracy=row["accuracy"], accuracy_std=row["accuracy_std"],
+        loss=row["loss"], pooled_auc=row.get("pooled_auc", float("nan")), pooled_accuracy=row.get("pooled_accuracy", float("nan")),
+        n_clients_auc=row["n_clients_auc"], bytes_up=sum(r["bytes_up"] for r in records),
+        bytes_down=sum(r["bytes_down"] for r in records), **regression_summary(records),
+    )
+
+
+def _evaluate(history: Result, peers: Sequence[Peer], k: int, sent: dict[int, int], received: dict[int, int]) -> dict[str, float]:
     """Per-client rows (with the numbers each peer sent and received this iteration) and the
     iteration's summary: the means of :func:`summarise_peers`, and AUC over clients and pooled.
     """
@@ -259,8 +241,9 @@ def _evaluate(history: DecentralisedHistory, peers: Sequence[Peer], k: int, sent
         if p.data is None:
             continue
         metrics, s = peer_scores(p)
-        rows.append({"round": k, "client": p.node, **metrics, "dim": p.dim,
-                     "floats_up": sent.get(p.node, 0), "floats_down": received.get(p.node, 0)})
+        up, down = sent.get(p.node, 0), received.get(p.node, 0)
+        rows.append({"round": k, "client": p.node, **metrics, "dim": p.dim, "floats_up": up, "floats_down": down,
+                     "bytes_up": up * BYTES_PER_FLOAT, "bytes_down": down * BYTES_PER_FLOAT})
         ys.append(p.data.y_test)
         scores.append(s)
     history.records.extend(rows)

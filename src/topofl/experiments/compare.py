@@ -1,4 +1,4 @@
-"""The comparison experiment: several methods × several seeds on one scenario.
+"""The comparison: several methods × several seeds on one data source (a list of :class:`~topofl.job.Job`).
 
 Writes, as rounds finish:
 
@@ -14,30 +14,29 @@ Writes, as rounds finish:
                     interval, seeds won and lost). Regression tasks get MSE, RMSE and R² instead
                     of AUC, accuracy and pooled AUC, the convergence round on R², and paired
                     differences of the MSE (lower is better: a win is a lower MSE)
-``config.json``     the scenario, methods, hyper-parameters, seeds, rounds and package versions
+``config.json``     the job (data, model, rounds, ...), methods, hyper-parameters, seeds and package versions
 """
 from __future__ import annotations
 
 import platform
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from topofl.data.scenarios import make_scenario
 from topofl.decentralised.graphs import make_graph
 from topofl.experiments.results import CsvAppender, append_jsonl, write_csv, write_json_atomic
 from topofl.experiments.store import results_lock
-from topofl.federation.history import ROUND_FIELDS, History, RoundSummary, regression_summary
-from topofl.federation.messages import BYTES_PER_FLOAT
-from topofl.federation.runner import run_federation
-from topofl.methods import build_peer, build_server, family
+from topofl.federation.history import ROUND_FIELDS, Result, RoundSummary
+from topofl.job import Job
+from topofl.methods import build_peer, build_server
 from topofl.models.registry import build_model
 
 CURVE_FIELDS = ("method", "seed") + tuple(RoundSummary.__dataclass_fields__)
+
+
 def _paired_fields(metric: str) -> tuple[str, ...]:
     return (
         f"{metric}_vs_fedavg_mean", f"{metric}_vs_fedavg_ci_low", f"{metric}_vs_fedavg_ci_high", f"{metric}_vs_fedavg_wins",
@@ -64,42 +63,49 @@ def summary_fields(task: str) -> tuple[str, ...]:
     return REGRESSION_SUMMARY_FIELDS if task == "regression" else SUMMARY_FIELDS
 
 
-@dataclass(frozen=True)
-class CompareSpec:
-    """What to compare. ``hyperparameters`` maps a method name to its hyper-parameter overrides."""
-
-    scenario: str = "healthcare"
-    methods: tuple[str, ...] = ("ptopofl", "fedavg")
-    seeds: tuple[int, ...] = tuple(range(10))
-    rounds: int = 15
-    client_fraction: float = 1.0
-    scenario_params: Mapping[str, Any] = field(default_factory=dict)
-    hyperparameters: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    graph: str = "erdos_renyi"
-    graph_params: Mapping[str, Any] = field(default_factory=dict)
-    model: str = "linear"
-
-    def validate(self) -> None:
-        """Fail fast (before any run starts) on unknown names or bad values."""
-        if not self.methods:
-            raise ValueError("methods must name at least one method")
-        if not self.seeds:
-            raise ValueError("seeds must hold at least one seed")
-        federation = make_scenario(self.scenario, seed=self.seeds[0], **self.scenario_params)
-        for m in self.methods:
-            if family(m) == "peer":
-                peer = build_peer(m, self.hyperparameters.get(m, {}))
-                graph = make_graph(self.graph, len(federation), seed=self.seeds[0], **dict(self.graph_params))
-                dim = build_model(self.model, task=federation.task, n_features=federation.n_features,
-                                  n_classes=max(federation.n_classes, 2)).n_params
-                peer.node_specs({k: dim for k in graph.nodes}, graph, np.random.default_rng(0))  # edge spaces, map storage
-                continue
-            algorithm = build_server(m, self.hyperparameters.get(m, {}))
-            model = algorithm.build_model(self.model, federation.task, federation.n_features, federation.n_classes)
-            algorithm.setup(model, federation.client_ids, np.random.default_rng(0))
+def plan_compare(template: Job, methods: Sequence[str], seeds: Sequence[int],
+                 hyperparameters: Mapping[str, Mapping[str, Any]] | None = None) -> list[Job]:
+    """The jobs of a comparison: every method of ``methods`` on every seed of ``seeds`` (seed-major:
+    all methods of the first seed, then the next), each a copy of ``template`` with the method's
+    hyper-parameter overrides from ``hyperparameters``.
+    """
+    if not methods:
+        raise ValueError("methods must name at least one method")
+    if not seeds:
+        raise ValueError("seeds must hold at least one seed")
+    overrides = hyperparameters or {}
+    return [template.with_(method=m, seed=s, hyperparameters=dict(overrides.get(m, {}))) for s in seeds for m in methods]
 
 
-def summarise(method: str, histories: Sequence[History], seconds: Sequence[float]) -> dict[str, Any]:
+def validate_jobs(jobs: Sequence[Job]) -> None:
+    """Fail fast (before any run starts) on bad hyper-parameters, data or graphs: every method is
+    built and set up on the first job's data, so a bad value is a ``ValueError`` before ``out`` changes.
+    """
+    from topofl.api import load_job_data, peer_models, per_client
+
+    if not jobs:
+        raise ValueError("a comparison needs at least one job")
+    seen: set[str] = set()
+    for job in jobs:
+        if job.method in seen:
+            continue
+        seen.add(job.method)
+        data = load_job_data(job)
+        if job.family == "peer":
+            peer = build_peer(job.method, job.hyperparameters)
+            graph = make_graph(job.graph, len(data.clients), seed=job.seed, **dict(job.graph_params))
+            models = peer_models(per_client(job.model, len(data.clients)), data.clients, data.task, data.n_classes, peer.config.l2)
+            dims = [m.n_params for m in models] if models else [
+                build_model("linear", task=data.task, n_features=c.n_features, n_classes=max(data.n_classes, 2)).n_params
+                for c in data.clients]
+            peer.node_specs(dict(enumerate(dims)), graph, np.random.default_rng(0))  # edge spaces, map storage
+            continue
+        algorithm = build_server(job.method, job.hyperparameters)
+        model = algorithm.build_model(job.model, data.task, data.n_features, data.n_classes)
+        algorithm.setup(model, data.client_ids, np.random.default_rng(0))
+
+
+def summarise(method: str, histories: Sequence[Result], seconds: Sequence[float]) -> dict[str, Any]:
     """One summary row for a method from its per-seed histories."""
     finals = [h.final for h in histories]
 
@@ -120,7 +126,7 @@ def summarise(method: str, histories: Sequence[History], seconds: Sequence[float
     return row
 
 
-def add_paired(summary: list[dict[str, Any]], runs: Mapping[str, Mapping[int, History]], metric: str = "auc") -> None:
+def add_paired(summary: list[dict[str, Any]], runs: Mapping[str, Mapping[int, Result]], metric: str = "auc") -> None:
     """Add to each summary row the method's final ``metric`` minus FedAvg's and minus the best other
     method's (by mean; highest AUC, or lowest MSE), paired over the seeds both ran: mean, 95 %
     Student-t interval (see :func:`topofl.experiments.analysis.paired_differences`), seeds won and
@@ -162,112 +168,95 @@ def add_paired(summary: list[dict[str, Any]], runs: Mapping[str, Mapping[int, Hi
 
 
 def run_compare(
-    spec: CompareSpec,
+    jobs: Sequence[Job],
     out: Path | None,
     *,
-    on_run_done: Callable[[str, int, History], None] | None = None,
-    on_round: Callable[[History, RoundSummary], None] | None = None,
+    on_run_done: Callable[[str, int, Result], None] | None = None,
+    on_round: Callable[[Result, RoundSummary], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """Run every (method, seed), writing results under ``out`` as rounds finish; return summary rows.
+    """Run every job (:func:`plan_compare`), writing results under ``out`` as rounds finish; return
+    the summary rows, one per method.
 
     ``out`` is locked throughout (:func:`~topofl.experiments.store.results_lock`): a second process
     writing it is refused with a ``ValueError`` naming it, before anything there changes.
     """
-    spec.validate()  # writes nothing: bad input leaves ``out`` as it was (no lock file either)
+    validate_jobs(jobs)  # writes nothing: bad input leaves ``out`` as it was (no lock file either)
     if out is None:
-        return _run_compare(spec, None, on_run_done, on_round)
+        return _run_compare(jobs, None, on_run_done, on_round)
     with results_lock(out):
-        return _run_compare(spec, Path(out), on_run_done, on_round)
+        return _run_compare(jobs, Path(out), on_run_done, on_round)
 
 
-def _run_compare(spec: CompareSpec, out: Path | None, on_run_done: Callable[[str, int, History], None] | None,
-                 on_round: Callable[[History, RoundSummary], None] | None) -> list[dict[str, Any]]:
+def _run_compare(jobs: Sequence[Job], out: Path | None, on_run_done: Callable[[str, int, Result], None] | None,
+                 on_round: Callable[[Result, RoundSummary], None] | None) -> list[dict[str, Any]]:
     """:func:`run_compare`, validated, with ``out`` locked."""
-    writers = _open_outputs(spec, out) if out is not None else None
-    histories: dict[str, list[History]] = {m: [] for m in spec.methods}
-    seconds: dict[str, list[float]] = {m: [] for m in spec.methods}
+    from topofl.api import load_job_data, run
+
+    methods = list(dict.fromkeys(j.method for j in jobs))
+    writers = _open_outputs(jobs, out) if out is not None else None
+    results: dict[str, dict[int, Result]] = {m: {} for m in methods}
+    seconds: dict[str, list[float]] = {m: [] for m in methods}
+    data_cache: dict[tuple[int, str], Any] = {}
     try:
-        for seed in spec.seeds:
-            federation = make_scenario(spec.scenario, seed=seed, **spec.scenario_params)
-            for method in spec.methods:
+        for job in jobs:
+            cache_key = (job.seed, repr((job.data, sorted(job.data_params.items()), job.validation)))
+            if cache_key not in data_cache:  # the methods of one seed share its data (server family: a Federation)
+                data_cache.clear()
+                data_cache[cache_key] = load_job_data(job.with_(method=_SERVER_REFERENCE))
+            federation = data_cache[cache_key]
 
-                def record(history: History, summary: RoundSummary, method=method, seed=seed) -> None:
-                    if writers is not None and out is not None:  # writers exist exactly when out is given
-                        rows = [r for r in history.records if r["round"] == summary.round]
-                        writers["rounds"].write({"method": method, "seed": seed, **r} for r in rows)
-                        writers["curves"].write([{"method": method, "seed": seed, **summary.as_dict()}])
-                        append_jsonl(out / "server_log.jsonl", {"method": method, "seed": seed, **history.server_logs[-1]})
-                    if on_round is not None:
-                        on_round(history, summary)
+            def record(result: Result, summary: RoundSummary, job: Job = job) -> None:
+                if writers is not None and out is not None:  # writers exist exactly when out is given
+                    tag = {"method": job.method, "seed": job.seed}
+                    rows = [r for r in result.records if r["round"] == summary.round]
+                    writers["rounds"].write({**tag, **r} for r in rows)
+                    writers["curves"].write([{**tag, **summary.as_dict()}])
+                    append_jsonl(out / "server_log.jsonl", {**tag, **_log_entry(job, result, summary.round)})
+                if on_round is not None:
+                    on_round(result, summary)
 
-                t0 = time.perf_counter()
-                if family(method) == "peer":
-                    history = run_peers(federation, method, spec, seed, record)
-                else:
-                    algorithm = build_server(method, spec.hyperparameters.get(method, {}))
-                    history = run_federation(federation, algorithm, spec.rounds, seed, client_fraction=spec.client_fraction, on_round=record,
-                                             model=spec.model)
-                seconds[method].append(time.perf_counter() - t0)
-                histories[method].append(history)
-                if on_run_done is not None:
-                    on_run_done(method, seed, history)
+            t0 = time.perf_counter()
+            result = run(job.with_(data=federation, data_params={}, validation=0.0), on_round=record)
+            seconds[job.method].append(time.perf_counter() - t0)
+            results[job.method][job.seed] = result
+            if on_run_done is not None:
+                on_run_done(job.method, job.seed, result)
     finally:
         if writers is not None:
             for w in writers.values():
                 w.close()
-    summary = [summarise(m, histories[m], seconds[m]) for m in spec.methods]
-    task = next((h[0].model.task for h in histories.values() if h and h[0].model is not None), "binary")
-    add_paired(summary, {m: dict(zip(spec.seeds, histories[m], strict=True)) for m in spec.methods}, "mse" if task == "regression" else "auc")
+    summary = [summarise(m, list(results[m].values()), seconds[m]) for m in methods]
+    task = next((r.model.task for per in results.values() for r in per.values() if r.model is not None), "binary")
+    add_paired(summary, results, "mse" if task == "regression" else "auc")
     if out is not None:
         write_csv(out / "summary.csv", summary, summary_fields(task))
     return summary
 
 
-def run_peers(federation: Any, method: str, spec: CompareSpec, seed: int,
-              on_round: Callable[[History, RoundSummary], None] | None = None) -> History:
-    """Run a decentralised method on the scenario's clients (graph ``spec.graph``, seeded) and
-    report it as a :class:`History`, so that both families fill the same tables.
-
-    Every payload is counted as floats and, as for the server-based methods, 8 bytes per float
-    (the Sheaf-FMTL experiments count float32, as the paper does).
-    """
-    from topofl.api import peer_models
-    from topofl.decentralised import run_decentralised
-
-    graph = make_graph(spec.graph, len(federation), seed=seed, **dict(spec.graph_params))
-    algo = build_peer(method, spec.hyperparameters.get(method, {}))
-    history = History(method=method, seed=seed)
-
-    def adapt(dh: Any, row: dict[str, Any]) -> None:
-        rows = [{k: r[k] for k in ("round", "client", "auc", "accuracy", "loss", "floats_up", "floats_down", "mse", "r2") if k in r}
-                for r in dh.records if r["round"] == row["round"]]
-        for r in rows:
-            r["bytes_up"], r["bytes_down"] = r["floats_up"] * BYTES_PER_FLOAT, r["floats_down"] * BYTES_PER_FLOAT
-        history.records.extend(rows)
-        summary = RoundSummary(
-            round=row["round"], auc=row["auc"], auc_std=row["auc_std"], accuracy=row["accuracy"], accuracy_std=row["accuracy_std"],
-            loss=row["loss"], pooled_auc=row.get("pooled_auc", float("nan")), pooled_accuracy=row.get("pooled_accuracy", float("nan")),
-            n_clients_auc=row["n_clients_auc"], bytes_up=sum(r["bytes_up"] for r in rows), bytes_down=sum(r["bytes_down"] for r in rows),
-            **regression_summary(rows),
-        )
-        history.rounds.append(summary)
-        history.server_logs.append({"round": row["round"], "graph": spec.graph, "graph_edges": graph.number_of_edges(), **algo.log()})
-        if on_round is not None:
-            on_round(history, summary)
-
-    models = peer_models(spec.model, federation.clients, federation.task, max(federation.n_classes, 2), algo.config.l2)
-    dh = run_decentralised(federation.clients, graph, algo, spec.rounds, seed, task=federation.task,
-                           n_classes=max(federation.n_classes, 2), models=models, on_round=adapt)
-    history.model = dh.model
-    history.client_models = dict(dh.client_models)
-    return history
+#: the method whose family loads a comparison's data: every method of a comparison runs on the scenario's
+#: federation (peer methods on its clients, on the job's graph)
+_SERVER_REFERENCE = "fedavg"
 
 
-def _open_outputs(spec: CompareSpec, out: Path) -> dict[str, CsvAppender]:
+def _log_entry(job: Job, result: Result, round_: int) -> dict[str, Any]:
+    """The round's log line: the server's; for a peer method the graph and its algorithm's log."""
+    if job.family == "server":
+        return result.logs[-1]
+    last = result.logs[-1] if result.logs and result.logs[-1]["round"] == round_ else {}
+    graph = job.graph if isinstance(job.graph, str) else "custom"
+    return {"round": round_, "graph": graph, "graph_edges": result.graph.number_of_edges(),
+            **{k: v for k, v in last.items() if k != "round"}}
+
+
+def _open_outputs(jobs: Sequence[Job], out: Path) -> dict[str, CsvAppender]:
     out.mkdir(parents=True, exist_ok=True)
     for name in ("rounds.csv", "curves.csv", "server_log.jsonl", "summary.csv"):
         (out / name).unlink(missing_ok=True)
-    write_json_atomic(out / "config.json", {**asdict(spec), "versions": versions()})
+    first = jobs[0].as_dict()
+    config = {**{k: v for k, v in first.items() if k not in ("method", "seed", "hyperparameters")},
+              "methods": list(dict.fromkeys(j.method for j in jobs)), "seeds": list(dict.fromkeys(j.seed for j in jobs)),
+              "hyperparameters": {j.method: dict(j.hyperparameters) for j in jobs}, "versions": versions()}
+    write_json_atomic(out / "config.json", config)
     return {
         "rounds": CsvAppender(out / "rounds.csv", ("method", "seed") + ROUND_FIELDS),
         "curves": CsvAppender(out / "curves.csv", CURVE_FIELDS),

@@ -6,42 +6,42 @@ from pathlib import Path
 from typing import Any
 
 from topofl.experiments.results import CsvAppender, append_jsonl
-from topofl.experiments.store import RunSpec, write_done
+from topofl.experiments.store import write_done
 from topofl.federation.history import ROUND_FIELDS, RoundSummary
+from topofl.job import Job
 
 CURVE_FIELDS = tuple(RoundSummary.__dataclass_fields__)
 
 
-def execute_federated(spec: RunSpec, paths: dict[str, Path]) -> dict[str, Any]:
-    """Run one server-based spec, writing its files as rounds finish; return its done-record."""
-    from topofl.data.scenarios import make_scenario
-    from topofl.federation.runner import run_federation
-    from topofl.methods import build_server
+def execute_federated(job: Job, paths: dict[str, Path]) -> dict[str, Any]:
+    """Run one server-based job, writing its files as rounds finish; return its done-record.
+
+    A job whose ``setting`` names a ``probe`` (:mod:`topofl.experiments.probes`) has the probe run
+    on its result; what it measures is kept in the done-record (``probe``), so resuming skips it too.
+    """
+    from topofl.api import load_job_data, run
 
     for p in paths.values():
         p.unlink(missing_ok=True)
-    key = spec.key
-    fed = make_scenario(spec.scenario, seed=spec.seed, **spec.scenario_params)
-    if spec.validation:
-        fed = fed.with_validation(spec.validation, spec.seed)
-    algo = build_server(spec.method, spec.hyperparameters)
+    key = job.key
+    fed = load_job_data(job)
     attackers: frozenset[int] = frozenset()
-    if spec.attack:
-        from topofl.robustness.attacks import attacked, parse_attack
+    if job.attack:
+        from topofl.robustness.attacks import parse_attack
 
-        attack = parse_attack(spec.attack)
-        attackers = attack.adversaries(fed.client_ids)
-        algo = attacked(algo, attack, attackers)
+        attackers = parse_attack(job.attack).adversaries(fed.client_ids)
     key_fields = tuple(key)
-    with CsvAppender(paths["rounds"], key_fields + ROUND_FIELDS) as rounds_out, CsvAppender(paths["curves"], key_fields + CURVE_FIELDS) as curves_out:
+    with CsvAppender(paths["rounds"], key_fields + ROUND_FIELDS) as rounds_out, \
+            CsvAppender(paths["curves"], key_fields + CURVE_FIELDS) as curves_out:
 
-        def on_round(history, summary) -> None:
+        def on_round(history: Any, summary: RoundSummary) -> None:
             rounds_out.write({**key, **r} for r in history.records if r["round"] == summary.round)
             curves_out.write([{**key, **summary.as_dict()}])
             append_jsonl(paths["log"], {**key, **history.server_logs[-1]})
 
         t0 = time.perf_counter()
-        history = run_federation(fed, algo, spec.rounds, spec.seed, on_round=on_round, model=spec.model)
+        history = run(job.with_(data=fed, data_params={}, validation=0.0), on_round=on_round)
+    last = history.rounds[-1].round if history.rounds else None
     done = {
         **key, "final": history.final, "seconds": time.perf_counter() - t0,
         "client_metrics": {str(k): v for k, v in history.client_metrics.items()},
@@ -49,6 +49,10 @@ def execute_federated(spec: RunSpec, paths: dict[str, Path]) -> dict[str, Any]:
         "total_bytes": int(sum(r.bytes_up + r.bytes_down for r in history.rounds)),
         "adversarial": sorted({c.client_id for c in fed if c.meta.get("adversarial")} | set(attackers)),
         "refused_last_round": sorted({int(f.client) for f in history.failures
-                                      if f.stage == "fit" and f.client is not None and history.rounds and f.round == history.rounds[-1].round}),
+                                      if f.stage == "fit" and f.client is not None and f.round == last}),
     }
+    if "probe" in job.setting:
+        from topofl.experiments.probes import run_probe
+
+        done["probe"] = run_probe(str(job.setting["probe"]), job, history, fed)
     return write_done(paths, done)

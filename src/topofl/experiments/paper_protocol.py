@@ -68,11 +68,12 @@ import numpy as np
 from topofl.data.federation import ClientData
 from topofl.data.scenarios.paper_era import PUBLISHED_SEED, paper_benchmark_clients, paper_healthcare_clients
 from topofl.experiments.results import CsvAppender, append_jsonl
-from topofl.experiments.store import RunSpec, write_done
+from topofl.job import Job
+from topofl.experiments.store import write_done
 
 log = logging.getLogger(__name__)
 
-#: a run of this protocol is a RunSpec whose method is ``PREFIX + one of METHODS``
+#: a run of this protocol is a Job whose method is ``PREFIX + one of METHODS``
 PREFIX = "paper:"
 #: the protocol's methods: Table 1's rows (FedAvg as printed: ``fedavg-refit``), the control and the local reference
 METHODS = ("ptopofl", "fedavg-refit", "fedavg-global", "fedprox", "scaffold", "pfedme", "local")
@@ -534,12 +535,12 @@ ROUND_COLUMNS = ("round", "client", "auc", "accuracy")
 CURVE_COLUMNS = ("round", "auc", "auc_std", "accuracy", "accuracy_std")
 
 
-def is_protocol_run(spec: RunSpec) -> bool:
+def is_protocol_run(spec: Job) -> bool:
     """Whether ``spec`` names a method of this protocol (``paper:<method>``)."""
     return spec.method.startswith(PREFIX)
 
 
-def execute_paper_protocol(spec: RunSpec, paths: Mapping[str, Path]) -> dict[str, Any]:
+def execute_paper_protocol(spec: Job, paths: Mapping[str, Path]) -> dict[str, Any]:
     """Run one ``paper:<method>`` spec, writing its per-client and per-round files as rounds finish;
     return its done-record (``final`` holds the last round's mean AUC and accuracy over clients).
     """
@@ -549,7 +550,7 @@ def execute_paper_protocol(spec: RunSpec, paths: Mapping[str, Path]) -> dict[str
     if spec.hyperparameters or spec.attack or spec.model != "linear" or spec.validation:
         raise ValueError(f"run {spec.run_id}: the paper protocol has fixed settings (logistic regression, the paper-era "
                          "hyper-parameters, no attack, scored on the test splits); it takes no hyperparameters, attack, model or validation")
-    clients = scenario_clients(spec.scenario, spec.seed, spec.scenario_params)
+    clients = scenario_clients(spec.data, spec.seed, spec.data_params)
     for p in paths.values():
         p.unlink(missing_ok=True)
     key = spec.key

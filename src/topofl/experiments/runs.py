@@ -1,6 +1,6 @@
 """Resumable, parallel execution of an experiment's runs.
 
-An experiment is a list of :class:`~topofl.experiments.store.RunSpec` (one method, one seed, one
+An experiment is a list of :class:`~topofl.job.Job` (one method, one seed, one
 setting). :func:`execute` runs those not yet complete — each through the executor of its
 method's family (:mod:`~topofl.experiments.federated_run` or
 :mod:`~topofl.experiments.decentralised_run`; a ``paper:`` method, the authors' paper-era protocol
@@ -27,17 +27,18 @@ from topofl._validation import check_int
 from topofl.experiments.decentralised_run import execute_decentralised
 from topofl.experiments.federated_run import execute_federated
 from topofl.experiments.paper_protocol import execute_paper_protocol, is_protocol_run
-from topofl.experiments.store import RunSpec, load_curves, load_done, merge, results_lock, run_paths, verified_done, write_done
+from topofl.job import Job
+from topofl.experiments.store import load_curves, load_done, merge, results_lock, run_paths, verified_done, write_done
 from topofl.limits import MAX_JOBS
 from topofl.methods import family
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RunSpec", "execute", "execute_run", "load_curves", "load_done", "merge", "results_lock", "run_paths", "verified_done",
+__all__ = ["execute", "execute_run", "load_curves", "load_done", "merge", "results_lock", "run_paths", "verified_done",
            "write_done"]
 
 
-def execute_run(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
+def execute_run(spec: Job, run_dir: Path) -> dict[str, Any]:
     """Run one spec with the executor of its method's family; return its done-record."""
     paths = run_paths(run_dir, spec)
     if is_protocol_run(spec):  # the authors' paper-era protocol (``paper:<method>``): its own training and scoring
@@ -47,7 +48,7 @@ def execute_run(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
     return execute_federated(spec, paths)
 
 
-def _worker(spec: RunSpec, run_dir: str) -> dict[str, Any]:
+def _worker(spec: Job, run_dir: str) -> dict[str, Any]:
     """One run in a worker process, with BLAS limited to one thread: the workers are forked after
     numpy loaded, so OMP_NUM_THREADS alone no longer applies, and parallel workers whose BLAS calls
     each spin several threads on the same cores run 10–100× slower (measured on 2 cores).
@@ -64,12 +65,12 @@ def _worker(spec: RunSpec, run_dir: str) -> dict[str, Any]:
 
 
 def execute(
-    specs: Sequence[RunSpec],
+    specs: Sequence[Job],
     out: Path,
     *,
     resume: bool = False,
     jobs: int = 1,
-    on_done: Callable[[RunSpec, dict[str, Any]], None] | None = None,
+    on_done: Callable[[Job, dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Execute ``specs`` (skipping completed ones when ``resume``) and merge their results.
 
@@ -89,7 +90,7 @@ def execute(
 
 
 def _execute(
-    specs: Sequence[RunSpec], out: Path, resume: bool, jobs: int, on_done: Callable[[RunSpec, dict[str, Any]], None] | None,
+    specs: Sequence[Job], out: Path, resume: bool, jobs: int, on_done: Callable[[Job, dict[str, Any]], None] | None,
 ) -> list[dict[str, Any]]:
     """:func:`execute`, with ``out`` locked."""
     run_dir = out / "runs"
@@ -115,7 +116,7 @@ def _execute(
         if spec.run_id in records and on_done is not None:
             on_done(spec, records[spec.run_id])
 
-    def finished(spec: RunSpec, done: dict[str, Any]) -> None:
+    def finished(spec: Job, done: dict[str, Any]) -> None:
         records[spec.run_id] = done
         if on_done is not None:
             on_done(spec, done)

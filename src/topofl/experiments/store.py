@@ -1,6 +1,6 @@
 """Where a run's results live and how a finished run is recognised (no execution here).
 
-A run (:class:`RunSpec`) writes its own files under ``DIR/runs/`` as its rounds finish —
+A run (:class:`topofl.job.Job`) writes its own files under ``DIR/runs/`` as its rounds finish —
 ``<id>.rounds.csv`` (per round and client), ``<id>.curves.csv`` (per round), ``<id>.log.jsonl``
 (server logs) — and, when complete, ``<id>.done.json`` (final metrics, client metrics, seconds,
 and each file's row count and SHA-256), written atomically and sealed: its ``seal`` is a SHA-256
@@ -20,72 +20,19 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from topofl.atomic import LOCK_NAME, directory_lock
+from topofl.job import Job
 from topofl.experiments.results import _json_default, file_record, read_csv, write_json_atomic, write_text_atomic
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    """One run: ``method`` (a :mod:`topofl.methods` name; its family decides how it runs) shown as
-    ``label``, on ``scenario`` (a scenario for a server-based method, a peer dataset for a peer
-    method; see :mod:`topofl.experiments.decentralised_run`) with ``seed``.
-
-    ``setting`` holds the experiment's own columns (e.g. ``{"attack_rate": 0.3}``); they are
-    copied into every result row of the run.
-    """
-
-    experiment: str
-    scenario: str
-    method: str
-    seed: int
-    rounds: int
-    label: str = ""
-    hyperparameters: Mapping[str, Any] = field(default_factory=dict)
-    scenario_params: Mapping[str, Any] = field(default_factory=dict)
-    setting: Mapping[str, Any] = field(default_factory=dict)
-    graph: Mapping[str, Any] = field(default_factory=dict)  # peer methods: make_graph arguments
-    model: str = "linear"  # a topofl.models name; peer methods: a comma list is dealt to the clients in turn
-    attack: str = ""  # server methods: an attack of topofl.robustness.attacks, "kind:key=value,..." ("" = none)
-    #: tuning runs: the fraction of every client's training split held out and scored instead of the test
-    #: split (:func:`topofl.data.federation.validation_clients`); 0 = train on it all, score on the test split
-    validation: float = 0.0
-
-    def __post_init__(self) -> None:
-        from topofl._validation import check_range
-
-        check_range("validation", self.validation, 0.0, 0.5)
-
-    @property
-    def key(self) -> dict[str, Any]:
-        """Columns identifying the run in tidy results."""
-        return {"experiment": self.experiment, "scenario": self.scenario, "method": self.label or self.method,
-                **self.setting, "seed": self.seed}
-
-    @property
-    def run_id(self) -> str:
-        """File-name-safe id, readable and unique (a hash guards against collisions)."""
-        fields = asdict(self)
-        if fields["model"] == "linear":  # runs planned before models existed keep their ids
-            del fields["model"]
-        if not fields["attack"]:  # runs planned before attacks existed keep their ids
-            del fields["attack"]
-        if not fields["validation"]:  # runs scored on the test split keep their ids
-            del fields["validation"]
-        text = json.dumps(fields, sort_keys=True, default=_json_default)
-        setting = "_".join(f"{k}{v}" for k, v in self.setting.items())
-        slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{self.scenario}_{self.label or self.method}_{setting}_s{self.seed}")
-        return f"{slug.strip('-')}_{hashlib.sha1(text.encode()).hexdigest()[:8]}"
 
 
 #: a run's result files (by kind) and whether each has a header line
 RESULT_FILES = {"rounds": True, "curves": True, "log": False}
 
 
-def run_paths(run_dir: Path, spec: RunSpec) -> dict[str, Path]:
+def run_paths(run_dir: Path, spec: Job) -> dict[str, Path]:
     """The files of one run in ``run_dir``, by kind: ``rounds``, ``curves``, ``log`` and ``done``."""
     rid = spec.run_id
     return {k: run_dir / f"{rid}.{k}.{ext}" for k, ext in (("rounds", "csv"), ("curves", "csv"), ("log", "jsonl"), ("done", "json"))}
@@ -170,7 +117,7 @@ def verified_done(paths: Mapping[str, Path]) -> tuple[dict[str, Any] | None, str
     return record, None
 
 
-def load_done(run_dir: Path, spec: RunSpec) -> dict[str, Any]:
+def load_done(run_dir: Path, spec: Job) -> dict[str, Any]:
     """A complete run's verified done-record; ``ValueError`` naming the file otherwise."""
     record, problem = verified_done(run_paths(run_dir, spec))
     if record is None:
@@ -178,7 +125,7 @@ def load_done(run_dir: Path, spec: RunSpec) -> dict[str, Any]:
     return record
 
 
-def merge(specs: Sequence[RunSpec], out: Path) -> None:
+def merge(specs: Sequence[Job], out: Path) -> None:
     """Concatenate the runs' files, in plan order, into the experiment's tidy files (atomically)."""
     run_dir = out / "runs"
     for kind, name in (("rounds", "rounds.csv"), ("curves", "curves.csv"), ("log", "server_log.jsonl")):

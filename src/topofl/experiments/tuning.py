@@ -2,7 +2,7 @@
 
 The protocol (what a referee asks of a comparison between methods whose results hinge on their knobs):
 
-1. **Settings.** A plan of runs (:class:`~topofl.experiments.store.RunSpec`) is grouped into
+1. **Settings.** A plan of runs (:class:`~topofl.job.Job`) is grouped into
    *settings* — a run less its seed: one method (or labelled variant) in one scenario, geometry,
    model, ... Every setting is tuned on its own, by one study.
 2. **Equal budget.** Every study gets the same number of trials, ``trials``. Trial 0 is the
@@ -54,7 +54,8 @@ from topofl._validation import check_int, check_range
 from topofl.config import Space
 from topofl.experiments.analysis import add_holm, num, paired_differences
 from topofl.experiments.results import write_csv
-from topofl.experiments.store import RunSpec, holds_results, results_lock, run_paths, verified_done
+from topofl.job import Job
+from topofl.experiments.store import holds_results, results_lock, run_paths, verified_done
 from topofl.limits import MAX_JOBS
 
 log = logging.getLogger(__name__)
@@ -125,20 +126,20 @@ class TuneSettings:
         return self.startup_trials or min(10, self.trials // 3)
 
 
-def setting_of(spec: RunSpec) -> RunSpec:
+def setting_of(spec: Job) -> Job:
     """A run less its seed (seed 0 stands for every seed): what one study tunes."""
     return replace(spec, seed=0)
 
 
-def setting_name(spec: RunSpec, for_seed: int | None = None) -> str:
+def setting_name(spec: Job, for_seed: int | None = None) -> str:
     """A readable, file-name-safe and unique name of a run's setting (of the setting on one seed,
     with ``for_seed``); it ends with a hexadecimal hash that also seeds the study's sampler.
     """
     base = setting_of(spec)
-    text = json.dumps(asdict(base), sort_keys=True, default=str) + ("" if for_seed is None else f"|seed {for_seed}")
+    text = json.dumps(base.spec_dict(), sort_keys=True, default=str) + ("" if for_seed is None else f"|seed {for_seed}")
     items = "_".join(f"{k}{v}" for k, v in spec.setting.items())
     seed = "" if for_seed is None else f"_s{for_seed}"
-    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{spec.scenario}_{spec.label or spec.method}_{items}{seed}").strip("-_")
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{spec.data}_{spec.label or spec.method}_{items}{seed}").strip("-_")
     return f"{slug}_{hashlib.sha1(text.encode()).hexdigest()[:8]}"
 
 
@@ -149,7 +150,7 @@ class Study:
     """
 
     name: str
-    base: RunSpec
+    base: Job
     seeds: tuple[int, ...]
     space: dict[str, Space]
     defaults: dict[str, Any]
@@ -166,7 +167,7 @@ class Study:
         return METRICS[self.metric]
 
 
-def defining(specs: Sequence[RunSpec]) -> dict[str, set[str]]:
+def defining(specs: Sequence[Job]) -> dict[str, set[str]]:
     """Per setting (:func:`setting_name`), the hyper-parameters that define it, which are never tuned
     unless named: one the experiment names as a setting column (a λ grid), and one the setting
     sets to another value than most settings of its method do (an ablation's variant, one row's
@@ -175,7 +176,7 @@ def defining(specs: Sequence[RunSpec]) -> dict[str, set[str]]:
     defines every one of them. A value most settings share (the paper's λ, a CNN's step size) is
     a default like the config's, tuned from there. The answer does not depend on the plan's order.
     """
-    settings: dict[str, RunSpec] = {}
+    settings: dict[str, Job] = {}
     for spec in specs:
         settings.setdefault(setting_name(spec), spec)
     by_method: dict[str, list[str]] = {}
@@ -207,7 +208,7 @@ def defining(specs: Sequence[RunSpec]) -> dict[str, set[str]]:
     return out
 
 
-def search_space(spec: RunSpec, params: Sequence[str] | None, fixed: set[str] | frozenset[str] = frozenset()) -> tuple[dict[str, Space], dict[str, Any]]:
+def search_space(spec: Job, params: Sequence[str] | None, fixed: set[str] | frozenset[str] = frozenset()) -> tuple[dict[str, Space], dict[str, Any]]:
     """The space a setting is tuned over and the values trial 0 takes there (the setting's own).
 
     Without ``params``: every hyper-parameter of the method whose space is tuned by default, less
@@ -255,11 +256,11 @@ class DataFacts:
     fresh: bool
 
 
-def data_facts(spec: RunSpec, seeds: Sequence[int], validation: float) -> DataFacts:
+def data_facts(spec: Job, seeds: Sequence[int], validation: float) -> DataFacts:
     """Build ``spec``'s data on every seed of ``seeds`` and carve its validation split there, before
     any trial: data that cannot be split (a client with too few rows, a federation that drifts)
     stop the tuning at once with the reason. Returns the task and whether the data are drawn
-    afresh for every seed (:data:`topofl.data.scenarios.DRAWN_PER_SEED`).
+    afresh for every seed (:attr:`topofl.data.sources.DataSource.drawn_per_seed`).
     """
     from topofl.methods import family
 
@@ -267,29 +268,17 @@ def data_facts(spec: RunSpec, seeds: Sequence[int], validation: float) -> DataFa
     task = "binary"
     for seed in dict.fromkeys(seeds):
         try:
-            if peer:
-                from topofl.data.federation import validation_clients
-                from topofl.experiments.decentralised_run import load_peer_data
+            from topofl.api import load_job_data
 
-                data = load_peer_data(spec.scenario, seed, spec.scenario_params)
-                task = data.task
-                validation_clients(data.clients, validation, seed, stratify=task != "regression")
-            else:
-                from topofl.data.scenarios import make_scenario
-
-                fed = make_scenario(spec.scenario, seed=seed, **spec.scenario_params)
-                task = fed.task
-                fed.with_validation(validation, seed)
+            task = load_job_data(spec.with_(seed=seed, validation=validation)).task
         except ValueError as exc:
-            raise ValueError(f"cannot tune on {spec.scenario!r} (seed {seed}): {exc}") from None
-    if peer:
-        from topofl.experiments.decentralised_run import PEER_DRAWN_PER_SEED as fresh_sources
-    else:
-        from topofl.data.scenarios import DRAWN_PER_SEED as fresh_sources
-    return DataFacts(task, peer, spec.scenario in fresh_sources)
+            raise ValueError(f"cannot tune on {spec.data!r} (seed {seed}): {exc}") from None
+    from topofl.data.sources import SOURCES
+
+    return DataFacts(task, peer, isinstance(spec.data, str) and SOURCES[spec.data].drawn_per_seed)
 
 
-def plan_studies(specs: Sequence[RunSpec], settings: TuneSettings) -> list[Study]:
+def plan_studies(specs: Sequence[Job], settings: TuneSettings) -> list[Study]:
     """The studies of a plan (in plan order): one per setting, or one per setting and seed where the
     seeds re-split the same rows (see :class:`TuneSettings`), each with its tuning seeds, space and
     metric. ``ValueError`` when a named parameter is tunable in none of the methods, the metric is
@@ -311,7 +300,7 @@ def plan_studies(specs: Sequence[RunSpec], settings: TuneSettings) -> list[Study
         if name in seen:
             continue
         seen.add(name)
-        data_key = json.dumps([spec.scenario, dict(spec.scenario_params), family(spec.method)], sort_keys=True, default=str)
+        data_key = json.dumps([spec.data, dict(spec.data_params), family(spec.method)], sort_keys=True, default=str)
         wanted = sorted({*eval_seeds[name], *(settings.seeds or ())})
         checked = facts_seeds.setdefault(data_key, set())
         if data_key not in facts or not set(wanted) <= checked:
@@ -321,13 +310,13 @@ def plan_studies(specs: Sequence[RunSpec], settings: TuneSettings) -> list[Study
         metric = auto_metric(have.peer, have.task) if settings.metric == "auto" else settings.metric
         if metric not in allowed_metrics(have.peer, have.task):
             kind = "peer-to-peer" if have.peer else "server-based"
-            raise ValueError(f"metric (--tune-metric) {metric!r} is not reported by {kind} runs of a {have.task} task on {spec.scenario!r}; "
+            raise ValueError(f"metric (--tune-metric) {metric!r} is not reported by {kind} runs of a {have.task} task on {spec.data!r}; "
                              f"choose one of {', '.join(allowed_metrics(have.peer, have.task))}")
         space, defaults = search_space(spec, settings.params, fixed[name])
         if settings.seeds is not None:
             one_seed = set(settings.seeds) == set(eval_seeds[name]) and len(set(settings.seeds)) == 1
             if not have.fresh and not one_seed:
-                raise ValueError(f"{spec.scenario!r} re-splits one set of rows by seed, so tuning seeds {list(settings.seeds)} would train on "
+                raise ValueError(f"{spec.data!r} re-splits one set of rows by seed, so tuning seeds {list(settings.seeds)} would train on "
                                  f"test rows of the evaluation seeds {sorted(set(eval_seeds[name]))}: leave out --tune-seeds to tune every "
                                  "seed on its own training split")
             studies.append(Study(name, setting_of(spec), tuple(settings.seeds), space, defaults, metric))
@@ -409,7 +398,7 @@ def best_trial(trials: Sequence[Mapping[str, Any]], maximise: bool) -> dict[str,
     return dict(min(ok, key=lambda t: (sign * t["value"], t["trial"])))
 
 
-def _run_quietly(spec: RunSpec, run_dir: str, in_worker: bool) -> dict[str, Any]:
+def _run_quietly(spec: Job, run_dir: str, in_worker: bool) -> dict[str, Any]:
     """Execute one tuning run — in a worker process with one BLAS/torch thread, as the experiment
     workers, or in this process as the serial executor does — without its training warnings and
     the round loop's warnings about the clients it refuses: a trial far out in the space (a step
@@ -453,12 +442,12 @@ class _Open:
 
     trial: int
     params: dict[str, Any]
-    specs: list[RunSpec]
+    specs: list[Job]
     results: dict[str, dict[str, Any] | None] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
 
 
-def trial_specs(study: Study, params: Mapping[str, Any], validation: float) -> list[RunSpec]:
+def trial_specs(study: Study, params: Mapping[str, Any], validation: float) -> list[Job]:
     """The runs of one trial: the setting with ``params`` on every tuning seed, scored on validation."""
     hyper = {**study.base.hyperparameters, **params}
     return [replace(study.base, seed=s, hyperparameters=hyper, validation=validation) for s in study.seeds]
@@ -482,7 +471,7 @@ def run_studies(
     check_int("jobs", jobs, 1, MAX_JOBS)
     run_dir.mkdir(parents=True, exist_ok=True)
     pool: Any = ProcessPoolExecutor(max_workers=jobs) if jobs > 1 else _Inline()
-    inflight: dict[Future, tuple[Study, RunSpec]] = {}
+    inflight: dict[Future, tuple[Study, Job]] = {}
     current: dict[str, _Open] = {}
 
     def finish(study: Study, open_: _Open) -> None:
@@ -554,13 +543,13 @@ def chosen(study: Study) -> dict[str, Any]:
     return dict(best_trial(study.trials, study.maximise)["params"]) if study.trials else dict(study.defaults)
 
 
-def study_of(spec: RunSpec, studies: Sequence[Study]) -> Study:
+def study_of(spec: Job, studies: Sequence[Study]) -> Study:
     """The study that chose ``spec``'s values: its setting's, or its setting's on its seed."""
     by_name = {s.name: s for s in studies}
     return by_name.get(setting_name(spec, spec.seed)) or by_name[setting_name(spec)]
 
 
-def tuned_plan(specs: Sequence[RunSpec], studies: Sequence[Study]) -> list[RunSpec]:
+def tuned_plan(specs: Sequence[Job], studies: Sequence[Study]) -> list[Job]:
     """The plan with every run's hyper-parameters replaced by its study's chosen values."""
     return [replace(spec, hyperparameters={**spec.hyperparameters, **chosen(study_of(spec, studies))}) for spec in specs]
 
@@ -739,14 +728,14 @@ def _metrics_of(done: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
     return tuple(m for m in ("auc", "accuracy") if any(math.isfinite(num(f.get(m))) for f in finals))
 
 
-def guard_settings(path: Path, settings: TuneSettings, specs: Sequence[RunSpec]) -> None:
+def guard_settings(path: Path, settings: TuneSettings, specs: Sequence[Job]) -> None:
     """Record the tuning's settings and plan in ``path`` — or, when a resumed tuning finds them
     there, refuse different ones (``ValueError`` naming what differs): a directory holds one tuning.
     """
     from topofl.experiments.results import write_json_atomic
 
     record = {"settings": json.loads(json.dumps(asdict(settings), default=list)),
-              "plan": hashlib.sha1(json.dumps([asdict(s) for s in specs], sort_keys=True, default=str).encode()).hexdigest()}
+              "plan": hashlib.sha1(json.dumps([s.spec_dict() for s in specs], sort_keys=True, default=str).encode()).hexdigest()}
     if path.is_file():
         try:
             old = json.loads(path.read_text())
@@ -810,7 +799,7 @@ def _tuning_section(man: Any, out: Path, studies: Sequence[Study], settings: Tun
 
 
 def tune_comparison(
-    specs: Sequence[RunSpec],
+    specs: Sequence[Job],
     out: Path,
     settings: TuneSettings,
     *,
@@ -832,7 +821,7 @@ def tune_comparison(
         return _tune_comparison(specs, out, settings, reference, resume, jobs, on_run)
 
 
-def _tune_comparison(specs: Sequence[RunSpec], out: Path, settings: TuneSettings, reference: str, resume: bool, jobs: int,
+def _tune_comparison(specs: Sequence[Job], out: Path, settings: TuneSettings, reference: str, resume: bool, jobs: int,
                      on_run: Callable[[str], None] | None) -> Path:
     """:func:`tune_comparison`, with ``out`` locked."""
     from topofl.experiments.analysis import final_table
@@ -875,7 +864,7 @@ def _tune_comparison(specs: Sequence[RunSpec], out: Path, settings: TuneSettings
     write_json_atomic(out / "config.json", {
         "experiment": "tune", "seeds": sorted({s.seed for s in specs}), "n_runs": 2 * len(specs) + sum(t["n_seeds"] for s in studies for t in s.trials),
         "seconds": elapsed(t0), "tuning": asdict(settings), "reference": reference,
-        "runs": [json.loads(json.dumps({k: v for k, v in asdict(s).items() if k != "seed"}, default=str)) for s in specs if s.seed == specs[0].seed],
+        "runs": [json.loads(json.dumps({k: v for k, v in s.spec_dict().items() if k != "seed"}, default=str)) for s in specs if s.seed == specs[0].seed],
         "versions": versions(),
     })
     return out
@@ -951,7 +940,7 @@ def _run_tuned_experiment(name: str, seeds: Sequence[int], out: Path, settings: 
     return tuned_dir
 
 
-def total_runs(specs: Sequence[RunSpec], settings: TuneSettings, final_passes: int = 2) -> int:
+def total_runs(specs: Sequence[Job], settings: TuneSettings, final_passes: int = 2) -> int:
     """How many runs a tuned comparison of ``specs`` executes: every trial's seeds plus the final passes."""
     studies = plan_studies(specs, settings)
     return sum(settings.trials * len(s.seeds) for s in studies) + final_passes * len(specs)

@@ -1,4 +1,4 @@
-"""What a run produces: tidy per-(round, client) records, per-round summaries, server logs."""
+"""What a run produces (:class:`Result`, both families): per-(round, client) records, per-round summaries, logs."""
 from __future__ import annotations
 
 import warnings
@@ -64,42 +64,67 @@ class RoundSummary:
 
 
 @dataclass
-class History:
-    """Result of :func:`topofl.simulate`: ``records`` (a dict per round and client), ``rounds``
-    (a :class:`RoundSummary` per round), ``server_logs``, ``client_metrics`` (last reported) and
-    ``failures`` (clients that failed or sent an invalid payload, with the reason).
+class Result:
+    """What a run produced, for both families (:func:`topofl.run`, :func:`topofl.simulate`,
+    :func:`topofl.simulate_decentralised`, the Flower runtimes).
+
+    ``records`` holds a dict per round and client, ``rounds`` a :class:`RoundSummary` per
+    evaluated round, ``logs`` the server's (or the peer algorithm's) per-round log,
+    ``client_metrics`` the last reported, ``failures`` the clients that failed or sent an invalid
+    payload, with the reason. Family-specific extras: ``server_params`` (server family: the
+    server's model), ``iterations`` (peer family: every iteration's bits, FLOPs, storage and
+    seconds; evaluated ones with their metrics) and ``models`` (peer family: each client's model
+    object, whose sizes may differ).
     """
 
     method: str
     seed: int
+    family: str = "server"
     records: list[dict[str, Any]] = field(default_factory=list)
     rounds: list[RoundSummary] = field(default_factory=list)
-    server_logs: list[dict[str, Any]] = field(default_factory=list)
+    logs: list[dict[str, Any]] = field(default_factory=list)
     client_metrics: dict[int, dict[str, float]] = field(default_factory=dict)
     failures: list[Any] = field(default_factory=list)  # topofl.federation.pool.Failure, per round
     out_dir: str | None = None  # where a runtime wrote the run's files, if it did
-    model: Any = None  # the model object every client trained (topofl.models)
+    model: Any = None  # the model every client trained (topofl.models); peers: None when sizes differ
     server_params: np.ndarray | None = None  # the server's model after the run (None: it keeps none)
     client_models: dict[int, np.ndarray] = field(default_factory=dict)  # each client's final model, the one it would use
     client_feature_states: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)  # raw features → model input
+    iterations: list[dict[str, Any]] = field(default_factory=list)  # peer family: one row per iteration
+    models: dict[int, Any] = field(default_factory=dict)  # peer family: each client's model object
+    graph: Any = None  # peer family: the communication graph (networkx)
+
+    @property
+    def server_logs(self) -> list[dict[str, Any]]:
+        """The per-round logs (:attr:`logs`): the server's, or the peer algorithm's."""
+        return self.logs
 
     def predict(self, X: np.ndarray, client: int | None = None) -> np.ndarray:
         """Scores of ``X`` under client ``client``'s final model (``None``: the server's model):
         P(y = 1), class probabilities, or predicted values, as :meth:`Model.predict_scores`.
         """
+        if self.models:  # peers: each client's own model object
+            if client not in self.client_models:
+                raise ValueError(f"client {client!r} has no final model; clients: {sorted(self.client_models)}")
+            scores: np.ndarray = self.models[client].predict_scores(self.client_models[client], np.asarray(X, dtype=np.float64))
+            return scores
         from topofl.models.io import predict_with
 
         return predict_with(self.model, self.server_params, self.client_models, self.client_feature_states, X, client)
 
     @property
-    def final(self) -> dict[str, float]:
-        """Metrics after the last round (see :class:`RoundSummary`)."""
+    def final(self) -> dict[str, Any]:
+        """Metrics after the last round (see :class:`RoundSummary`); peers add the last iteration's
+        bits, FLOPs and storage.
+        """
         if not self.rounds:
-            raise ValueError("the history has no rounds")
+            raise ValueError("the result has no rounds")
+        if self.family == "peer" and self.iterations:
+            return {**self.rounds[-1].as_dict(), **self.iterations[-1]}
         return self.rounds[-1].as_dict()
 
     def curve(self, metric: str = "auc") -> np.ndarray:
-        """One metric over rounds."""
+        """One metric over the evaluated rounds."""
         return np.array([getattr(r, metric) for r in self.rounds], dtype=float)
 
     def convergence_round(self, metric: str = "auc", fraction: float = 0.95) -> int:
@@ -111,3 +136,7 @@ class History:
             warnings.simplefilter("ignore")
             hits = np.nonzero(c >= fraction * c[-1])[0]
         return int(self.rounds[hits[0]].round)
+
+
+#: the name :func:`topofl.simulate` returned before server and peer runs shared one result type
+History = Result

@@ -33,7 +33,8 @@ from flwr.app import MessageType, RecordDict
 from flwr.serverapp import Grid
 
 from topofl.decentralised import make_graph
-from topofl.decentralised.runner import DecentralisedHistory, _divergence_error, summarise_peers
+from topofl.decentralised.runner import _divergence_error, summarise_peers
+from topofl.federation.history import Result, RoundSummary
 from topofl.federation.pool import Failure
 from topofl.federation.validation import ArraySpec
 from topofl.flower.discovery import discover, new_run_id, reconcile
@@ -157,10 +158,10 @@ class Relay:
                 self._drop(i, rnd, "step", f"invalid payload: {reason}")
                 del got[i]
 
-    def run(self) -> DecentralisedHistory:
+    def run(self) -> Result:
         """Setup, then per iteration one message per phase to every live node, then a final one."""
         s, phases = self.settings, self.algorithm.phases
-        history = DecentralisedHistory(self.algorithm.name, s.seed)
+        history = Result(self.algorithm.name, s.seed, family="peer")
         out = RunOutputs(self.run_dir, RECORD_FIELDS, CURVE_FIELDS)
         self.round_failures: list[Failure] = []
         self.setup()
@@ -188,7 +189,12 @@ class Relay:
                            "map_storage_bytes": int(sum(v["report"]["state_bytes"] for v in got.values())),
                            "n_clients": len(rows), "n_failures": len(self.round_failures)}
                 history.records.extend(rows)
-                history.rounds.append(summary)
+                history.iterations.append(summary)
+                nan = float("nan")
+                history.rounds.append(RoundSummary(  # the relay sees accuracy and loss; every bit sent is received
+                    round=prev[0], auc=nan, auc_std=nan, accuracy=summary["accuracy"], accuracy_std=summary["accuracy_std"],
+                    loss=summary["loss"], pooled_auc=nan, pooled_accuracy=nan, n_clients_auc=0, bytes_up=self.bits // 8,
+                    bytes_down=self.bits // 8, **{k: summary[k] for k in ("mse", "rmse", "r2") if k in summary}))
                 out.round(rows, summary, None, self.round_failures)
                 log.info("iteration %d: accuracy %.4f over %d node(s), %d bits", prev[0], summary["accuracy"], len(rows), self.bits)
                 self.failures.extend(self.round_failures)
@@ -206,7 +212,7 @@ class Relay:
         return history
 
 
-def relay_main(grid: Grid, settings: FlowerSettings, run_id: Any = None, root: Any = None) -> DecentralisedHistory:
+def relay_main(grid: Grid, settings: FlowerSettings, run_id: Any = None, root: Any = None) -> Result:
     """Run a decentralised method on the connected SuperNodes through the relay (results in a
     fresh directory under the results root, checked before any node is contacted).
     """

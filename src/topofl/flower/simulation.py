@@ -45,7 +45,7 @@ def simulate_flower(
 
     Returns
     -------
-    History or DecentralisedHistory
+    Result
         As :func:`topofl.simulate` / :func:`topofl.simulate_decentralised` return, so the two
         runtimes can be compared number for number.
     """

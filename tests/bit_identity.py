@@ -1,0 +1,139 @@
+"""The documented configuration set of the before/after bit-identity check (issue 21).
+
+Every method of both families, in process and on Flower's Simulation Runtime, with the linear and
+a PyTorch model, with attacks and with DP. :func:`fingerprint` reduces a run's result to a SHA-256
+of its per-(round, client) metrics, its per-round summaries and its final models, bit for bit:
+``tests/data/bit_identity.json`` holds the fingerprints measured before the refactoring, and
+``tests/test_bit_identity.py`` checks that every configuration still gives them.
+Regenerate (only for an intended numerical change, and say so): ``python tests/bit_identity.py``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+GOLDEN = Path(__file__).parent / "data" / "bit_identity.json"
+SERVER_METHODS = ("ptopofl", "fedavg", "fedprox", "scaffold", "pfedme", "ditto", "perfedavg", "ifca", "local")
+PEER_METHODS = ("sheaf", "dfedu", "dpsgd", "local-peers")
+RECORD_KEYS = ("round", "client", "auc", "accuracy", "loss", "mse", "r2", "bytes_up", "bytes_down", "floats_up", "floats_down")
+#: a peer's record (it has ``dim``): its payload in floats; the bytes are derived (8 per float)
+PEER_RECORD_KEYS = ("round", "client", "auc", "accuracy", "loss", "mse", "r2", "floats_up", "floats_down")
+SUMMARY_KEYS = ("round", "auc", "auc_std", "accuracy", "accuracy_std", "loss", "pooled_auc", "pooled_accuracy", "mse", "r2")
+HEALTHCARE = {"n_clients": 6, "n_min": 60, "n_max": 120}
+
+# name -> (runtime, marker, keyword arguments); "in-process" server runs go through topofl.simulate
+CONFIGS: dict[str, tuple[str, str, dict[str, Any]]] = {
+    **{f"server-{m}": ("server", "", {"method": m}) for m in SERVER_METHODS},
+    "server-fedavg-attack": ("server", "", {"method": "fedavg", "attack": "sign_flip:fraction=0.34,scale=3"}),
+    "server-ptopofl-attack": ("server", "", {"method": "ptopofl", "attack": "label_flip:fraction=0.34"}),
+    "server-fedavg-dp": ("server", "", {"method": "fedavg", "dp_noise_multiplier": 0.5, "dp_clip": 1.0}),
+    "server-ditto-dp": ("server", "", {"method": "ditto", "dp_noise_multiplier": 0.5, "dp_clip": 1.0}),
+    "server-pfedme-guarded": ("server", "", {"method": "pfedme", "aggregator": "guarded_mean"}),
+    "server-fedavg-torch": ("server", "deep", {"method": "fedavg", "model": "mlp"}),
+    "server-ptopofl-torch": ("server", "deep", {"method": "ptopofl", "model": "mlp"}),
+    **{f"peer-{m}": ("peer", "", {"method": m, **({"gamma": 0.2} if m == "sheaf" else {})}) for m in PEER_METHODS},
+    "peer-sheaf-attack": ("peer", "", {"method": "sheaf", "gamma": 0.2, "attack": "sign_flip:fraction=0.34"}),
+    "peer-dfedu-torch": ("peer", "deep", {"method": "dfedu", "model": "mlp"}),
+    "flower-fedavg": ("flower", "flower", {"method": "fedavg"}),
+    "flower-ptopofl": ("flower", "flower", {"method": "ptopofl"}),
+    "flower-sheaf": ("flower", "flower", {"method": "sheaf"}),
+}
+
+
+def _floats(values: Any) -> bytes:
+    return np.asarray(values, dtype=np.float64).tobytes()
+
+
+def fingerprint(result: Any) -> str:
+    """SHA-256 over a run's records, round summaries and final models (server's and clients')."""
+    h = hashlib.sha256()
+    for r in sorted(result.records, key=lambda r: (r["round"], r["client"])):
+        keys = PEER_RECORD_KEYS if "dim" in r else RECORD_KEYS
+        h.update(_floats([float(r[k]) if r.get(k) is not None else np.nan for k in keys]))
+    for s in result.rounds:
+        row = s if isinstance(s, dict) else s.as_dict()
+        h.update(_floats([float(row[k]) if row.get(k) is not None else np.nan for k in SUMMARY_KEYS]))
+    server = getattr(result, "server_params", None)
+    if server is not None:
+        h.update(b"server" + _floats(server))
+    for k in sorted(result.client_models):
+        h.update(str(k).encode() + _floats(result.client_models[k]))
+    return h.hexdigest()
+
+
+def run_config(name: str) -> Any:
+    """Run configuration ``name`` of :data:`CONFIGS` and return its result."""
+    import topofl
+    from topofl.data.scenarios import make_scenario
+
+    runtime, _, kwargs = CONFIGS[name]
+    kwargs = dict(kwargs)
+    method = kwargs.pop("method")
+    if runtime == "server":
+        federation = make_scenario("healthcare", seed=3, **HEALTHCARE)
+        return topofl.simulate(federation, method, rounds=3, seed=3, **kwargs)
+    if runtime == "peer":
+        federation = make_scenario("healthcare", seed=3, **HEALTHCARE)
+        return topofl.simulate_decentralised(federation, method, rounds=4, seed=3, graph="ring", **kwargs)
+    from topofl.flower.simulation import simulate_flower
+
+    extra = {"hyperparameters": "gamma=0.3", "graph": "ring"} if method == "sheaf" else {}
+    return simulate_flower(method=method, num_server_rounds=2, seed=3, scenario_params="n_clients=4,adversarial=(1,)", **extra)
+
+
+def main(argv: list[str]) -> None:
+    """Measure every configuration (or those named) and write their fingerprints to :data:`GOLDEN`."""
+    names = argv or list(CONFIGS)
+    golden = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
+    for name in names:
+        golden[name] = fingerprint(run_config(name))
+        print(name, golden[name], flush=True)
+    GOLDEN.write_text(json.dumps(dict(sorted(golden.items())), indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
+
+
+#: result files of a comparison and of the experiment runner (hashes in ``bit_identity_files.json``,
+#: measured before the refactoring; wall-clock columns live only in files not hashed here)
+GOLDEN_FILES = Path(__file__).parent / "data" / "bit_identity_files.json"
+
+
+def file_jobs() -> tuple[list[Any], list[Any]]:
+    """The comparison's jobs and the experiment runner's jobs of the file check."""
+    from topofl.experiments.compare import plan_compare
+    from topofl.job import Job
+
+    compare = plan_compare(Job(data="healthcare", data_params={"n_clients": 6}, rounds=3, graph="ring"),
+                           ("ptopofl", "fedavg", "sheaf"), (0, 1), {"sheaf": {"gamma": 0.3}})
+    runs = [
+        Job(experiment="golden", data="healthcare", method="ptopofl", seed=0, rounds=3, data_params={"n_clients": 6}),
+        Job(experiment="golden", data="healthcare", method="fedavg", seed=1, rounds=3, label="FedAvg-attacked",
+            data_params={"n_clients": 6}, attack="sign_flip:fraction=0.4", setting={"attack_rate": 0.4}),
+        Job(experiment="golden", data="tabular", method="sheaf", seed=0, rounds=4, data_params={"n_clients": 6}, graph="ring"),
+        Job(experiment="golden", data="rotated-digits", method="dfedu", seed=0, rounds=3, data_params={"n_clients": 4},
+            graph="erdos_renyi"),
+    ]
+    return compare, runs
+
+
+def file_hashes(out: Path) -> dict[str, Any]:
+    """Run :func:`file_jobs` under ``out`` and hash the files they write."""
+    from topofl.experiments.compare import run_compare
+    from topofl.experiments.runs import execute
+
+    compare, runs = file_jobs()
+    run_compare(compare, out / "compare")
+    execute(runs, out / "exp")
+    digest = {f"compare/{n}": hashlib.sha256((out / "compare" / n).read_bytes()).hexdigest()
+              for n in ("rounds.csv", "curves.csv", "server_log.jsonl")}
+    digest.update({f"execute/{n}": hashlib.sha256((out / "exp" / n).read_bytes()).hexdigest()
+                   for n in ("rounds.csv", "curves.csv", "server_log.jsonl")})
+    digest["run_ids"] = [j.run_id for j in runs]
+    return digest
