@@ -124,7 +124,7 @@ def time_flower(n_clients: int, name: str, epochs: int, rounds: int) -> list[flo
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     try:
-        settings = FlowerSettings(method="fedavg", scenario="mnist", rounds=rounds + 1, model=name,
+        settings = FlowerSettings.from_flat(method="fedavg", scenario="mnist", rounds=rounds + 1, model=name,
                                   scenario_params={"n_clients": n_clients, "partition": "iid", "n_samples": 10_000, "min_size": 10},
                                   hyperparameters={"lr": LR, "batch_size": BATCH, "l2": L2, "local_epochs": epochs})
         simulate_flower(settings, n_clients)

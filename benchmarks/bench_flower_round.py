@@ -2,7 +2,7 @@
 
 In one run, on loopback, with ``--nodes`` nodes (default 4) and ``--rounds`` rounds (default 4):
 
-(a) **topofl deployment** — ``examples/flower-app`` on a :class:`~topofl.flower.deployment.LocalDeployment`
+(a) **topofl deployment** — ``examples/flower-app`` on a :class:`~topofl.deploy.LocalDeployment`
     (a SuperLink and N SuperNodes; Flower starts a fresh ``flwr-clientapp`` process per message):
     FedAvg on ``healthcare`` with ``scenario-params="n_clients=N,adversarial=(1,)"``;
 (b) **bare Flower app** — ``benchmarks/bare_flower_app`` on the same deployment (same isolation):
@@ -151,7 +151,7 @@ def timed_deployment_run(dep, app: Path, config: dict, watch_root: Path, pattern
 
 def deployment(nodes: int, rounds: int, work: Path) -> tuple[dict[str, float], dict[str, float], float]:
     """(a) and (b) on one LocalDeployment; returns their timings and the deployment's startup seconds."""
-    from topofl.flower.deployment import LocalDeployment
+    from topofl.deploy import LocalDeployment
 
     t = time.perf_counter()
     with LocalDeployment(nodes, log_dir=work / "deployment") as dep:

@@ -43,16 +43,16 @@ import topofl
 from topofl.flower import simulate_flower
 from topofl.flower.settings import FlowerSettings
 case = json.loads(sys.argv[1])
-s = FlowerSettings(**case["settings"])
+s = FlowerSettings.from_flat(**case["settings"])
 t = time.perf_counter()
 h = simulate_flower(s, case["nodes"], cpus_per_node=1.0)
 wall = time.perf_counter() - t
-fed = topofl.make_scenario(s.scenario, s.seed, **dict(s.scenario_params))
+fed = topofl.make_scenario(s.job.data, s.job.seed, **dict(s.job.data_params))
 if s.decentralised:
-    ref = topofl.simulate_decentralised(fed, s.method, rounds=s.rounds, seed=s.seed, graph=s.graph, **dict(s.hyperparameters))
+    ref = topofl.simulate_decentralised(fed, s.job.method, rounds=s.job.rounds, seed=s.job.seed, graph=s.job.graph, **dict(s.job.hyperparameters))
     keys = ("accuracy", "loss")
 else:
-    ref = topofl.simulate(fed, s.method, rounds=s.rounds, seed=s.seed, client_fraction=s.client_fraction, **dict(s.hyperparameters))
+    ref = topofl.simulate(fed, s.job.method, rounds=s.job.rounds, seed=s.job.seed, client_fraction=s.job.client_fraction, **dict(s.job.hyperparameters))
     keys = ("auc", "accuracy", "loss")
 a = {(r["round"], r["client"]): [r[k] for k in keys] for r in h.records}
 b = {(r["round"], r["client"]): [r[k] for k in keys] for r in ref.records}

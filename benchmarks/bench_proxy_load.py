@@ -1,4 +1,4 @@
-"""Benchmark: the Fleet proxy (``topofl.flower.fleet_proxy``) under pre-authentication load.
+"""Benchmark: the Fleet proxy (``topofl.deploy.proxy``) under pre-authentication load.
 
 What an outsider who can reach the proxy's port (and has ``ca.pem``, which every site gets) can do
 to the memory of the proxy and of what is behind it, on loopback:
@@ -18,7 +18,7 @@ to the memory of the proxy and of what is behind it, on loopback:
 
 Behind the proxy is either a dummy upstream (``--upstream dummy``: a small HTTP server that counts the
 request-body bytes it receives and never buffers them) or a real SuperLink (``--upstream superlink``:
-:class:`topofl.flower.deployment.LocalDeployment` with one SuperNode, started as the tests start it,
+:class:`topofl.deploy.LocalDeployment` with one SuperNode, started as the tests start it,
 with the proxy it launches; the honest request is a signed ``send-node-heartbeat`` of node 0).
 The resident set size (RSS, psutil) of the proxy and of the upstream is printed idle, at its peak
 during each phase (sampled every 50 ms) and after, with the bytes the upstream received.
@@ -327,7 +327,7 @@ class Setup:
 
 
 def _proxy_args(script: str | None, listen: str, upstream: str, certs: Path, root_ca: bool, extra: list[str]) -> list[str]:
-    args = [sys.executable, script] if script else [sys.executable, "-m", "topofl.flower.fleet_proxy"]
+    args = [sys.executable, script] if script else [sys.executable, "-m", "topofl.deploy.proxy"]
     args += ["--listen", listen, "--superlink", upstream, "--certfile", str(certs / "server.pem"), "--keyfile", str(certs / "server.key")]
     if root_ca:
         args += ["--superlink-root-certificates", str(certs / "ca.pem")]
@@ -339,7 +339,7 @@ def _proxy_args(script: str | None, listen: str, upstream: str, certs: Path, roo
 @contextlib.contextmanager
 def dummy_setup(workdir: Path, proxy_script: str | None = None, proxy_extra: list[str] | None = None) -> Iterator[Setup]:
     """A dummy upstream and a proxy in front of it, both subprocesses; stopped by PID on exit."""
-    from topofl.flower.deployment import generate_credentials
+    from topofl.deploy.credentials import generate_credentials
 
     creds = generate_credentials(workdir / "certs", 1)
     keys = workdir / "authorized-keys"
@@ -370,7 +370,7 @@ def superlink_setup(workdir: Path, proxy_script: str | None = None) -> Iterator[
     from flwr.proto.heartbeat_pb2 import SendNodeHeartbeatRequest  # type: ignore[attr-defined]
     from flwr.proto.node_pb2 import Node  # type: ignore[attr-defined]
 
-    from topofl.flower.deployment import LocalDeployment
+    from topofl.deploy import LocalDeployment
 
     with LocalDeployment(1, workdir / "deployment") as dep:
         assert dep.credentials is not None and dep.proxy is not None and dep.superlink is not None
@@ -512,7 +512,7 @@ def main() -> None:
     if args.json:
         print(json.dumps(out))
     else:
-        report(f"{args.upstream} upstream, proxy {'script ' + args.proxy_script if args.proxy_script else 'topofl.flower.fleet_proxy'}", out)
+        report(f"{args.upstream} upstream, proxy {'script ' + args.proxy_script if args.proxy_script else 'topofl.deploy.proxy'}", out)
 
 
 if __name__ == "__main__":

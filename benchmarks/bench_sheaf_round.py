@@ -29,7 +29,7 @@ from topofl.decentralised import make_graph
 from topofl.decentralised.runner import build_peers
 from topofl.decentralised.sheaf import SheafFMTL
 from topofl.decentralised.transport import InProcessTransport
-from topofl.experiments.suite.sheaf import SHEAF_HP
+from topofl.experiments.sheaf.digits import SHEAF_HP
 
 
 def load_variant(directory: Path):

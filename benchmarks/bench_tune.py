@@ -18,8 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from topofl.experiments.store import RunSpec
 from topofl.experiments.tuning import DEFAULT_TRIALS, TuneSettings, total_runs, tune_comparison
+from topofl.job import Job
 from topofl.methods import available
 
 TARGET_S = 600.0
@@ -31,7 +31,7 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args()
     trials, seeds, rounds = (3, range(2), 3) if args.quick else (DEFAULT_TRIALS, range(10), 15)
-    specs = [RunSpec("tune", "healthcare", m, s, rounds) for s in seeds for m in available("server")]
+    specs = [Job(experiment="tune", data="healthcare", method=m, seed=s, rounds=rounds) for s in seeds for m in available("server")]
     settings = TuneSettings(trials=trials)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "tune"

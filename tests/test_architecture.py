@@ -13,7 +13,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 #: bottom to top; a module may import its own layer or any layer below, never one above
 LAYERS = [
-    ("core", ["topofl._validation", "topofl._version", "topofl.limits", "topofl.config", "topofl.parsing", "topofl.atomic"]),
+    ("core", ["topofl._validation", "topofl._version", "topofl.limits", "topofl.config", "topofl.atomic"]),
     ("maths", ["topofl.tda", "topofl.models", "topofl.metrics", "topofl.privacy", "topofl.robustness", "topofl.robustness.aggregators"]),
     ("data", ["topofl.data"]),
     ("runtimes", ["topofl.federation", "topofl.decentralised", "topofl.decentralised.protocol", "topofl.decentralised.spec",
@@ -21,9 +21,11 @@ LAYERS = [
     ("methods", ["topofl.algorithms", "topofl.decentralised.model_exchange", "topofl.decentralised.sheaf",
                  "topofl.decentralised.dfedu", "topofl.decentralised.dpsgd", "topofl.decentralised.local",
                  "topofl.robustness.attacks", "topofl.robustness.peer_attacks"]),
-    ("registry", ["topofl.methods"]),
+    ("registry", ["topofl.methods", "topofl.job"]),
     ("applications", ["topofl.api", "topofl.experiments", "topofl.flower", "topofl.deployment_defaults"]),
-    ("interfaces", ["topofl", "topofl.cli", "topofl.cli_common", "topofl.cli_parsing"]),
+    ("interfaces", ["topofl", "topofl.cli", "topofl.cli_common"]),
+    # operator tooling for a real Flower deployment (LocalDeployment, the Fleet proxy): on top, so nothing imports it
+    ("tooling", ["topofl.deploy"]),
 ]
 #: prefixes that name one module only (the root package would otherwise claim every module)
 EXACT = {"topofl"}
@@ -119,6 +121,17 @@ def test_the_checker_sees_circles_and_upward_arrows():
     g = nx.DiGraph([("topofl.federation.runner", "topofl.algorithms.fedavg"), ("topofl.algorithms.fedavg", "topofl.federation.runner")])
     assert [c for c in nx.strongly_connected_components(g) if len(c) > 1]
     assert layer_of("topofl.algorithms.fedavg") > layer_of("topofl.federation.runner")
+
+
+def test_nothing_in_the_library_imports_the_deployment_tooling(graph):
+    """topofl.deploy (operator tooling) may import topofl.flower and the layers below it, and no library module
+    imports it (the CLI and the top-level package included)."""
+    tooling = lambda m: m == "topofl.deploy" or m.startswith("topofl.deploy.")  # not topofl.deployment_defaults
+    into = sorted(f"{a} -> {b}" for a, b in graph.edges if tooling(b) and not tooling(a))
+    assert not into, "library modules importing topofl.deploy:\n" + "\n".join(into)
+    applications = [name for name, _ in LAYERS].index("applications")
+    out = sorted(f"{a} -> {b}" for a, b in graph.edges if tooling(a) and not tooling(b) and layer_of(b) > applications)
+    assert not out, "topofl.deploy importing above topofl.flower's layer:\n" + "\n".join(out)
 
 
 def test_decentralised_modules_stay_small():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from bit_identity import CONFIGS, GOLDEN, fingerprint, run_config
 
 MARKS = {"": (), "deep": (pytest.mark.deep,), "flower": (pytest.mark.flower,)}

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from topofl.cli import app
-from topofl.cli_parsing import method_hyperparameters, parse_assignments, parse_seeds
+from topofl.cli_common import method_hyperparameters, parse_assignments, parse_seeds
 
 runner = CliRunner()
 

@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from topofl.cli import app
-from topofl.cli_parsing import MAX_CONFIG_BYTES, MAX_CONFIG_DEPTH, load_toml
+from topofl.cli_common import MAX_CONFIG_BYTES, MAX_CONFIG_DEPTH, load_toml
 
 
 def write(path: Path, data: str | bytes) -> Path:

@@ -6,7 +6,7 @@
 # Writes into DIR:
 #   ca.pem, ca.key            a self-signed certificate authority (valid 30 days)
 #   server.pem, server.key    the certificate of the SuperLink and of the Fleet proxy
-#                             (topofl.flower.fleet_proxy), signed by the CA, for the
+#                             (topofl.deploy.proxy), signed by the CA, for the
 #                             names localhost, 127.0.0.1 and every NAME (a DNS name or
 #                             an IP address, e.g. superlink.example.org) (SAN)
 #   supernode-<i>, supernode-<i>.pub

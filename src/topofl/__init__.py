@@ -12,13 +12,18 @@ from topofl._version import __version__
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from topofl._validation import TrainingWarning
-    from topofl.api import simulate, simulate_decentralised
+    from topofl.api import run, simulate, simulate_decentralised
     from topofl.data import Federation, make_scenario
+    from topofl.federation.history import Result
+    from topofl.job import Job
     from topofl.models.io import load_models, save_models
 
 #: public name -> the module that defines it (imported on first access)
 _LAZY = {
     "TrainingWarning": "topofl._validation",
+    "Job": "topofl.job",
+    "Result": "topofl.federation.history",
+    "run": "topofl.api",
     "simulate": "topofl.api",
     "simulate_decentralised": "topofl.api",
     "Federation": "topofl.data",
@@ -27,7 +32,8 @@ _LAZY = {
     "save_models": "topofl.models.io",
 }
 
-__all__ = ["Federation", "TrainingWarning", "load_models", "make_scenario", "save_models", "simulate", "simulate_decentralised", "__version__"]
+__all__ = ["Federation", "Job", "Result", "TrainingWarning", "load_models", "make_scenario", "run", "save_models", "simulate",
+           "simulate_decentralised", "__version__"]
 
 
 def __getattr__(name: str) -> Any:

@@ -92,6 +92,8 @@ def run(
     eval_every : int
         Peer methods: score the clients every ``eval_every`` iterations (and after the last).
     """
+    if job.family == "paper":
+        raise ValueError(f"{job.method} is the authors' paper-era protocol: run it with topofl experiment paper-protocol")
     if algorithm is None:
         algorithm = (build_server if job.family == "server" else build_peer)(job.method, job.hyperparameters)
     data = load_job_data(job)

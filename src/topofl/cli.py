@@ -1,13 +1,12 @@
 """The ``topofl`` command line (typer + rich). ``topofl --help`` lists the commands.
 
-Only typer, rich and the light helpers of :mod:`topofl.cli_parsing` and :mod:`topofl.cli_common`
-are imported here; each command imports the methods, the scenarios and SciPy/scikit-learn when it
+Only typer, rich and the light helpers of :mod:`topofl.cli_common` are imported here; each command
+imports the methods, the scenarios and SciPy/scikit-learn when it
 runs, so that ``topofl --help`` answers at once (``benchmarks/bench_import.py`` measures it;
 ``tests/test_import_weight.py`` keeps the heavy packages out of ``import topofl.cli``).
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
@@ -19,11 +18,10 @@ from typing import TYPE_CHECKING, Any, Optional
 import typer
 
 from topofl import cli_common as ui
-from topofl.cli_parsing import build_spec, check_out_is_free, data_scenario, load_toml, parse_assignments, parse_seeds, prepare_out, resolve
+from topofl.cli_common import check_out_is_free, jobs_from_options, load_toml, parse_seeds, prepare_out, resolve
 from topofl.limits import MAX_JOBS
 
 if TYPE_CHECKING:  # the comparison and the tuner (and Optuna) load only when a command runs
-    from topofl.experiments.compare import CompareSpec
     from topofl.experiments.tuning import TuneSettings
 
 app = typer.Typer(
@@ -36,14 +34,8 @@ app = typer.Typer(
 
 @app.command(cls=ui.WithHyperparameters, short_help="Compare methods over seeds on a scenario: a table of scores, results in a directory.")
 @ui.friendly_errors
-@ui.with_options(*ui.DATA_OPTIONS, "seeds", "client_fraction", "graph", "graph_param", "robust_defaults", "overwrite", "verbose")
-def compare(
-    methods: Optional[str] = typer.Option(
-        None, "--methods", "-m", help="Comma-separated methods (default: every server-based method); `topofl methods` lists them."
-    ),
-    out: Optional[Path] = ui.OutOpt,
-    **options: Any,
-) -> None:
+@ui.with_options(*ui.JOB_OPTIONS, "overwrite", "verbose")
+def compare(out: Optional[Path] = ui.OutOpt, **options: Any) -> None:
     """Compare methods over seeds on a scenario: a table of final AUC and accuracy (mean ± std over
     seeds; each seed's value is the mean over clients of each client's score with the model it
     would use), pooled AUC and convergence round; writes DIR/rounds.csv and DIR/summary.csv.
@@ -61,38 +53,50 @@ def compare(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from topofl.experiments.compare import run_compare
-    from topofl.methods import available
 
-    file = load_toml(o.config) if o.config else {}
-    method_list = methods.split(",") if methods is not None else file.get("methods", [file["method"]] if "method" in file else available("server"))
-    spec = options_spec(o, file, method_list, resolve(o.seeds, file, "seeds", "0-9"))
-    if o.robust_defaults:
-        from topofl.deployment_defaults import deployment_hyperparameters
-
-        spec = dataclasses.replace(spec, hyperparameters={m: deployment_hyperparameters(m, spec.hyperparameters.get(m, {}))
-                                                          for m in spec.methods})
-    out = out or Path("results") / f"compare-{spec.scenario}"
+    jobs = jobs_from_options(o, *_methods_and_seeds(o, "0-9", every_server_method=True))
+    first = jobs[0]
+    out = out or Path("results") / f"compare-{first.data_name}"
     check_out_is_free(out, o.overwrite)
     out = prepare_out(out)
-    total = len(spec.methods) * len(spec.seeds) * spec.rounds
+    n_seeds = len({j.seed for j in jobs})
     t0 = time.perf_counter()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=ui.err_console, transient=True, disable=not ui.err_console.is_terminal) as bar:
-        task = bar.add_task("comparing", total=total)
+        task = bar.add_task("comparing", total=sum(j.rounds for j in jobs))
 
         def tick(history, summary) -> None:
             bar.update(task, advance=1, description=f"{history.method} seed {history.seed} round {summary.round}")
 
-        rows = run_compare(spec, out, on_round=tick)
-    ui.console.print(ui.summary_table(rows, f"{spec.scenario}: {len(spec.seeds)} seeds × {spec.rounds} rounds"))
+        rows = run_compare(jobs, out, on_round=tick)
+    ui.console.print(ui.summary_table(rows, f"{first.data_name}: {n_seeds} seeds × {first.rounds} rounds"))
     ui.console.print(f"[dim]{time.perf_counter() - t0:.1f} s · results in {out}/ (rounds.csv, curves.csv, summary.csv, server_log.jsonl, config.json)[/]")
 
 
-def options_spec(o: Any, file: dict, methods: Sequence[str], seeds: object) -> CompareSpec:
-    """The comparison a command's shared options (over the config ``file``) describe, for ``methods`` and ``seeds``."""
-    scenario, scenario_param = data_scenario(o.scenario, o.data, o.site_column, o.label_column, o.scenario_param)
-    return build_spec(file, resolve(scenario, file, "scenario", "healthcare"), methods, seeds, resolve(o.rounds, file, "rounds", 15),
-                      o.param, scenario_param, resolve(o.client_fraction, file, "client_fraction", 1.0), o.graph, o.graph_param, o.model)
+def _methods_and_seeds(o: Any, default_seeds: str, every_server_method: bool = False, one: bool = False) -> tuple[dict, list[str], Any]:
+    """The config file, the methods and the seeds a command's options (over its ``--config`` file) select.
+
+    ``one``: a command that runs one method with one seed (``run``, ``flower``); a list is then an error.
+    """
+    from topofl.methods import available
+
+    file = load_toml(o.config) if o.config else {}
+    if o.methods is not None:
+        methods = o.methods.split(",")
+    elif "methods" in file or "method" in file:
+        methods = file.get("methods", [file.get("method")])
+    else:
+        methods = available("server") if every_server_method else ["ptopofl"]
+    seeds = resolve(o.seeds, file, "seeds", None)
+    if seeds is None:
+        seeds = file.get("seed", default_seeds)
+    if one:
+        if len([m for m in methods if m.strip()]) > 1:
+            source = "--methods" if o.methods is not None else f"config file {str(o.config)!r}"
+            raise ValueError(f"{source} lists methods {', '.join(methods)}; this command runs one: pass --method")
+        if len(parse_seeds(",".join(map(str, seeds)) if isinstance(seeds, list) else str(seeds))) > 1:
+            raise ValueError(f"this command runs one seed; got seeds {seeds!r}: pass --seed")
+    return file, methods, seeds
 
 
 def tune_settings(o: Any, file: dict | None = None) -> TuneSettings:
@@ -118,11 +122,8 @@ def tune_settings(o: Any, file: dict | None = None) -> TuneSettings:
 
 @app.command(cls=ui.WithHyperparameters, short_help="Tune every method with the same budget on validation splits, then compare tuned and default.")
 @ui.friendly_errors
-@ui.with_options(*ui.DATA_OPTIONS, "seeds", *ui.TUNING_OPTIONS, "verbose")
+@ui.with_options("methods", "seeds", *ui.DATA_OPTIONS, *ui.TUNING_OPTIONS, "verbose")
 def tune(
-    methods: Optional[str] = typer.Option(
-        None, "--methods", "-m", help="Comma-separated server-based methods (default: every one); `topofl methods` lists them and their search spaces."
-    ),
     reference: Optional[str] = ui.ReferenceOpt,
     out: Optional[Path] = ui.TuneOutOpt,
     jobs: int = typer.Option(min(2, os.cpu_count() or 1), "--jobs", "-j", help="Runs executed in parallel (processes)."),
@@ -144,28 +145,27 @@ def tune(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from topofl._validation import check_int
+    from topofl.experiments.compare import validate_jobs
     from topofl.experiments.driver import clear_directory
     from topofl.experiments.report import build_report
-    from topofl.experiments.store import RunSpec, results_lock
+    from topofl.experiments.store import results_lock
     from topofl.experiments.tuning import total_runs, tune_comparison
-    from topofl.methods import available, family
+    from topofl.methods import family
 
     check_int("--jobs", jobs, 1, MAX_JOBS)
-    file = load_toml(o.config) if o.config else {}
-    method_list = methods.split(",") if methods is not None else file.get("methods", available("server"))
-    spec = options_spec(o, file, method_list, resolve(o.seeds, file, "seeds", "0-9"))
-    if spec.client_fraction != 1.0:
-        raise ValueError(f"topofl tune runs every client every round; the config file sets client_fraction={spec.client_fraction}")
-    peers = [m for m in spec.methods if family(m) == "peer"]
+    file, method_list, seeds = _methods_and_seeds(o, "0-9", every_server_method=True)
+    specs = [j.with_(experiment="tune") for j in jobs_from_options(o, file, method_list, seeds)]
+    if specs[0].client_fraction != 1.0:
+        raise ValueError(f"topofl tune runs every client every round; the config file sets client_fraction={specs[0].client_fraction}")
+    chosen = list(dict.fromkeys(j.method for j in specs))
+    peers = [m for m in chosen if family(m) == "peer"]
     if peers:
         raise ValueError(f"topofl tune compares server-based methods on a scenario; {', '.join(peers)} is peer-to-peer: tune it "
                          "through its experiment, e.g. topofl experiment sheaf-digits --tuned")
-    spec.validate()
+    validate_jobs(specs)
     settings = tune_settings(o, file)
-    ref = reference or ("ptopofl" if "ptopofl" in spec.methods else spec.methods[0])
-    specs = [RunSpec("tune", spec.scenario, m, s, spec.rounds, hyperparameters=dict(spec.hyperparameters.get(m, {})),
-                     scenario_params=dict(spec.scenario_params), model=spec.model) for s in spec.seeds for m in spec.methods]
-    out = out or Path("results") / f"tune-{spec.scenario}"
+    ref = reference or ("ptopofl" if "ptopofl" in chosen else chosen[0])
+    out = out or Path("results") / f"tune-{specs[0].data_name}"
     prepare_out(out)
     t0 = time.perf_counter()
     with results_lock(out):  # held from the clearing on: a second writer is refused before anything is deleted
@@ -183,16 +183,10 @@ def tune(
 
 @app.command(cls=ui.WithHyperparameters, short_help="Run one method with one seed and print its per-round metrics.")
 @ui.friendly_errors
-@ui.with_options(*ui.DATA_OPTIONS, "client_fraction", "graph", "graph_param", "overwrite", "verbose")
-def run(
-    method: Optional[str] = typer.Option(None, "--method", "-m", help="Method to run (default ptopofl); `topofl methods` lists them."),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Seed of every random choice (default 0)."),
-    out: Optional[Path] = ui.OutOpt,
-    save_models: Optional[Path] = ui.SaveModelsOpt,
-    **options: Any,
-) -> None:
+@ui.with_options(*ui.JOB_OPTIONS, "overwrite", "verbose")
+def run(out: Optional[Path] = ui.OutOpt, save_models: Optional[Path] = ui.SaveModelsOpt, **options: Any) -> None:
     """Run one method with one seed and print its per-round metrics; with --out, write results
-    (DIR new or empty, or --overwrite).
+    (DIR new or empty, or --overwrite). Takes the options of compare, with one method and one seed.
 
     Peer-to-peer methods (sheaf, dfedu, dpsgd, local-peers) run on --graph.
     """
@@ -200,22 +194,19 @@ def run(
     ui.setup_logging(o.verbose)
     from topofl.experiments.compare import run_compare
 
-    file = load_toml(o.config) if o.config else {}
-    if method is None and "method" not in file and len(file.get("methods", [])) > 1:
-        raise ValueError(f"config file {str(o.config)!r} lists methods {', '.join(file['methods'])}; run takes one: pass --method")
-    spec = options_spec(o, file, [resolve(method, file, "method", file.get("methods", ["ptopofl"])[0])], str(resolve(seed, file, "seed", 0)))
+    (job,) = jobs_from_options(o, *_methods_and_seeds(o, "0", one=True))
     if out is not None:
         check_out_is_free(out, o.overwrite)
         prepare_out(out)
     if save_models is not None:
         prepare_out(save_models, "--save-models")
-    table = ui.RoundTable(f"{spec.methods[0]} on {spec.scenario}, seed {spec.seeds[0]}")
-    run_compare(spec, out, on_round=table.add, on_run_done=table.done)
+    table = ui.RoundTable(f"{job.method} on {job.data_name}, seed {job.seed}")
+    run_compare([job], out, on_round=table.add, on_run_done=table.done)
     history = table.print()
     if save_models is not None:
         from topofl.models.io import save_models as save
 
-        path = save(history, save_models / f"{spec.methods[0]}-seed{spec.seeds[0]}.npz")
+        path = save(history, save_models / f"{job.method}-seed{job.seed}.npz")
         ui.console.print(f"models of {len(history.client_models)} client(s) saved to {path}")
     if out:
         ui.console.print(f"[dim]results in {out}/[/]")
@@ -223,7 +214,7 @@ def run(
 
 @app.command(short_help="Run one of the papers' experiments, or all of them and the report.")
 @ui.friendly_errors
-@ui.with_options(*ui.TUNING_OPTIONS, "robust_defaults")
+@ui.with_options(*ui.TUNING_OPTIONS, *ui.DATA_OPTIONS, "client_fraction", "graph", "graph_param", "robust_defaults")
 def experiment(
     name: str = typer.Argument(
         ...,
@@ -256,6 +247,9 @@ def experiment(
     """Run one of the pTopoFL paper's experiments (or all of them and the report), writing tidy
     results as runs finish; --resume continues an interrupted one with identical final results.
     With --tuned, every setting is also tuned on validation splits and the experiment re-run tuned.
+
+    The data, model and hyper-parameter options of run and compare change every planned run (the
+    experiment keeps its methods): the results then go to DIR/NAME-custom, and config.json says what changed.
     """
     ui.setup_logging(verbose)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -278,6 +272,9 @@ def experiment(
         raise ValueError(f"{', '.join(o.tuning_flags())} go with --tuned")
     if tuned and o.robust_defaults:
         raise ValueError("--robust-defaults and --tuned exclude each other (tune with -p aggregator=guarded_mean instead)")
+    overrides, adjust = ui.experiment_overrides(o)
+    if tuned and adjust is not None:
+        raise ValueError(f"--tuned tunes the experiment as planned; leave out {', '.join(sorted(overrides))} (or tune without them)")
     if tuned:
         settings = tune_settings(o)
         if name in GROUPS:
@@ -296,7 +293,8 @@ def experiment(
                 bar.update(task, advance=1, description=f"{spec.experiment}: {spec.label or spec.method} seed {spec.seed}")
 
             exp_dir = run_experiment(n, seed_list, out, resume=resume, overwrite=overwrite, jobs=jobs, on_done=tick, profile=profile,
-                                     data_root=root, robust_defaults=o.robust_defaults)
+                                     data_root=root, robust_defaults=bool(o.robust_defaults), adjust=adjust,
+                                     overrides=overrides)
             ui.console.print(f"[green]✓[/] {n}: results in {exp_dir}/")
             for line in json.loads((exp_dir / "manifest.json").read_text()).get("console", []):  # the experiment's headline numbers
                 ui.console.print(line, markup=False, highlight=False, soft_wrap=True)
@@ -362,30 +360,22 @@ def scenarios() -> None:
     ui.print_scenarios()
 
 
-@app.command("flower", short_help="Run a method on Flower's Simulation Runtime (Ray); needs the flower extra.")
+@app.command("flower", cls=ui.WithHyperparameters,
+             short_help="Run a method on Flower's Simulation Runtime (Ray); needs the flower extra.")
 @ui.friendly_errors
+@ui.with_options(*ui.JOB_OPTIONS)
 def flower(
-    method: str = typer.Option("ptopofl", "--method", "-m", help="A federated method, or sheaf / dfedu / dpsgd / local-peers (relayed)."),
-    scenario: str = typer.Option("healthcare", "--scenario", help="Built-in scenario the virtual SuperNodes take their partitions from."),
-    rounds: int = typer.Option(3, "--rounds", "-r", help="Rounds (iterations for decentralised methods)."),
-    seed: int = typer.Option(0, "--seed", help="Seed of every random choice."),
     nodes: Optional[int] = typer.Option(None, "--nodes", help="Virtual SuperNodes (default: the scenario's clients)."),
-    param: Optional[list[str]] = ui.FlowerParamOpt,
-    scenario_param: Optional[list[str]] = ui.ScenParamOpt,
-    graph: str = typer.Option("ring", "--graph", help="Communication graph of decentralised methods."),
     out: Optional[Path] = ui.FlowerOutOpt,
     pooled_metrics: bool = typer.Option(False, "--pooled-metrics", help="Clients also send test labels and scores (pooled AUC)."),
-    client_fraction: float = typer.Option(1.0, "--client-fraction", help="Share of the clients a federated round trains, in (0, 1]."),
     cpus_per_node: float = typer.Option(1.0, "--cpus-per-node", help="Ray CPUs per ClientApp (1 runs two at once on 2 cores)."),
-    robust_defaults: bool = typer.Option(
-        True, "--robust-defaults/--papers-rules", help="The deployments' Byzantine-robust defaults (topofl.flower.settings."
-        "DEPLOYMENT_DEFAULTS: the guarded mean, shares capped at 0.3) for every field no --param sets, or the papers' rules."
-    ),
     resume: Optional[Path] = ui.FlowerResumeOpt,
     verbose: bool = ui.VerboseOpt,
+    **options: Any,
 ) -> None:
     """Run a method on Flower's Simulation Runtime (Ray), with the ServerApp and ClientApp `flwr run` uses.
 
+    Takes the options of run (one method, one seed; peer-to-peer methods are relayed between the nodes).
     The server checkpoints its state after every round into the run's directory; --resume RUN_DIR
     continues a run that was killed. Like a deployment, the run uses the Byzantine-robust defaults
     (the guarded mean, shares capped at 0.3) unless --param sets the field or --papers-rules is given. Exits 1 with the reason when the run fails.
@@ -395,36 +385,33 @@ def flower(
     if not verbose:  # Flower logs its own DEBUG lines through the root handler: keep topofl's INFO, others' WARNING+
         for handler in logging.getLogger().handlers:
             handler.addFilter(lambda r: r.name.startswith("topofl") or r.levelno >= logging.WARNING)
+    from dataclasses import replace
+
     from topofl.flower import FlowerSettings, simulate_flower
     from topofl.flower.simulation import FlowerRunFailed
 
+    o = ui.Options(**options)
     if resume is not None:
-        given = [flag for flag, value, default in (
-            ("--out", out, None), ("--method", method, "ptopofl"), ("--scenario", scenario, "healthcare"), ("--rounds", rounds, 3),
-            ("--seed", seed, 0), ("--param", param or [], []), ("--scenario-param", scenario_param or [], []), ("--graph", graph, "ring"),
-            ("--pooled-metrics", pooled_metrics, False), ("--client-fraction", client_fraction, 1.0),
-            ("--papers-rules", robust_defaults, True)) if value != default]
+        given = [f"--{k.replace('_', '-')}" for k, v in options.items() if v not in (None, [])]
+        given += [flag for flag, value in (("--out", out), ("--pooled-metrics", pooled_metrics or None)) if value is not None]
         if given:
             raise ValueError(f"--resume continues a run in its own directory with its own settings; leave out {', '.join(given)}")
         run_dir = resume.resolve()
         settings, out = FlowerSettings(resume_dir=run_dir.name), run_dir.parent
     else:
+        robust = True if o.robust_defaults is None else bool(o.robust_defaults)
+        (job,) = jobs_from_options(replace(o, robust_defaults=False), *_methods_and_seeds(o, "0", one=True))
         if out is not None:
             prepare_out(out)
-        settings = FlowerSettings(
-            method=method, scenario=scenario, rounds=rounds, seed=seed, graph=graph, pooled_metrics=pooled_metrics,
-            client_fraction=client_fraction, hyperparameters=parse_assignments(param or [], "--param"),
-            scenario_params=parse_assignments(scenario_param or [], "--scenario-param"), out_dir="." if out else "",
-            robust_defaults=robust_defaults,
-        )
+        settings = FlowerSettings(job=job, pooled_metrics=pooled_metrics, out_dir="." if out else "", robust_defaults=robust)
     started = time.perf_counter()
     try:
         history = simulate_flower(settings, nodes, cpus_per_node=cpus_per_node, verbose=verbose, results_root=out)
     except FlowerRunFailed as exc:
         ui.err_console.print(f"[bold red]Error:[/] {ui.escape(str(exc).splitlines()[0])}", soft_wrap=True)
         raise typer.Exit(1) from None
-    title = f"{history.method} on Flower's Simulation Runtime" + (f", resumed in {history.out_dir}" if resume else f", {scenario}, seed {seed}")
-    ui.print_flower(history, title, time.perf_counter() - started)
+    where = f", resumed in {history.out_dir}" if resume else f", {settings.job.data_name}, seed {settings.job.seed}"
+    ui.print_flower(history, f"{history.method} on Flower's Simulation Runtime" + where, time.perf_counter() - started)
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
-"""Shared pieces of the ``topofl`` command line (:mod:`topofl.cli`): the consoles, one-line
-errors, option declarations, the lazily built hyper-parameter help, and what the listing and
-summary commands print. Light on purpose: the methods and scenarios are imported inside the
-functions that need them, never at module level.
+"""Shared pieces of the ``topofl`` command line (:mod:`topofl.cli`): the consoles, one-line errors,
+option declarations, TOML config files, the :class:`~topofl.job.Job` a command's options describe,
+and what the listing and summary commands print. Light on purpose: the methods and scenarios are
+imported inside the functions that need them, never at module level.
 """
 from __future__ import annotations
 
@@ -10,15 +10,27 @@ import functools
 import inspect
 import logging
 import os
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from typer.core import TyperCommand
+
+from topofl.atomic import LOCK_NAME
+from topofl.config import parse_assignments, parse_seeds
+
+if TYPE_CHECKING:  # pragma: no cover
+    from topofl.job import Job
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 
@@ -105,13 +117,14 @@ ScenParamOpt = typer.Option(
 )
 ConfigOpt = typer.Option(
     None, "--config", "-c",
-    help=escape("TOML file with any of: scenario, method(s), seed(s), rounds, client_fraction, model, [scenario_params], [hyperparameters]; "
-                "flags override it, and its settings of methods not selected are ignored."),
+    help=escape("TOML file with any of: scenario, method(s), seed(s), rounds, client_fraction, model, graph, [scenario_params], "
+                "[graph_params], [hyperparameters]; flags override it, and its settings of methods not selected are ignored."),
 )
 FractionOpt = typer.Option(None, "--client-fraction", help="Fraction of clients selected per round, in (0, 1] (default 1).")
 RobustOpt = typer.Option(
-    False, "--robust-defaults", help="Give every method the deployments' Byzantine-robust defaults (topofl.flower.settings."
-    "DEPLOYMENT_DEFAULTS: the guarded mean, shares capped at 0.3) wherever no -p sets the field; without it the papers' rules."
+    None, "--robust-defaults/--papers-rules", help="Give every method the deployments' Byzantine-robust defaults "
+    "(topofl.deployment_defaults.DEPLOYMENT_DEFAULTS: the guarded mean, shares capped at 0.3) wherever no -p sets the field, or "
+    "the papers' rules (the default of run, compare and experiment; flower, like a deployment, defaults to the robust ones)."
 )
 VerboseOpt = typer.Option(False, "--verbose", "-v", help="Log debug messages (and the config file's settings that were ignored).")
 GraphOpt = typer.Option(
@@ -167,15 +180,20 @@ def p_text(p: float) -> str:
     return "p<0.001" if p < 0.001 else f"p={p:.3f}"
 
 
-SeedsOpt = typer.Option(None, "--seeds", help="Seeds: 0-9 (default), 0,3,7, or 0-4,10.")
+SeedsOpt = typer.Option(None, "--seeds", "--seed", help="Seeds: 0-9, 0,3,7, or 0-4,10 (compare's default 0-9; run: one seed, default 0).")
+MethodsOpt = typer.Option(
+    None, "--methods", "--method", "-m",
+    help="Comma-separated methods (compare's default: every server-based method; run: one, default ptopofl); `topofl methods` lists them.",
+)
 #: options several commands take, declared once: name -> (type, typer option); see :func:`with_options`
 SHARED_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "methods": (Optional[str], MethodsOpt),
     "scenario": (Optional[str], ScenarioOpt), "data": (Optional[Path], DataOpt), "site_column": (Optional[str], SiteColumnOpt),
     "label_column": (Optional[str], LabelColumnOpt), "seeds": (Optional[str], SeedsOpt), "rounds": (Optional[int], RoundsOpt),
     "param": (Optional[list[str]], ParamOpt), "scenario_param": (Optional[list[str]], ScenParamOpt), "config": (Optional[Path], ConfigOpt),
     "model": (Optional[str], ModelOpt), "client_fraction": (Optional[float], FractionOpt), "graph": (Optional[str], GraphOpt),
     "graph_param": (Optional[list[str]], GraphParamOpt), "overwrite": (bool, OverwriteOpt), "verbose": (bool, VerboseOpt),
-    "robust_defaults": (bool, RobustOpt),
+    "robust_defaults": (Optional[bool], RobustOpt),
     "trials": (Optional[int], TrialsOpt), "tune_params": (Optional[str], TuneParamsOpt), "tune_seeds": (Optional[str], TuneSeedsOpt),
     "validation_fraction": (Optional[float], ValidationOpt), "tune_metric": (Optional[str], TuneMetricOpt),
     "sampler_seed": (Optional[int], SamplerSeedOpt),
@@ -195,8 +213,10 @@ Options: Any = dataclasses.make_dataclass(
     "Options", [(name, typ, dataclasses.field(default=opt.default)) for name, (typ, opt) in SHARED_OPTIONS.items()], frozen=True,
     namespace={"tuning_flags": _tuning_flags, "__doc__": "The shared options a command received (see :func:`with_options`)."},
 )
-#: the options of a run on a scenario or the user's data (compare, run, tune)
+#: the options of a run on a scenario or the user's data (run, compare, tune, flower, experiment)
 DATA_OPTIONS = ("scenario", "data", "site_column", "label_column", "rounds", "param", "scenario_param", "config", "model")
+#: the options that describe jobs, the same for ``run`` and ``compare`` (and, but for --overwrite, ``flower``)
+JOB_OPTIONS = ("methods", "seeds", *DATA_OPTIONS, "client_fraction", "graph", "graph_param", "robust_defaults")
 
 
 def paired_cell(r: dict[str, Any], metric: str = "auc") -> str:
@@ -353,10 +373,11 @@ class RoundTable:
 def print_flower(history: Any, title: str, seconds: float) -> None:
     """The per-round table of a Flower run, its failed or dropped replies and wall time."""
     table = Table(title=title, title_justify="left")
-    keys = [k for k in ("accuracy", "auc", "loss", "bits") if k in as_dict(history.rounds[0])]
+    rows = history.iterations or history.rounds  # a relayed peer run: every iteration, with its bits
+    keys = [k for k in ("accuracy", "auc", "loss", "bits") if k in as_dict(rows[0])]
     for col in ("round", *keys):
         table.add_column(col, justify="right")
-    for r in history.rounds:
+    for r in rows:
         d = as_dict(r)
         table.add_row(str(d["round"]), *(f"{d[k]:.4g}" for k in keys))
     console.print(table)
@@ -419,3 +440,339 @@ def print_tuning(out: Path) -> None:
             t.add_row(*(r[c] for c in lead), name, r["metric"], f"{f(r['diff_mean'], '+.3f')} ({f(r['ci_low'], '+.3f')}, "
                       f"{f(r['ci_high'], '+.3f')})", won, f(r["p_value"]), f(r["p_holm"]) + star(r["p_holm"]))
         console.print(t)
+
+
+log = logging.getLogger(__name__)
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+def method_hyperparameters(methods: Sequence[str], flat: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Route hyper-parameters to methods: ``"ptopofl.beta"`` to one method, a bare ``"lr"`` to every
+    selected method that has it. A name no selected method knows is an error listing the known ones.
+    """
+    from topofl.methods import get as get_method
+
+    out: dict[str, dict[str, Any]] = {m: {} for m in methods}
+    for key, value in flat.items():
+        if "." in key:
+            method, name = key.split(".", 1)
+            if method not in out:
+                raise ValueError(f"hyper-parameter {key!r} names method {method!r}, which is not selected ({', '.join(methods)})")
+            out[method][name] = value
+            continue
+        targets = [m for m in methods if key in get_method(m).config.field_help()]
+        if not targets:
+            known = sorted({f for m in methods for f in get_method(m).config.field_help()})
+            raise ValueError(f"unknown hyper-parameter {key!r} for {', '.join(methods)}; known: {', '.join(known)}")
+        for m in targets:
+            out[m].setdefault(key, value)
+    return out
+
+
+#: Largest config file :func:`load_toml` reads (a run/compare file is a few hundred bytes).
+MAX_CONFIG_BYTES = 1_000_000
+#: Deepest nesting of tables and arrays a config file may have (the layout needs 3: ``[hyperparameters.METHOD]`` with a list value).
+MAX_CONFIG_DEPTH = 16
+
+
+def load_toml(path: Path) -> dict[str, Any]:
+    """Read a run/compare TOML file (layout in the README); every key's type is checked
+    (:data:`CONFIG_KEYS`) and a wrong one is a ``ValueError`` naming the file and the key.
+
+    Parameters
+    ----------
+    path : Path
+        A UTF-8 TOML file (a leading byte-order mark is ignored) of at most
+        :data:`MAX_CONFIG_BYTES` bytes, nesting tables and arrays at most
+        :data:`MAX_CONFIG_DEPTH` levels deep.
+
+    Raises
+    ------
+    ValueError
+        One line naming the file: missing or unreadable, too large, not UTF-8, not TOML, nested
+        too deeply, an unknown key or a value of the wrong type.
+    """
+    path = Path(path)
+    where = f"config file {str(path)!r}"
+    if not path.is_file():
+        raise ValueError(f"{where} does not exist")
+    try:
+        size = path.stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise ValueError(f"{where} is larger than {MAX_CONFIG_BYTES:,} bytes ({size:,}); a run/compare config is a few lines")
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise ValueError(f"{where} cannot be read: {exc.strerror or exc}") from None
+    if len(raw) > MAX_CONFIG_BYTES:  # grew since stat
+        raise ValueError(f"{where} is larger than {MAX_CONFIG_BYTES:,} bytes; a run/compare config is a few lines")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{where} is not UTF-8 text (byte {exc.start} is {raw[exc.start:exc.start + 1]!r}); save it as UTF-8") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{where} is not valid TOML: {str(exc).splitlines()[0] if str(exc) else exc!r}") from None
+    except RecursionError:
+        raise ValueError(f"{where} nests deeper than TOML can be read here; at most {MAX_CONFIG_DEPTH} levels of tables and arrays") from None
+    depth = _nesting(data) - 1  # the document itself is no level
+    if depth > MAX_CONFIG_DEPTH:
+        raise ValueError(f"{where} nests {depth} levels deep; at most {MAX_CONFIG_DEPTH} levels of tables and arrays")
+    unknown = sorted(set(data) - set(CONFIG_KEYS))
+    if unknown:
+        shown = ", ".join(k if len(k) <= 40 else k[:30] + "..." for k in unknown[:12]) + (" ..." if len(unknown) > 12 else "")
+        raise ValueError(f"{where} has unknown key(s) {shown}; known: {', '.join(sorted(CONFIG_KEYS))}")
+    for key, value in data.items():
+        expected, ok = CONFIG_KEYS[key]
+        if not ok(value):
+            raise ValueError(f"{where}: {key} must be {expected}; got {_short(value)}")
+    return data
+
+
+def _nesting(value: Any) -> int:
+    """How many tables and arrays ``value`` nests (a scalar: 0), without recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, Mapping):
+            children: Any = v.values()
+        elif isinstance(v, list):
+            children = v
+        else:
+            continue
+        deepest = max(deepest, depth + 1)
+        stack.extend((c, depth + 1) for c in children)
+    return deepest
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    """``repr(value)``, cut to about ``limit`` characters with its full length said."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit - 20]}... ({len(text)} characters)"
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+#: the keys of a TOML file's [tuning] table (topofl tune), as the flags --trials, --tune-params, ... name them
+TUNING_KEYS = ("trials", "params", "seeds", "validation_fraction", "metric", "sampler_seed")
+#: the keys a run/compare TOML file may hold: (what the value must be, its check)
+CONFIG_KEYS: dict[str, tuple[str, Any]] = {
+    "scenario": ("a string, e.g. scenario = \"healthcare\"", lambda v: isinstance(v, str)),
+    "method": ("a string, e.g. method = \"ptopofl\"", lambda v: isinstance(v, str)),
+    "methods": ("a list of method names, e.g. methods = [\"ptopofl\", \"fedavg\"]",
+                lambda v: isinstance(v, list) and bool(v) and all(isinstance(m, str) for m in v)),
+    "seed": ("an integer", _is_int),
+    "model": ("a model name such as \"cnn-small\" or \"package.module:factory\"", lambda v: isinstance(v, str) and bool(v)),
+    "seeds": ("a string such as \"0-9\", an integer or a list of integers",
+              lambda v: isinstance(v, str) or _is_int(v) or (isinstance(v, list) and bool(v) and all(_is_int(x) for x in v))),
+    "rounds": ("an integer", _is_int),
+    "client_fraction": ("a number in (0, 1]", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)),
+    "graph": ("a graph kind, e.g. graph = \"ring\"", lambda v: isinstance(v, str) and bool(v)),
+    "graph_params": ("a table ([graph_params] with KEY = VALUE lines)", lambda v: isinstance(v, Mapping)),
+    "scenario_params": ("a table ([scenario_params] with KEY = VALUE lines)", lambda v: isinstance(v, Mapping)),
+    "hyperparameters": ("a table ([hyperparameters] with KEY = VALUE lines, [hyperparameters.METHOD] for one method)",
+                        lambda v: isinstance(v, Mapping)),
+    "tuning": ("a table ([tuning] with any of " + ", ".join(TUNING_KEYS) + "; topofl tune)",
+               lambda v: isinstance(v, Mapping) and set(v) <= set(TUNING_KEYS)),
+}
+
+
+def flatten_hyperparameters(table: Mapping[str, Any]) -> dict[str, Any]:
+    """TOML ``[hyperparameters]`` (bare keys, and sub-tables per method) → ``{"lr": .., "ptopofl.beta": ..}``."""
+    flat: dict[str, Any] = {}
+    for key, value in table.items():
+        if isinstance(value, Mapping):
+            flat.update({f"{key}.{k}": v for k, v in value.items()})
+        else:
+            flat[key] = value
+    return flat
+
+
+def _drop_unselected(methods: Sequence[str], flat: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """The file's hyper-parameters less those meant only for registered methods that are not
+    selected (each dropped one logged); names of no registered method are kept, to fail later.
+    """
+    from topofl.methods import REGISTRY, available
+
+    kept: dict[str, Any] = {}
+    for key, value in flat.items():
+        method, dot, name = key.partition(".")
+        if not dot:
+            method, name = "", key
+        if method:
+            if method not in REGISTRY:
+                raise ValueError(f"{source}: hyper-parameter {key!r} names unknown method {method!r}; available: {', '.join(available())}")
+            if method not in methods:
+                log.info("%s: %s ignored (method %s is not selected)", source, key, method)
+                continue
+        elif not any(name in REGISTRY[m].config.field_help() for m in methods) and any(
+                name in m.config.field_help() for m in REGISTRY.values()):
+            log.info("%s: %s ignored (no selected method has it)", source, key)
+            continue
+        kept[key] = value
+    return kept
+
+
+def route_hyperparameters(methods: Sequence[str], from_file: Mapping[str, Any], from_flags: Mapping[str, Any],
+                          source: str = "config file") -> dict[str, dict[str, Any]]:
+    """Route a config file's and the flags' hyper-parameters to ``methods``; a flag's value wins
+    over the file's for the same method and name.
+
+    One file may serve several commands, so the file's settings of registered methods that are not
+    selected (``ptopofl.n_clusters`` with ``--methods fedavg``, or a bare ``n_clusters`` no
+    selected method has) are ignored, each with a logged note (``--verbose`` shows it). A flag naming
+    a method that is not selected, and a name no method knows, stay errors (:func:`method_hyperparameters`).
+    """
+    file_part = method_hyperparameters(methods, _drop_unselected(methods, from_file, source))
+    flag_part = method_hyperparameters(methods, from_flags)
+    return {m: {**file_part[m], **flag_part[m]} for m in methods}
+
+
+def resolve(flag: Any, file: Mapping[str, Any], key: str, default: Any) -> Any:
+    """A flag's value if given, else the config file's ``key``, else ``default``."""
+    return flag if flag is not None else file.get(key, default)
+
+
+def data_scenario(scenario: str | None, data: Path | None, site_column: str | None, label_column: str | None,
+                  scenario_param: list[str] | None) -> tuple[str | None, list[str] | None]:
+    """``--data PATH`` is the ``table`` scenario with ``path``/``site_column``/``label_column`` set."""
+    if data is None:
+        if site_column is not None or label_column is not None:
+            raise ValueError("--site-column and --label-column go with --data")
+        return scenario, scenario_param
+    if scenario not in (None, "table"):
+        raise ValueError(f"--data and --scenario {scenario!r} exclude each other")
+    extra = [f"path={data}"] + ([f"site_column={site_column}"] if site_column is not None else []) + (
+        [f"label_column={label_column}"] if label_column is not None else [])
+    return "table", extra + list(scenario_param or [])
+
+
+def jobs_from_options(o: Any, file: Mapping[str, Any], methods: Sequence[str], seeds: Any) -> list[Job]:
+    """The jobs a ``run``/``compare``/``tune``/``flower`` command asks for: its shared options over
+    the config ``file``'s values over the defaults of :class:`~topofl.job.Job`, for every method of
+    ``methods`` on every seed of ``seeds`` (seed-major).
+    """
+    from topofl.data.sources import available as sources
+    from topofl.experiments.compare import plan_compare
+    from topofl.job import DEFAULT_DATA, DEFAULT_GRAPH, DEFAULT_ROUNDS, Job
+    from topofl.methods import REGISTRY, available
+
+    scenario, scenario_param = data_scenario(o.scenario, o.data, o.site_column, o.label_column, o.scenario_param)
+    data = resolve(scenario, file, "scenario", DEFAULT_DATA)
+    if data not in sources():
+        raise ValueError(f"unknown scenario {data!r}; available: {', '.join(sources())}")
+    scen = dict(file.get("scenario_params", {}))
+    scen.update(parse_assignments(scenario_param or [], "--scenario-param"))
+    chosen = tuple(dict.fromkeys(m.strip().lower() for m in methods if m.strip()))
+    if not chosen:
+        raise ValueError("--methods must name at least one method")
+    for m in chosen:
+        if m not in REGISTRY:
+            raise ValueError(f"unknown method {m!r}; available: {', '.join(available())}")
+    if isinstance(seeds, (list, tuple)):
+        seeds = ",".join(map(str, seeds))
+    hyperparameters = route_hyperparameters(chosen, flatten_hyperparameters(file.get("hyperparameters", {})),
+                                            parse_assignments(o.param or [], "--param"))
+    if o.robust_defaults:
+        from topofl.deployment_defaults import deployment_hyperparameters
+
+        hyperparameters = {m: deployment_hyperparameters(m, hyperparameters[m]) for m in chosen}
+    graph_params = dict(file.get("graph_params", {}))
+    graph_params.update(parse_assignments(o.graph_param or [], "--graph-param"))
+    rounds = resolve(o.rounds, file, "rounds", DEFAULT_ROUNDS)
+    template = Job(
+        method=chosen[0], data=data, data_params=scen, rounds=rounds,
+        client_fraction=float(resolve(o.client_fraction, file, "client_fraction", 1.0)),
+        graph=resolve(o.graph, file, "graph", DEFAULT_GRAPH), graph_params=graph_params,
+        model=resolve(o.model, file, "model", "linear"),
+    )
+    return plan_compare(template, chosen, parse_seeds(seeds), hyperparameters)
+
+
+def experiment_overrides(o: Any) -> tuple[dict[str, Any], Callable[[list[Job]], list[Job]] | None]:
+    """What ``topofl experiment``'s data, model and hyper-parameter options (over its ``--config``
+    file) change in every planned job, and the function that changes them (``None``: nothing).
+
+    ``--scenario``/``--data`` replace the data source (with ``-s``'s parameters), ``-s`` alone adds
+    parameters to each job's own; ``-p`` is routed to the plan's methods as for ``compare`` (a
+    bare name to every method that has it); ``--rounds``, ``--model``, ``--client-fraction``,
+    ``--graph``/``-g`` replace the job's value. The experiment keeps its own methods.
+    """
+    file = load_toml(o.config) if o.config else {}
+    for key in ("method", "methods", "seed", "seeds", "tuning"):
+        if key in file:
+            log.info("config file: %s ignored (an experiment plans its own methods and seeds; --seeds sets them)", key)
+    scenario, scenario_param = data_scenario(o.scenario, o.data, o.site_column, o.label_column, o.scenario_param)
+    changes: dict[str, Any] = {}
+    data = resolve(scenario, file, "scenario", None)
+    if data is not None:
+        changes["data"] = data
+    params = {**dict(file.get("scenario_params", {})), **parse_assignments(scenario_param or [], "--scenario-param")}
+    for name, flag, key in (("rounds", o.rounds, "rounds"), ("model", o.model, "model"),
+                            ("client_fraction", o.client_fraction, "client_fraction"), ("graph", o.graph, "graph")):
+        value = resolve(flag, file, key, None)
+        if value is not None:
+            changes[name] = value
+    graph_params = {**dict(file.get("graph_params", {})), **parse_assignments(o.graph_param or [], "--graph-param")}
+    flat = {**flatten_hyperparameters(file.get("hyperparameters", {})), **parse_assignments(o.param or [], "--param")}
+    said = {**changes, **({"data_params": params} if params else {}), **({"graph_params": graph_params} if graph_params else {}),
+            **({"hyperparameters": flat} if flat else {})}
+    if not said:
+        return {}, None
+
+    def adjust(jobs: list[Job]) -> list[Job]:
+        methods = [m for m in dict.fromkeys(j.method for j in jobs) if not m.startswith("paper:")]
+        routed = route_hyperparameters(methods, {}, flat, "--param") if flat else {}
+        out = []
+        for j in jobs:
+            new = dict(changes)
+            if params:
+                new["data_params"] = params if "data" in changes else {**j.data_params, **params}
+            elif "data" in changes:
+                new["data_params"] = {}
+            if graph_params:
+                new["graph_params"] = {**({} if "graph" in changes else j.graph_params), **graph_params}
+            if routed.get(j.method):
+                new["hyperparameters"] = {**j.hyperparameters, **routed[j.method]}
+            out.append(j.with_(**new))
+        return out
+
+    return said, adjust
+
+
+def check_out_is_free(path: Path, overwrite: bool, flag: str = "--out") -> None:
+    """Refuse (one-line ``ValueError``) to write into a directory that already holds files, unless
+    ``overwrite``: results of an earlier run are never replaced by surprise.
+    """
+    path = Path(path)
+    if overwrite or not path.is_dir():
+        return
+    entries = sorted(p.name for p in path.iterdir() if p.name != LOCK_NAME)  # a lock file left by a finished run holds no results
+    if entries:
+        shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
+        raise ValueError(f"{flag} {str(path)!r} already holds files ({shown}); pass --overwrite to replace the results in it, "
+                         "or choose another directory")
+
+
+def prepare_out(path: Path, flag: str = "--out") -> Path:
+    """Create output directory ``path`` (with its parents) or raise a one-line ``ValueError``
+    naming the flag and what is wrong (a file in the way, no permission, ...).
+    """
+    path = Path(path)
+    for parent in [path, *path.parents]:
+        if parent.exists() and not parent.is_dir():
+            raise ValueError(f"{flag} {str(path)!r}: {str(parent)!r} is a file, not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"{flag} {str(path)!r}: cannot create the directory ({exc.strerror or exc})") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag} {str(path)!r}: the directory is not writable")
+    return path

@@ -26,6 +26,13 @@ DEVICES = ("cpu", "cuda", "auto")
 _LEGACY_DATA_NAMES = {"rotated-digits": "digits", "rotated-mnist": "mnist"}
 
 
+#: the names files and run configs have always used for a job's fields (``config.json``, Flower's run config
+#: and checkpoints): name in files → :class:`Job` field
+FILE_NAMES = {"method": "method", "scenario": "data", "scenario_params": "data_params", "rounds": "rounds", "seed": "seed",
+              "hyperparameters": "hyperparameters", "client_fraction": "client_fraction", "graph": "graph",
+              "graph_params": "graph_params", "model": "model", "device": "device", "attack": "attack"}
+
+
 def _frozen_mapping(name: str, value: Any) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise ValueError(f"{name} must be a mapping of names to values; got {value!r}")
@@ -89,9 +96,9 @@ class Job:
     setting: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        from topofl.methods import available
+        from topofl.methods import canonical
 
-        check_choice("method", self.method, available())
+        object.__setattr__(self, "method", canonical(self.method))  # unknown: a ValueError listing the registered ones
         for name in ("data_params", "hyperparameters", "graph_params", "setting"):
             object.__setattr__(self, name, _frozen_mapping(name, getattr(self, name)))
         if isinstance(self.data, str):
@@ -117,11 +124,16 @@ class Job:
         if self.attack != "":
             from topofl.robustness.attacks import parse_attack
 
-            parse_attack(self.attack)  # a bad spec is a ValueError naming the field
+            try:
+                parse_attack(self.attack)
+            except ValueError as exc:
+                raise ValueError(f"attack={self.attack!r}: {exc}") from None
 
     @property
     def family(self) -> str:
-        """``"server"`` or ``"peer"``: the family of :attr:`method`, which decides the runtime."""
+        """``"server"`` or ``"peer"``: the family of :attr:`method`, which decides the runtime (``"paper"``:
+        the authors' paper-era protocol, which the experiment runner executes).
+        """
         from topofl.methods import family
 
         return family(self.method)
@@ -163,13 +175,18 @@ class Job:
             "experiment": d["experiment"], "scenario": _LEGACY_DATA_NAMES.get(d["data"], d["data"]), "method": d["method"],
             "seed": d["seed"], "rounds": d["rounds"], "label": d["label"], "hyperparameters": d["hyperparameters"],
             "scenario_params": d["data_params"], "setting": d["setting"],
-            "graph": {} if self.family == "server" else {"kind": d["graph"], **d["graph_params"]},
+            "graph": {"kind": d["graph"], **d["graph_params"]} if self.family == "peer" else {},
             "model": d["model"], "attack": d["attack"], "validation": d["validation"],
         }
         for name, default in (("client_fraction", 1.0), ("device", "cpu")):  # fields that came with Job
             if d[name] != default:
                 out[name] = d[name]
         return out
+
+    def file_dict(self) -> dict[str, Any]:
+        """The job's run-defining fields under the names files use (:data:`FILE_NAMES`)."""
+        d = self.as_dict()
+        return {name: d[f] for name, f in FILE_NAMES.items()}
 
     @property
     def run_id(self) -> str:

@@ -90,6 +90,13 @@ REGISTRY: dict[str, Method] = {
 }
 
 
+#: a method run by the authors' paper-era protocol (:mod:`topofl.experiments.paper_protocol`: their
+#: training and scoring, re-implemented) is named ``PAPER_PREFIX + one of PAPER_METHODS``; its family is "paper"
+PAPER_PREFIX = "paper:"
+#: the protocol's methods: Table 1's rows (FedAvg as printed: ``fedavg-refit``), the control and the local reference
+PAPER_METHODS = ("ptopofl", "fedavg-refit", "fedavg-global", "fedprox", "scaffold", "pfedme", "local")
+
+
 def available(family: str | None = None) -> list[str]:
     """Registered method names, of one family or of both."""
     if family is not None and family not in FAMILIES:
@@ -106,8 +113,21 @@ def get(name: str) -> Method:
 
 
 def family(name: str) -> str:
-    """``"server"`` or ``"peer"``."""
+    """``"server"`` or ``"peer"`` (``"paper"`` for a method of the authors' paper-era protocol)."""
+    if str(name).startswith(PAPER_PREFIX):
+        return "paper"
     return get(name).family
+
+
+def canonical(name: str) -> str:
+    """The registered name of ``name`` (case and spaces ignored), or ``paper:<method>`` of the paper-era
+    protocol; ``ValueError`` listing the known names otherwise.
+    """
+    if str(name).startswith(PAPER_PREFIX):
+        if str(name)[len(PAPER_PREFIX):] not in PAPER_METHODS:
+            raise ValueError(f"unknown paper-protocol method {name!r}; available: {', '.join(PAPER_PREFIX + m for m in PAPER_METHODS)}")
+        return str(name)
+    return get(name).name
 
 
 def build(name: str, hyperparameters: Mapping[str, Any] | None = None) -> AnyMethod:

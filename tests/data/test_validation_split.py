@@ -4,7 +4,7 @@ import pytest
 
 from topofl.data.federation import validation_clients
 from topofl.data.scenarios import make_scenario
-from topofl.experiments.store import RunSpec
+from topofl.job import Job
 
 
 def test_validation_split_is_a_stratified_partition_of_training_rows_only():
@@ -40,8 +40,8 @@ def test_validation_split_refuses_bad_input():
 
 
 def test_run_ids_of_test_runs_are_unchanged_and_validation_runs_differ():
-    spec = RunSpec("comparison", "healthcare", "fedavg", 0, 15)
+    spec = Job(experiment="comparison", data="healthcare", method="fedavg", seed=0, rounds=15)
     assert spec.run_id == "healthcare_fedavg__s0_36257b3c"  # as before validation runs existed (results on disk stay valid)
-    assert RunSpec("comparison", "healthcare", "fedavg", 0, 15, validation=0.25).run_id != spec.run_id
+    assert Job(experiment="comparison", data="healthcare", method="fedavg", seed=0, rounds=15, validation=0.25).run_id != spec.run_id
     with pytest.raises(ValueError, match="validation"):
-        RunSpec("comparison", "healthcare", "fedavg", 0, 15, validation=0.9)
+        Job(experiment="comparison", data="healthcare", method="fedavg", seed=0, rounds=15, validation=0.9)

@@ -145,9 +145,9 @@ def test_bits_count_every_directed_message():
     h = run_decentralised(clients, g, algo, 3, seed=0, n_classes=3)
     d = 18  # (5 + 1) * 3
     d_e = int(0.2 * d)
-    assert h.rounds[0]["bits"] == 2 * (2 * 6) * d_e * 32  # two exchanges × 12 directed edges
+    assert h.iterations[0]["bits"] == 2 * (2 * 6) * d_e * 32  # two exchanges × 12 directed edges
     hd = run_decentralised(clients, g, build("dfedu"), 3, seed=0, n_classes=3)
-    assert hd.rounds[0]["bits"] == 12 * d * 32
+    assert hd.iterations[0]["bits"] == 12 * d * 32
     hl = run_decentralised(clients, g, build("local-peers"), 3, seed=0, n_classes=3)
     assert hl.final["cumulative_bits"] == 0
 
@@ -173,8 +173,8 @@ def test_a_run_that_would_outgrow_the_budget_is_refused_up_front_with_the_bytes_
     g = make_graph("complete", 6)
     hp = {"gamma": 0.5, "map_init": "sparse_sign", "maps": "compact"}
     h = run_decentralised(clients, g, build("sheaf", hp), 12, seed=0, n_classes=3)
-    need, first = h.final["map_storage_bytes"], h.rounds[0]["map_storage_bytes"]
-    per = h.rounds[1]["map_storage_bytes"] - first
+    need, first = h.final["map_storage_bytes"], h.iterations[0]["map_storage_bytes"]
+    per = h.iterations[1]["map_storage_bytes"] - first
     assert need == first + 11 * per  # linear growth: the projection is exact
     rounds_run = []
     needed = re.escape(f"{need:.4g}")

@@ -3,13 +3,13 @@ iteration's P_ij^{k+1} θ_i^{k+1} is carried over from the second exchange inste
 it must equal a fresh projection, survive pickling, and be dropped whenever it no longer applies.
 The dense rank-one update runs in place."""
 import pickle
+import tracemalloc
 
 import numpy as np
 import pytest
 
 from helpers import multiclass_peers
 from topofl.decentralised import make_graph, run_decentralised
-from topofl.decentralised.sheaf import maps as maps_module
 from topofl.decentralised.sheaf.maps import NodeMaps, initial_maps
 from topofl.methods import build_peer as build
 
@@ -97,16 +97,24 @@ def test_recompress_drops_the_cache():
     assert maps.cached(x) is None
 
 
-def test_dense_update_is_in_place_and_exact():
+@pytest.mark.parametrize("sizes, d", [([3, 4], 6), ([250, 120], 500), ([2000, 1700], 40), ([5, 3], 70_000)],
+                         ids=["tiny", "wide", "tall", "rows-longer-than-a-block"])
+def test_dense_update_is_in_place_and_exact(sizes, d):
+    """Exact for any shape (the update runs block by block: one block, several with a partial last
+    one, rows longer than a block), in place, and with no temporary of the maps' size."""
     rng = np.random.default_rng(2)
-    sizes, d = [250, 120], 500  # several row blocks (maps._BLOCK entries each) and a partial last one
-    rows_per_block = maps_module._BLOCK // d
-    assert sum(sizes) > 2 * rows_per_block and sum(sizes) % rows_per_block
     maps = NodeMaps(initial_maps("gaussian", sizes, d, 1.0, rng), sizes, False)
     P, before = maps.P, maps.P.copy()
     u, v = rng.standard_normal(sum(sizes)), rng.standard_normal(d)
     u0, v0 = u.copy(), v.copy()
-    maps.update(u, v)
+    NodeMaps(initial_maps("gaussian", [1], 2, 1.0, rng), [1], False).update(np.ones(1), np.ones(2))  # loads SciPy's BLAS first
+    tracemalloc.start()
+    try:
+        maps.update(u, v)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < P.nbytes / 4 + 1_000_000, (peak, P.nbytes)
     assert maps.P is P and P.flags.c_contiguous
     np.testing.assert_allclose(P, before - np.outer(u0, v0), rtol=0, atol=1e-13)
     np.testing.assert_array_equal(u, u0)

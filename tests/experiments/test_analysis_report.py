@@ -7,8 +7,8 @@ from typer.testing import CliRunner
 from topofl.cli import app
 from topofl.experiments.analysis import detection_scores, final_table, group_curves
 from topofl.experiments.driver import run_experiment
+from topofl.experiments.ptopofl.robustness import adversaries
 from topofl.experiments.report import build_report
-from topofl.experiments.suite.robustness import adversaries
 
 
 def test_detection_scores_by_hand():
@@ -121,7 +121,7 @@ def test_heart_disease_experiment_has_both_references_and_holm_adjusted_paired_r
     specs = plan_for("heart-disease", [0, 1])
     assert len(specs) == 2 * (len(available("server")) + 1)
     pooled = [s for s in specs if s.label == "pooled"]
-    assert len(pooled) == 2 and all(s.method == "local" and s.scenario_params["pooled_training"] for s in pooled)
+    assert len(pooled) == 2 and all(s.method == "local" and s.data_params["pooled_training"] for s in pooled)
     out = run_experiment("heart-disease", [0, 1], tmp_path)
     summary = {r["method"]: r for r in csv.DictReader(open(out / "summary.csv"))}
     assert {"ptopofl", "local", "pooled"} <= set(summary)
@@ -134,22 +134,22 @@ def test_heart_disease_experiment_has_both_references_and_holm_adjusted_paired_r
     assert (out / "auc_curves.png").is_file()
 
 
-def test_controls_cluster_agreement_is_high_only_where_geometry_carries_the_groups(tmp_path, monkeypatch):
+def test_controls_cluster_agreement_is_high_only_where_geometry_carries_the_groups(tmp_path):
     """pTopoFL's clusters against the rule groups (adjusted Rand index), seeds 0-9. Measured (15 rounds;
     the clusters form in round 1 and static data never drift, so one round gives the same): coupled
     0.849 (1.0 on 8 seeds, 0.495 and 0.0 on the others), independent −0.021, shared −0.033.
     """
     import csv
 
-    from topofl.experiments.suite import controls
+    from topofl.experiments.base import server_logs
+    from topofl.experiments.ptopofl import controls
 
-    monkeypatch.setattr(controls, "ROUNDS", 1)
-    monkeypatch.setattr(controls, "available", lambda family: ["ptopofl", "fedavg"])
-    out = run_experiment("controls", list(range(10)), tmp_path)
+    small = controls.ControlsBudget(rounds=1, methods=("ptopofl", "fedavg"))  # a budget is a value passed in
+    out = run_experiment("controls", list(range(10)), tmp_path, budget=small)
     ari = {r["geometry"]: float(r["ari_mean"]) for r in csv.DictReader(open(out / "cluster_agreement.csv"))}
     assert ari["coupled"] == pytest.approx(0.849, abs=0.01)
     assert abs(ari["independent"]) < 0.1 and abs(ari["shared"]) < 0.1
-    per_seed = [r for r in controls.cluster_agreement(out) if r["geometry"] == "coupled"]
+    per_seed = [r for r in controls.cluster_agreement(server_logs(out)) if r["geometry"] == "coupled"]
     assert sum(r["ari"] == 1.0 for r in per_seed) == 8
     paired = list(csv.DictReader(open(out / "paired.csv")))
     assert {(r["geometry"], r["metric"]) for r in paired} == {(g, m) for g in controls.GEOMETRIES for m in ("auc", "accuracy")}

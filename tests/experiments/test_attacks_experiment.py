@@ -6,25 +6,26 @@ import numpy as np
 import pytest
 
 from topofl.experiments.driver import default_seeds, plan_for, run_experiment
-from topofl.experiments.store import RunSpec
-from topofl.experiments.suite import attacks
+from topofl.experiments.security import attacks
+from topofl.job import Job
 
 
 def test_plans_by_budget_and_run_ids_without_an_attack_are_unchanged():
     full, quick = plan_for("attacks", [0, 1], "full"), plan_for("attacks", [0], "quick")
     audit = len(attacks.DEFENCES) * len(attacks.AUDIT)   # the audit's two sign flips, healthcare only
-    per_seed = sum(len(attacks.DEFENCES) * (1 + len(attacks.KINDS) * len(shares)) for _, shares in attacks.SCENARIOS.values()) + audit
+    defences, kinds = len(attacks.DEFENCES), len(attacks.KINDS)
+    per_seed = sum(defences * (1 + kinds * len(shares)) for _, shares in attacks.BUDGETS["full"].shares) + audit
     assert len(full) == 2 * per_seed
-    assert len(quick) == sum(len(attacks.DEFENCES) * (1 + len(attacks.KINDS) * 2) for _ in attacks.SCENARIOS) + audit
+    assert len(quick) == sum(defences * (1 + kinds * 2) for _ in attacks.BUDGETS["quick"].shares) + audit
     assert {s.attack for s in full if s.setting["attack"] == "sign_flip_x9"} == {"sign_flip:scale=9,fraction=0.125,seed=0",
                                                                                 "sign_flip:scale=9,fraction=0.125,seed=1"}
     assert {s.attack for s in full if s.setting["attack"] == attacks.CLEAN} == {""}
     # an empty attack leaves a run's id as it was before attacks existed (resumable old results)
-    spec = RunSpec("x", "healthcare", "fedavg", 0, 3)
-    assert spec.run_id == RunSpec("x", "healthcare", "fedavg", 0, 3, attack="").run_id
-    assert spec.run_id != RunSpec("x", "healthcare", "fedavg", 0, 3, attack="sign_flip").run_id
+    spec = Job(experiment="x", data="healthcare", method="fedavg", seed=0, rounds=3)
+    assert spec.run_id == spec.with_(attack="").run_id
+    assert spec.run_id != spec.with_(attack="sign_flip").run_id
     with pytest.raises(ValueError, match="no --data-root"):
-        attacks.plan([0], "full", "/data")
+        plan_for("attacks", [0], "full", "/data")
     # `topofl experiment attacks --quick` with no --seeds: three seeds, the full budget ten
     assert default_seeds("attacks", "quick") == (0, 1, 2) and default_seeds("attacks") == tuple(range(10))
     assert default_seeds("comparison", "quick") == default_seeds("comparison") == tuple(range(10))
@@ -59,16 +60,15 @@ def test_smoke_run_attacks_the_chosen_clients_and_scores_detection(tmp_path):
     assert ("FedAvg (deployment default)", "sign_flip_x10") in det   # the update-space detector is scored
 
 
-def test_detection_scores_by_hand(tmp_path):
+def test_detection_scores_by_hand():
     logs = [
         {"scenario": "healthcare", "method": "FedAvg + Krum", "attack": "sign_flip", "share": 0.25, "seed": 0, "round": 1, "excluded": [5]},
         {"scenario": "healthcare", "method": "FedAvg + Krum", "attack": "sign_flip", "share": 0.25, "seed": 0, "round": 2, "excluded": [1, 5, 6]},
         {"scenario": "healthcare", "method": "pTopoFL", "attack": "sign_flip", "share": 0.25, "seed": 0, "round": 2, "flagged": []},
     ]
-    (tmp_path / "server_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in logs))
     done = [{"scenario": "healthcare", "method": m, "attack": "sign_flip", "share": 0.25, "seed": 0, "adversarial": [1, 5]}
             for m in ("FedAvg + Krum", "pTopoFL")]
-    rows = {r["method"]: r for r in attacks.detection(tmp_path, done)}
+    rows = {r["method"]: r for r in attacks.detection(logs, done)}
     krum = rows["FedAvg + Krum"]   # final round: {1, 5, 6} against {1, 5}: precision 2/3, recall 1, F1 0.8
     assert krum["precision"] == pytest.approx(2 / 3) and krum["recall"] == 1.0 and krum["f1"] == pytest.approx(0.8)
     assert rows["pTopoFL"]["recall"] == 0.0 and rows["pTopoFL"]["f1"] == 0.0   # nothing flagged

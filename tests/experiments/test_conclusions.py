@@ -58,11 +58,11 @@ def test_heart_disease_ptopofl_ties_fedavg_and_trails_ifca_and_pooled(tmp_path):
     assert all(float(r["p_holm"]) > 0.05 for r in paired.values())  # no difference to pTopoFL survives Holm, AUC or accuracy
 
 
-def test_benchmark_ptopofl_ties_fedavg(tmp_path, monkeypatch):
-    from topofl.experiments.suite import comparison
+def test_benchmark_ptopofl_ties_fedavg(tmp_path):
+    from topofl.experiments.ptopofl.comparison import ComparisonBudget
 
-    monkeypatch.setattr(comparison, "SCENARIOS", ("benchmark",))
-    paired = by(rows(run_experiment("comparison", SEEDS, tmp_path, jobs=2) / "paired.csv"), "metric", "method")
+    out = run_experiment("comparison", SEEDS, tmp_path, jobs=2, budget=ComparisonBudget(scenarios=("benchmark",)))
+    paired = by(rows(out / "paired.csv"), "metric", "method")
     r = paired[("auc", "ptopofl")]  # pTopoFL − FedAvg
     assert abs(float(r["diff_mean"])) < 0.002 and float(r["p_holm"]) == 1.0
     assert float(paired[("auc", "ditto")]["diff_mean"]) == pytest.approx(-0.0220, abs=0.002) and float(paired[("auc", "ditto")]["p_holm"]) < 0.05

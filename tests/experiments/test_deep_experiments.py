@@ -17,11 +17,11 @@ def test_plans_cover_the_papers_comparisons():
     assert {s.method for s in quick} == {"ptopofl", "fedavg", "fedprox", "scaffold", "pfedme", "ditto", "perfedavg", "ifca", "local"}
     assert all(s.model != "linear" for s in quick)
     d = [s for s in quick if s.setting["part"] == "D'"][0]
-    assert d.scenario_params["n_clients"] == 50 and d.scenario_params["styles"] > 0
+    assert d.data_params["n_clients"] == 50 and d.data_params["styles"] > 0
     sm = plan_for("sheaf-mnist", [0], "full")
     assert {s.setting["gamma"] for s in sm if s.method == "sheaf" and s.setting["part"] == "same"} == {0.01, 0.03, 0.1, 0.3}
     assert any(s.model == "cnn-small,cnn-medium,cnn-large" for s in sm)
-    assert all(s.graph == {"kind": "erdos_renyi", "p": 0.15} for s in sm)
+    assert all((s.graph, s.graph_params) == ("erdos_renyi", {"p": 0.15}) for s in sm)
 
 
 def test_budgets_and_data_root_are_checked(tmp_path):
@@ -64,7 +64,7 @@ def test_ptopofl_uses_table_3s_three_clusters_and_a_trained_representation_varia
 def test_label_groups_and_the_note_on_dominant_clusters():
     import numpy as np
 
-    from topofl.experiments.suite.deep import cluster_note, label_groups
+    from topofl.experiments.ptopofl.deep import cluster_note, label_groups
 
     y = [np.array([0] * 9 + [1]), np.array([0] * 8 + [1] * 2), np.array([2] * 10), np.array([2] * 9 + [1]), np.array([1] * 10)]
     assert label_groups(y, 3, 3) == [0, 0, 1, 1, 2]  # mostly 0, mostly 2, all 1

@@ -21,7 +21,8 @@ import pytest
 from typer.testing import CliRunner
 
 from topofl.cli import app
-from topofl.experiments.runs import RunSpec, execute, run_paths
+from topofl.experiments.runs import execute, run_paths
+from topofl.job import Job
 
 FILES = ("rounds.csv", "curves.csv", "server_log.jsonl")
 HOLD = textwrap.dedent("""
@@ -44,7 +45,7 @@ TRY = textwrap.dedent("""
 
 
 def specs():
-    return [RunSpec("t", "healthcare", m, s, 3) for s in (0, 1) for m in ("ptopofl", "fedavg")]
+    return [Job(experiment="t", data="healthcare", method=m, seed=s, rounds=3) for s in (0, 1) for m in ("ptopofl", "fedavg")]
 
 
 @contextmanager
@@ -83,8 +84,9 @@ def test_a_second_resume_on_one_out_is_refused_while_the_first_runs(tmp_path):
     script = textwrap.dedent(f"""
         import time
         from pathlib import Path
-        from topofl.experiments.runs import RunSpec, execute
-        specs = [RunSpec("t", "healthcare", m, s, 3) for s in (0, 1) for m in ("ptopofl", "fedavg")]
+        from topofl.experiments.runs import execute
+        from topofl.job import Job
+        specs = [Job(experiment="t", data="healthcare", method=m, seed=s, rounds=3) for s in (0, 1) for m in ("ptopofl", "fedavg")]
         def pause(spec, done):  # after its second run, process A waits (still writing the directory)
             if spec == specs[1]:
                 Path({str(ready)!r}).touch()
@@ -191,20 +193,21 @@ def test_a_symlinked_lock_file_is_refused(tmp_path):
 
 
 def test_compare_and_tune_directories_are_locked_too(tmp_path):
-    from topofl.experiments.compare import CompareSpec, run_compare
+    from topofl.experiments.compare import run_compare
     from topofl.experiments.tuning import TuneSettings, tune_comparison
 
     tune_out = tmp_path / "tune"
     tune_out.mkdir()
     with held(tune_out):
         with pytest.raises(ValueError, match=str(tune_out)):
-            tune_comparison([RunSpec("tune", "healthcare", "fedavg", 0, 2)], tune_out, TuneSettings(trials=2), reference="fedavg", resume=True)
+            tune_comparison([Job(experiment="tune", data="healthcare", method="fedavg", seed=0, rounds=2)], tune_out,
+                            TuneSettings(trials=2), reference="fedavg", resume=True)
     assert sorted(p.name for p in tune_out.iterdir()) == [".lock"]
     cmp_out = tmp_path / "cmp"
     cmp_out.mkdir()
     with held(cmp_out):
         with pytest.raises(ValueError, match=str(cmp_out)):
-            run_compare(CompareSpec(scenario="healthcare", methods=("fedavg",), seeds=(0,), rounds=1), cmp_out)
+            run_compare([Job(method="fedavg", data="healthcare", seed=0, rounds=1)], cmp_out)
     assert sorted(p.name for p in cmp_out.iterdir()) == [".lock"]
 
 
@@ -220,15 +223,15 @@ def test_the_flower_run_lock_is_the_same_lock(tmp_path):
 def test_an_experiment_directory_holds_its_lock_through_the_analysis(tmp_path, monkeypatch):
     """The lock covers the merge and the analysis, not only the runs."""
     from topofl.experiments import driver
-    from topofl.experiments.suite import EXPERIMENTS
+    from topofl.experiments.driver import EXPERIMENTS
 
     exp = EXPERIMENTS["ablation"]
     seen = []
     real = exp.analyse
 
-    def analyse(exp_dir, done):
+    def analyse(exp_dir, done, budget):
         seen.append(other_process_can_lock(exp_dir))
-        return real(exp_dir, done)
+        return real(exp_dir, done, budget)
 
     monkeypatch.setitem(EXPERIMENTS, "ablation", dataclasses.replace(exp, analyse=analyse))
     out = driver.run_experiment("ablation", [0], tmp_path)

@@ -1,5 +1,5 @@
 """The authors' paper-era protocol: Table 1 for the published seed, the FedAvg control, the
-experiment's tables, resume and bad input (topofl.experiments.paper_protocol, suite/paper_protocol)."""
+experiment's tables, resume and bad input (topofl.experiments.paper_protocol, experiments/ptopofl/paper_protocol)."""
 import json
 
 import numpy as np
@@ -8,9 +8,10 @@ import pytest
 from topofl.data.scenarios import make_scenario
 from topofl.data.scenarios.paper_era import PUBLISHED_SEED, paper_benchmark_clients, paper_healthcare_clients
 from topofl.experiments import paper_protocol as pp
-from topofl.experiments.runs import RunSpec, execute, run_paths
-from topofl.experiments.suite import EXPERIMENTS
-from topofl.experiments.suite import paper_protocol as suite
+from topofl.experiments.driver import EXPERIMENTS
+from topofl.experiments.ptopofl import paper_protocol as suite
+from topofl.experiments.runs import execute, run_paths
+from topofl.job import Job
 
 # the final-round mean AUC and accuracy over clients measured for seed 42 (the authors' framework/ code,
 # run here, gives the same values to the last bit); Table 1 prints them to three decimals
@@ -146,7 +147,7 @@ def test_table_1_rows_say_when_a_number_does_not_match():
     done[0]["final"]["auc"] += 0.0006  # off by one in the third decimal
     off = [r for r in suite.table1_rows(done) if not r["auc_matches"]]
     assert [(r["scenario"], r["method"]) for r in off] == [("healthcare", "ptopofl")]
-    lines = suite._console(suite.table1_rows(done), [], {}, 0)
+    lines = suite.console_lines(suite.table1_rows(done), [], {}, 0)
     assert sum(line.endswith("  NO") for line in lines) == 1 and sum(line.endswith("  yes") for line in lines) == 9
 
 
@@ -154,7 +155,8 @@ FILES = ("rounds.csv", "curves.csv", "server_log.jsonl")
 
 
 def _small_plan():
-    return [RunSpec("paper-protocol", "paper-healthcare", pp.PREFIX + m, s, 2, label=m) for s in (0, 1) for m in ("local", "fedprox")]
+    return [Job(experiment="paper-protocol", data="paper-healthcare", method=pp.PREFIX + m, seed=s, rounds=2, label=m)
+            for s in (0, 1) for m in ("local", "fedprox")]
 
 
 def test_runs_are_resumable_and_identical_to_an_uninterrupted_run(tmp_path):
@@ -173,22 +175,24 @@ def test_runs_are_resumable_and_identical_to_an_uninterrupted_run(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "spec, message",
+    "fields, message",
     [
-        (RunSpec("x", "paper-healthcare", "paper:fedsgd", 0, 2), "unknown paper-protocol method 'paper:fedsgd'"),
-        (RunSpec("x", "healthcare", "paper:fedprox", 0, 2), "the paper protocol runs on paper-healthcare, paper-benchmark"),
-        (RunSpec("x", "paper-healthcare", "paper:fedprox", 0, 2, hyperparameters={"mu": 1.0}), "takes no hyperparameters"),
-        (RunSpec("x", "paper-healthcare", "paper:fedprox", 0, 2, attack="label_flip"), "takes no hyperparameters, attack"),
-        (RunSpec("x", "paper-healthcare", "paper:fedprox", 0, 0), "rounds must be in [1, 10000]; got 0"),
-        (RunSpec("x", "paper-healthcare", "paper:fedprox", 0, 2, scenario_params={"n_clients": 1}), "n_clients must be in [2, 100]; got 1"),
-        (RunSpec("x", "paper-healthcare", "paper:fedprox", 0, 2, scenario_params={"adversarial": (8,)}), "adversarial client must be in [0, 7]"),
-        (RunSpec("x", "paper-healthcare", "paper:fedprox", 0, 2, scenario_params={"flip_fraction": 1.5}), "flip_fraction must be in [0.0, 1.0]"),
-        (RunSpec("x", "paper-benchmark", "paper:fedprox", 0, 2, scenario_params={"n_classes": 3}), "unknown parameter(s) n_classes"),
+        ({"method": "paper:fedsgd"}, "unknown paper-protocol method 'paper:fedsgd'"),
+        ({"data": "healthcare"}, "the paper protocol runs on paper-healthcare, paper-benchmark"),
+        ({"hyperparameters": {"mu": 1.0}}, "takes no hyperparameters"),
+        ({"attack": "label_flip"}, "takes no hyperparameters, attack"),
+        ({"rounds": 0}, "rounds must be in [1, "),
+        ({"data_params": {"n_clients": 1}}, "n_clients must be in [2, 100]; got 1"),
+        ({"data_params": {"adversarial": (8,)}}, "adversarial client must be in [0, 7]"),
+        ({"data_params": {"flip_fraction": 1.5}}, "flip_fraction must be in [0.0, 1.0]"),
+        ({"data": "paper-benchmark", "data_params": {"n_classes": 3}}, "unknown parameter(s) n_classes"),
     ],
 )
-def test_bad_input_is_refused_naming_the_field(tmp_path, spec, message):
-    with pytest.raises(ValueError) as err:
-        execute([spec], tmp_path)
+def test_bad_input_is_refused_naming_the_field(tmp_path, fields, message):
+    with pytest.raises(ValueError) as err:  # refused when the job is built or when it runs
+        base = {"experiment": "x", "data": "paper-healthcare", "method": "paper:fedprox", "seed": 0, "rounds": 2}
+        job = Job(**{**base, **fields})
+        execute([job], tmp_path)
     assert message in str(err.value)
 
 

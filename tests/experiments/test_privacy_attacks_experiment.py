@@ -7,8 +7,13 @@ import json
 import pytest
 
 from topofl.experiments import report
-from topofl.experiments.suite import EXPERIMENTS
-from topofl.experiments.suite import privacy_attacks as pa
+from topofl.experiments.driver import EXPERIMENTS
+from topofl.experiments.security import privacy_attacks as pa
+from topofl.experiments.security.privacy_probe import ProbeBudget, public_pool
+
+#: a smaller budget: 3 rounds, batches of 1 and 2, two restarts, a pool of two federations
+SMALL = pa.PrivacyAttacksBudget(rounds=3, probe=ProbeBudget(batch_sizes=(1, 2), restarts=2, max_iter=400,
+                                                              pool_seeds=(1000, 1001)))
 
 
 def test_registered_with_a_plan_of_one_run_per_method_and_seed():
@@ -16,21 +21,23 @@ def test_registered_with_a_plan_of_one_run_per_method_and_seed():
     assert "privacy-attacks" in report.ORDER
     specs = pa.plan([0, 3])
     assert [(s.method, s.seed) for s in specs] == [(m, s) for s in (0, 3) for m in pa.METHODS]
-    assert all(s.scenario == "healthcare" and s.rounds == pa.ROUNDS for s in specs)
+    assert all(s.data == "healthcare" and s.rounds == 15 and s.setting == {"probe": "privacy-attacks"} for s in specs)
+    with pytest.raises(ValueError, match="must include 'fedavg'"):
+        pa.plan([0], pa.PrivacyAttacksBudget(methods=("ptopofl",)))
 
 
-@pytest.fixture
-def small(monkeypatch):
-    """A smaller budget: 3 rounds, batches of 1 and 2, one restart, a pool of two federations."""
-    monkeypatch.setattr(pa, "ROUNDS", 3)
-    monkeypatch.setattr(pa, "OBSERVED", (1, 3))
-    monkeypatch.setattr(pa, "BATCH_SIZES", (1, 2))
-    monkeypatch.setattr(pa, "RESTARTS", 2)
-    monkeypatch.setattr(pa, "MAX_ITER", 400)
-    monkeypatch.setattr(pa, "POOL_SEEDS", (1000, 1001))
-    pa.public_pool.cache_clear()
-    yield
-    pa.public_pool.cache_clear()
+def test_the_probe_names_its_budget_and_reads_it_back():
+    from topofl.experiments.probes import parse_probe
+
+    assert ProbeBudget().spec() == "privacy-attacks"
+    spec = SMALL.probe.spec()
+    assert spec == "privacy-attacks:batch_sizes=1/2,restarts=2,max_iter=400,pool_seeds=1000/1001"
+    name, params = parse_probe(spec)
+    assert name == "privacy-attacks" and ProbeBudget.from_params(params) == SMALL.probe
+    with pytest.raises(ValueError, match="unknown probe 'nosuch'"):
+        parse_probe("nosuch")
+    with pytest.raises(ValueError, match="no parameter"):
+        ProbeBudget.from_params({"restart": "2"})
 
 
 def _rows(path):
@@ -38,10 +45,11 @@ def _rows(path):
         return list(csv.DictReader(f))
 
 
-def test_analysis_measures_every_channel(tmp_path, small):
+def test_analysis_measures_every_channel(tmp_path):
     from topofl.experiments.driver import run_experiment
 
-    out = run_experiment("privacy-attacks", [0, 1], tmp_path)
+    public_pool.cache_clear()
+    out = run_experiment("privacy-attacks", [0, 1], tmp_path, budget=SMALL)
     man = json.loads((out / "manifest.json").read_text())
     assert [t["csv"] for t in man["tables"]] == ["inversion.csv", "descriptor_inversion.csv", "descriptor_statistics.csv", "membership.csv",
                                                  "channels.csv"]
@@ -65,4 +73,7 @@ def test_analysis_measures_every_channel(tmp_path, small):
     assert all(0.0 <= float(r["auc_mean"]) <= 1.0 and int(r["n_seeds"]) == 2 for r in mem.values())
     per_client = _rows(out / "membership_by_client.csv")
     assert len(per_client) == 2 * len(pa.METHODS) * 6  # 6 honest hospitals per seed
-    assert any("matched the record to 0.0e+00" in n for n in man["notes"])  # the attacked models are the recorded runs'
+    assert any("matched the record to 0.0e+00" in n for n in man["notes"])  # FedAvg's replay is its recorded run
+    done = [json.loads(p.read_text()) for p in (out / "runs").glob("*.done.json")]
+    assert all("membership" in d["probe"] for d in done)  # every run's attacks are in its sealed done-record
+    assert {d["method"] for d in done if "inversion" in d["probe"]} == {"fedavg"}

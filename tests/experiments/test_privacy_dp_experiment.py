@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from topofl.experiments import report
-from topofl.experiments.suite import EXPERIMENTS
-from topofl.experiments.suite import privacy_dp as pd
+from topofl.experiments.base import server_logs
+from topofl.experiments.driver import EXPERIMENTS
+from topofl.experiments.security import privacy_dp as pd
 from topofl.methods import build_server
 from topofl.privacy import accounting, dp
 
@@ -25,10 +26,11 @@ def test_registered_with_every_setting_per_seed():
     assert EXPERIMENTS["privacy-dp"] is pd.EXPERIMENT
     assert report.ORDER.index("privacy-dp") == report.ORDER.index("privacy-attacks") + 1
     specs = pd.plan([0, 2])
-    per_seed = 2 * (1 + len(pd.NOISE_MULTIPLIERS)) + len(pd.DESCRIPTOR_EPSILONS)
+    per_seed = 2 * (1 + len(pd.FULL.noise_multipliers)) + len(pd.FULL.descriptor_epsilons)
     assert len(specs) == 2 * per_seed and {s.seed for s in specs} == {0, 2}
     assert len({s.run_id for s in specs}) == len(specs)
-    assert all(s.scenario == "healthcare" and s.rounds == pd.ROUNDS and s.setting == {"algorithm": s.method} for s in specs)
+    assert all(s.data == "healthcare" and s.rounds == pd.FULL.rounds for s in specs)
+    assert all(s.setting == {"algorithm": s.method} for s in specs)
     for s in specs:  # every setting is a valid configuration of its method
         build_server(s.method, s.hyperparameters)
 
@@ -44,17 +46,15 @@ def test_descriptor_radius_is_the_median_clean_norm_of_the_calibration_federatio
     assert 0 < min(norms) <= pd.descriptor_radius() <= max(norms)
 
 
-def test_every_dp_run_reports_the_accountants_epsilon(tmp_path, monkeypatch):
+def test_every_dp_run_reports_the_accountants_epsilon(tmp_path):
     from topofl.experiments.driver import run_experiment
 
-    monkeypatch.setattr(pd, "ROUNDS", 3)
-    monkeypatch.setattr(pd, "NOISE_MULTIPLIERS", (1.0, 4.0))
-    monkeypatch.setattr(pd, "DESCRIPTOR_EPSILONS", (1.0, 1e4))
-    out = run_experiment("privacy-dp", [0, 1], tmp_path)
+    small = pd.PrivacyDpBudget(rounds=3, noise_multipliers=(1.0, 4.0), descriptor_epsilons=(1.0, 1e4))
+    out = run_experiment("privacy-dp", [0, 1], tmp_path, budget=small)
     man = json.loads((out / "manifest.json").read_text())
     assert [t["csv"] for t in man["tables"]] == ["summary.csv", "paired.csv", "epsilon.csv", "cluster_stability.csv"]
     assert all((out / f["png"]).exists() for f in man["figures"])
-    logs = pd.final_logs(out)
+    logs = pd.final_logs(server_logs(out))
     assert len(logs) == 2 * (2 * 3 + 2)
     for (_, label, _), r in logs.items():
         if label.startswith("updates"):

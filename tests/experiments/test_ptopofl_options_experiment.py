@@ -1,10 +1,9 @@
 """The ptopofl-options experiment: Eq. 12's weights and §3.2's variants against pTopoFL's defaults."""
 import dataclasses
 
-from topofl.experiments.driver import plan_for
+from topofl.experiments.driver import EXPERIMENTS, plan_for
+from topofl.experiments.ptopofl import ptopofl_options as po
 from topofl.experiments.runs import execute
-from topofl.experiments.suite import EXPERIMENTS
-from topofl.experiments.suite import ptopofl_options as po
 
 
 def test_plan_covers_every_setting_and_variant_once_per_seed():

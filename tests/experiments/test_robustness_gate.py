@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from topofl import make_scenario, simulate
-from topofl.experiments.store import RunSpec
-from topofl.experiments.suite import robustness
+from topofl.experiments.ptopofl import robustness
+from topofl.job import Job
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +53,6 @@ def test_robustness_plan_adds_the_flagged_gate_and_keeps_the_default_runs():
     # the default pTopoFL run keeps its spec (and so its run id: earlier results resume)
     rate = robustness.RATES[2]
     params = {"adversarial": robustness.adversaries(rate, 1), "flip_rate": 1.0}
-    default = RunSpec("robustness", "healthcare", "ptopofl", 1, 15, hyperparameters={"tau": 1.8}, scenario_params=params,
-                      setting={"attack_rate": rate})
+    default = Job(experiment="robustness", data="healthcare", method="ptopofl", seed=1, rounds=15,
+                  hyperparameters={"tau": 1.8}, data_params=params, setting={"attack_rate": rate})
     assert default.run_id in {s.run_id for s in specs}

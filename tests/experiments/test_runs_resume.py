@@ -7,14 +7,15 @@ import time
 
 import pytest
 
-from topofl.experiments.runs import RunSpec, execute, run_paths
+from topofl.experiments.runs import execute, run_paths
+from topofl.job import Job
 
 FILES = ("rounds.csv", "curves.csv", "server_log.jsonl")
 
 
 def specs():
     return [
-        RunSpec("t", "healthcare", m, s, 3, setting={"variant": "a"})
+        Job(experiment="t", data="healthcare", method=m, seed=s, rounds=3, setting={"variant": "a"})
         for s in (0, 1) for m in ("ptopofl", "fedavg")
     ]
 

@@ -4,14 +4,17 @@ import json
 import numpy as np
 import pytest
 
-from topofl.experiments.runs import RunSpec, execute
-from topofl.experiments.suite import EXPERIMENTS
-from topofl.experiments.suite.sheaf import COMPACT_GAMMAS, GAMMAS, SHARED_GAMMAS, plan_digits
+from topofl.experiments.driver import EXPERIMENTS
+from topofl.experiments.runs import execute
+from topofl.experiments.sheaf.digits import COMPACT_GAMMAS, GAMMAS, SHARED_GAMMAS, DigitsBudget
+from topofl.experiments.sheaf.digits import plan as plan_digits
+from topofl.job import Job
 
 
 def spec(method, seed=0, **hp):
-    return RunSpec("t", "tabular", method, seed, 6, label=method, hyperparameters={"gamma": 0.3, **hp} if method == "sheaf" else hp,
-                   scenario_params={"n_clients": 6}, graph={"kind": "complete"})
+    return Job(experiment="t", data="tabular", method=method, seed=seed, rounds=6, label=method,
+               hyperparameters={"gamma": 0.3, **hp} if method == "sheaf" else hp, data_params={"n_clients": 6},
+               graph="complete")
 
 
 def test_decentralised_runs_write_tidy_results_and_resume(tmp_path):
@@ -39,7 +42,8 @@ def test_digits_plan_covers_the_paper_comparison_and_the_variants():
     assert paper | compact | shared | public == labels
     from topofl.methods import family
 
-    assert all(family(s.method) == "peer" and s.graph == {"kind": "erdos_renyi", "p": 0.15} for s in specs)
+    assert all(family(s.method) == "peer" for s in specs)
+    assert all((s.graph, s.graph_params) == ("erdos_renyi", {"p": 0.15}) for s in specs)
     assert len(specs) == 2 * len(labels)
     hp = {s.label: s.hyperparameters for s in specs if s.seed == 0}
     for g in COMPACT_GAMMAS:  # the same run but for the exchange
@@ -50,14 +54,13 @@ def test_digits_plan_covers_the_paper_comparison_and_the_variants():
     assert "exchange" not in hp["Sheaf-FMTL γ=0.01"] and "map_init" not in hp["Sheaf-FMTL γ=0.01"]  # the paper's runs keep their ids
 
 
-def test_digits_analysis_reports_both_exchanges_storage_and_paired_differences(tmp_path, monkeypatch):
+@pytest.mark.slow  # about 100 s: 30 runs of 40 clients
+def test_digits_analysis_reports_both_exchanges_storage_and_paired_differences(tmp_path):
     import csv
 
     from topofl.experiments.driver import run_experiment
-    from topofl.experiments.suite import sheaf
 
-    monkeypatch.setattr(sheaf, "ROUNDS", 4)
-    out = run_experiment("sheaf-digits", [0, 1], tmp_path)
+    out = run_experiment("sheaf-digits", [0, 1], tmp_path, budget=DigitsBudget(rounds=4))
     rows = {r["method"]: r for r in csv.DictReader(open(out / "summary.csv"))}
     d, K = 650, 4  # (64 + 1) features × 10 classes; iterations
     for g in COMPACT_GAMMAS:  # identical iterates; bits: (K + 1)·d_ij + K per directed edge (compact) vs 2K·d_ij (paper)
@@ -81,9 +84,8 @@ def test_sheaf_experiments_default_to_the_papers_five_runs():
 
 
 def test_unknown_decentralised_dataset_is_a_clear_error(tmp_path):
-    bad = RunSpec("t", "imagenet", "local-peers", 0, 2)
-    with pytest.raises(ValueError, match="unknown decentralised dataset 'imagenet'; available: digits, tabular"):
-        execute([bad], tmp_path)
+    with pytest.raises(ValueError, match="data must be one of .*rotated-digits.*; got 'imagenet'"):
+        execute([Job(experiment="t", data="imagenet", method="local-peers", rounds=2)], tmp_path)
 
 
 @pytest.mark.slow
@@ -100,16 +102,12 @@ def test_sheaf_school_plan_and_a_seed_with_original_units(tmp_path):
     import csv
 
     from topofl.experiments.driver import plan_for, run_experiment
-    from topofl.experiments.suite import sheaf_school
+    from topofl.experiments.sheaf import school
 
     specs = plan_for("sheaf-school", [0, 1])
-    assert len(specs) == 2 * (2 * len(sheaf_school.GAMMAS) + 3) and {s.scenario for s in specs} == {"school"}
+    assert len(specs) == 2 * (2 * len(school.GAMMAS) + 3) and {s.data for s in specs} == {"school"}
     assert EXPERIMENTS["sheaf-school"].default_seeds == (0, 1, 2, 3, 4)
-    sheaf_school.ROUNDS, rounds = 5, sheaf_school.ROUNDS
-    try:
-        out = run_experiment("sheaf-school", [0], tmp_path)
-    finally:
-        sheaf_school.ROUNDS = rounds
+    out = run_experiment("sheaf-school", [0], tmp_path, budget=school.SchoolBudget(rounds=5))
     rows = {r["method"]: r for r in csv.DictReader(open(out / "summary.csv"))}
     assert set(rows) == {"Sheaf-FMTL γ=0.1", "Sheaf-FMTL γ=0.3", "Sheaf-FMTL γ=0.1, compact exchange", "Sheaf-FMTL γ=0.3, compact exchange",
                          "dFedU", "D-PSGD", "Local"}
@@ -132,13 +130,13 @@ def test_sheaf_school_plan_and_a_seed_with_original_units(tmp_path):
 def test_topology_plan_pairs_sheaf_fmtl_and_dfedu_at_the_same_lambda():
     """Table 5 compares Sheaf-FMTL with dFedU per topology and λ; Sheaf-FMTL stops where Theorem 1's
     step condition fails for its N(0, 1) maps, dFedU also runs at larger λ."""
-    from topofl.experiments.suite.sheaf import DFEDU_LAMBDAS, LAMBDAS, TOPOLOGIES, plan_topology
+    from topofl.experiments.sheaf.topology import DFEDU_LAMBDAS, LAMBDAS, TOPOLOGIES, plan
 
-    specs = plan_topology([0, 1])
+    specs = plan([0, 1])
     by = {(s.label, s.setting["topology"], s.setting["lam"], s.seed): s for s in specs}
     assert len(by) == len(specs) == 2 * len(TOPOLOGIES) * (len(LAMBDAS) + len(DFEDU_LAMBDAS))
     for (label, topo, lam, seed), s in by.items():
-        assert s.hyperparameters["lam"] == lam and s.graph == TOPOLOGIES[topo]
+        assert s.hyperparameters["lam"] == lam and (s.graph, s.graph_params) == TOPOLOGIES[topo]
         if label == "dFedU":
             assert s.method == "dfedu" and lam in DFEDU_LAMBDAS
         else:
@@ -147,16 +145,14 @@ def test_topology_plan_pairs_sheaf_fmtl_and_dfedu_at_the_same_lambda():
     assert max(LAMBDAS) * 0.5 * 2058 < 2 < 0.01 * 0.5 * 2058  # α·λ·λ_max(L_F) against Theorem 1's bound (module comment)
 
 
-def test_topology_analysis_reports_both_methods_and_their_paired_difference(tmp_path, monkeypatch):
+def test_topology_analysis_reports_both_methods_and_their_paired_difference(tmp_path):
     import csv
 
     from topofl.experiments.driver import run_experiment
-    from topofl.experiments.suite import sheaf
+    from topofl.experiments.sheaf import topology as sheaf
 
-    monkeypatch.setattr(sheaf, "ROUNDS", 4)
-    monkeypatch.setattr(sheaf, "TOPOLOGIES", {"Watts–Strogatz": sheaf.TOPOLOGIES["Watts–Strogatz"]})
-    monkeypatch.setattr(sheaf, "DFEDU_LAMBDAS", (*sheaf.LAMBDAS, 0.05))
-    out = run_experiment("sheaf-topology", [0, 1], tmp_path)
+    small = sheaf.TopologyBudget(rounds=2, topologies=("Watts–Strogatz",), dfedu_lambdas=(*sheaf.LAMBDAS, 0.05))
+    out = run_experiment("sheaf-topology", [0, 1], tmp_path, budget=small)
     rows = list(csv.DictReader(open(out / "summary.csv")))
     assert sorted((r["method"], float(r["lam"])) for r in rows) == sorted([("Sheaf-FMTL γ=0.03", lam) for lam in sheaf.LAMBDAS]
                                                                           + [("dFedU", lam) for lam in (*sheaf.LAMBDAS, 0.05)])
@@ -168,14 +164,14 @@ def test_topology_analysis_reports_both_methods_and_their_paired_difference(tmp_
 
 def test_sheaf_mnist_full_budget_uses_the_papers_cnn_and_every_budget_measures_a_common_start():
     from topofl.experiments.driver import plan_for
-    from topofl.experiments.suite.sheaf_mnist import BUDGETS
+    from topofl.experiments.sheaf.mnist import BUDGETS
 
     for profile in ("full", "quick", "smoke"):
         specs = plan_for("sheaf-mnist", [0], profile)
         assert {s.model for s in specs if s.setting["part"] != "hetero"} == {"cnn-same" if profile == "full" else "cnn-small"}
         base = {s.label: s for s in specs if s.setting["part"] == "same"}
         common = [s for s in specs if s.setting["part"] == "same-common"]
-        labels = {f"Sheaf-FMTL γ={g:g}" for g in BUDGETS[profile]["gammas"]} | {"dFedU", "D-PSGD", "Local"}
+        labels = {f"Sheaf-FMTL γ={g:g}" for g in BUDGETS[profile].gammas} | {"dFedU", "D-PSGD", "Local"}
         assert {s.label.removesuffix(", common init") for s in common} == labels
         for s in common:  # the default run but for the initial models
             ref = base[s.label.removesuffix(", common init")]

@@ -12,13 +12,20 @@ import math
 
 import pytest
 
-from topofl.experiments.runs import RunSpec, execute, load_done, run_paths, verified_done, write_done
+from topofl.experiments.runs import execute, load_done, run_paths, verified_done, write_done
+from topofl.job import Job
+
+
+def job(experiment, data, method, seed, rounds, **kw):
+    """A job given as the experiment runner's runs were: experiment, data, method, seed, rounds."""
+    return Job(experiment=experiment, data=data, method=method, seed=seed, rounds=rounds, **kw)
+
 
 FILES = ("rounds.csv", "curves.csv", "server_log.jsonl")
 
 
 def specs():
-    return [RunSpec("t", "healthcare", m, s, 3) for s in (0, 1) for m in ("ptopofl", "fedavg")]
+    return [job("t", "healthcare", m, s, 3) for s in (0, 1) for m in ("ptopofl", "fedavg")]
 
 
 @pytest.fixture

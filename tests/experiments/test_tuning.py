@@ -11,8 +11,14 @@ from topofl.data import scenarios as scen
 from topofl.data.federation import ClientData, Federation
 from topofl.experiments import tuning
 from topofl.experiments.runs import execute_run
-from topofl.experiments.store import RunSpec
 from topofl.experiments.tuning import TuneSettings, best_trial, plan_studies, propose, run_studies, tune_comparison
+from topofl.job import Job
+
+
+def job(experiment, data, method, seed, rounds, **kw):
+    """A job given as the experiment runner's runs were: experiment, data, method, seed, rounds."""
+    return Job(experiment=experiment, data=data, method=method, seed=seed, rounds=rounds, **kw)
+
 
 runner = CliRunner()
 
@@ -23,7 +29,7 @@ def rows(path):
 
 
 def specs(methods=("fedavg", "ditto"), seeds=(0, 1), rounds=3, scenario="healthcare", **kw):
-    return [RunSpec("tune", scenario, m, s, rounds, **kw) for s in seeds for m in methods]
+    return [job("tune", scenario, m, s, rounds, **kw) for s in seeds for m in methods]
 
 
 def test_settings_refuse_bad_values():
@@ -39,7 +45,7 @@ def test_settings_refuse_bad_values():
 def test_studies_never_tune_what_defines_the_settings():
     """An ablation-like plan: two Ditto variants (λ 0.5 and 1.0, a tie: λ defines both) and FedAvg with lr set
     everywhere (a default, tuned from there)."""
-    plan = [RunSpec("tune", "healthcare", m, s, 3, label=lab, hyperparameters=hp) for s in (0, 1) for m, lab, hp in (
+    plan = [job("tune", "healthcare", m, s, 3, label=lab, hyperparameters=hp) for s in (0, 1) for m, lab, hp in (
         ("ditto", "ditto-a", {"lam": 0.5}), ("ditto", "ditto-b", {"lam": 1.0}), ("fedavg", "", {"lr": 0.05}))]
     studies = plan_studies(plan, TuneSettings())
     assert [s.label for s in studies] == ["ditto-a", "ditto-b", "fedavg"] and all(s.seeds == (0, 1) for s in studies)
@@ -54,7 +60,7 @@ def test_studies_never_tune_what_defines_the_settings():
 
 def test_an_ablations_variant_fixes_only_what_it_changes_whatever_the_order():
     variants = [("full", {}), ("M = 1", {"n_clusters": 1}), ("β = 0", {"beta": 0.0})]
-    plan = [RunSpec("ablation", "healthcare", "ptopofl", 0, 3, label=lab, hyperparameters=hp) for lab, hp in variants]
+    plan = [job("ablation", "healthcare", "ptopofl", 0, 3, label=lab, hyperparameters=hp) for lab, hp in variants]
     for order in (plan, plan[::-1]):
         spaces = {s.label: set(s.space) for s in plan_studies(order, TuneSettings())}
         assert spaces["full"] == {"lr", "local_epochs", "n_clusters", "beta", "use_trust"}
@@ -62,14 +68,14 @@ def test_an_ablations_variant_fixes_only_what_it_changes_whatever_the_order():
 
 
 def test_real_data_are_tuned_seed_by_seed_and_synthetic_data_over_all_seeds():
-    hd = plan_studies([RunSpec("t", "heart-disease", m, s, 3) for s in (0, 1) for m in ("fedavg", "ditto")], TuneSettings())
+    hd = plan_studies([job("t", "heart-disease", m, s, 3) for s in (0, 1) for m in ("fedavg", "ditto")], TuneSettings())
     assert [(s.label, s.for_seed, s.seeds) for s in hd] == [("fedavg", 0, (0,)), ("fedavg", 1, (1,)), ("ditto", 0, (0,)), ("ditto", 1, (1,))]
     assert len({s.name for s in hd}) == 4
-    hc = plan_studies([RunSpec("t", "healthcare", "fedavg", s, 3) for s in (0, 1)], TuneSettings())
+    hc = plan_studies([job("t", "healthcare", "fedavg", s, 3) for s in (0, 1)], TuneSettings())
     assert [(s.for_seed, s.seeds) for s in hc] == [(None, (0, 1))]
     with pytest.raises(ValueError, match="'heart-disease' re-splits one set of rows by seed.*leave out --tune-seeds"):
-        plan_studies([RunSpec("t", "heart-disease", "fedavg", s, 3) for s in (0, 1)], TuneSettings(seeds=(5,)))
-    assert plan_studies([RunSpec("t", "healthcare", "fedavg", s, 3) for s in (0, 1)], TuneSettings(seeds=(5,)))[0].seeds == (5,)
+        plan_studies([job("t", "heart-disease", "fedavg", s, 3) for s in (0, 1)], TuneSettings(seeds=(5,)))
+    assert plan_studies([job("t", "healthcare", "fedavg", s, 3) for s in (0, 1)], TuneSettings(seeds=(5,)))[0].seeds == (5,)
 
 
 def test_on_real_data_each_seed_is_tuned_and_run_with_its_own_choice(tmp_path):
@@ -77,7 +83,7 @@ def test_on_real_data_each_seed_is_tuned_and_run_with_its_own_choice(tmp_path):
     rows), and seed s's final run takes seed s's choice: no choice ever saw a test row it is tested on."""
     from topofl.experiments.tuning import chosen, run_studies, study_of, trial_specs, tuned_plan
 
-    plan = [RunSpec("t", "heart-disease", "fedavg", s, 2) for s in (0, 1, 2)]
+    plan = [job("t", "heart-disease", "fedavg", s, 2) for s in (0, 1, 2)]
     studies = plan_studies(plan, TuneSettings(trials=3))
     assert [(st.for_seed, st.seeds) for st in studies] == [(0, (0,)), (1, (1,)), (2, (2,))]
     assert all({sp.seed for sp in trial_specs(st, st.defaults, 0.25)} == {st.for_seed} for st in studies)
@@ -91,9 +97,9 @@ def test_a_metric_the_runs_do_not_report_is_refused_before_any_trial():
     with pytest.raises(ValueError, match="'mse' is not reported by server-based runs of a binary task.*auc, accuracy"):
         plan_studies(specs(), TuneSettings(metric="mse"))
     with pytest.raises(ValueError, match="'auc' is not reported by peer-to-peer runs"):
-        plan_studies([RunSpec("t", "digits", "local-peers", 0, 3)], TuneSettings(metric="auc"))
+        plan_studies([job("t", "rotated-digits", "local-peers", 0, 3)], TuneSettings(metric="auc"))
     assert plan_studies(specs(), TuneSettings())[0].metric == "auc"
-    assert plan_studies([RunSpec("t", "digits", "local-peers", 6, 3)], TuneSettings())[0].metric == "accuracy"
+    assert plan_studies([job("t", "rotated-digits", "local-peers", 6, 3)], TuneSettings())[0].metric == "accuracy"
 
 
 def test_every_tuning_seed_is_checked_before_any_trial(monkeypatch):
@@ -129,9 +135,9 @@ def test_wins_are_better_seeds_for_a_lower_is_better_metric_and_unchanged_settin
 def test_settings_of_several_scenarios_stay_apart_in_the_tables():
     from topofl.experiments.tuning import Study, setting_keys, summary_rows, tuned_vs_default
 
-    a = Study("a_00000001", RunSpec("c", "healthcare", "fedavg", 0, 3), (0,), {}, {}, "auc", trials=[{"trial": 0, "params": {}, "metric": "auc",
+    a = Study("a_00000001", job("c", "healthcare", "fedavg", 0, 3), (0,), {}, {}, "auc", trials=[{"trial": 0, "params": {}, "metric": "auc",
                                                                                                     "value": 0.8, "seconds": 1.0}])
-    b = Study("b_00000002", RunSpec("c", "benchmark", "fedavg", 0, 3), (0,), {}, {}, "auc", trials=[{"trial": 0, "params": {}, "metric": "auc",
+    b = Study("b_00000002", job("c", "benchmark", "fedavg", 0, 3), (0,), {}, {}, "auc", trials=[{"trial": 0, "params": {}, "metric": "auc",
                                                                                                    "value": 0.7, "seconds": 1.0}])
     assert setting_keys([a, b]) == ("scenario",) and [r["scenario"] for r in summary_rows([a, b])] == ["healthcare", "benchmark"]
     done = lambda sc, vals: [{"scenario": sc, "method": "fedavg", "seed": s, "final": {"auc": v}} for s, v in enumerate(vals)]  # noqa: E731
@@ -142,9 +148,9 @@ def test_settings_of_several_scenarios_stay_apart_in_the_tables():
 
 def test_data_that_cannot_be_split_stop_the_tuning_before_any_trial():
     with pytest.raises(ValueError, match="cannot tune on 'continual'.*changes its data by round"):
-        plan_studies([RunSpec("t", "continual", "fedavg", 0, 3)], TuneSettings())
+        plan_studies([job("t", "continual", "fedavg", 0, 3)], TuneSettings())
     with pytest.raises(ValueError, match="cannot tune on 'school'.*training rows"):
-        plan_studies([RunSpec("t", "school", "local-peers", 0, 3, graph={"kind": "ring"})], TuneSettings())
+        plan_studies([job("t", "school", "local-peers", 0, 3, graph="ring")], TuneSettings())
 
 
 def test_proposals_are_deterministic_and_trial_zero_is_the_defaults():
@@ -204,7 +210,7 @@ def test_trial_values_are_validation_scores_of_the_proposed_values(tmp_path):
     out = tune_comparison(specs(("fedavg",)), tmp_path / "t", TuneSettings(trials=3), reference="fedavg")
     trials = rows(out / "trials.csv")
     assert len(trials) == 3 and trials[0]["params"] == "lr=0.1, local_epochs=2"
-    first = [execute_run(RunSpec("tune", "healthcare", "fedavg", s, 3, hyperparameters={"lr": 0.1, "local_epochs": 2}, validation=0.25),
+    first = [execute_run(job("tune", "healthcare", "fedavg", s, 3, hyperparameters={"lr": 0.1, "local_epochs": 2}, validation=0.25),
                          tmp_path / "check")["final"]["auc"] for s in (0, 1)]
     assert float(trials[0]["validation"]) == pytest.approx(np.mean(first), rel=1e-9)  # CSV keeps 10 digits
     summary = rows(out / "tuning_summary.csv")[0]

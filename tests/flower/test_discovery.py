@@ -33,7 +33,7 @@ def test_the_first_node_to_connect_keeps_a_claimed_partition():
     impostor = grid.node_ids[2]
     grid.contexts[impostor].node_config["partition-id"] = 0
     grid.arrivals[impostor] = 1  # listed from the second poll on: it connected later
-    h = federated_main(grid, FlowerSettings(method="fedavg", rounds=1, scenario_params=THREE, min_nodes=3))
+    h = federated_main(grid, FlowerSettings.from_flat(method="fedavg", rounds=1, scenario_params=THREE, min_nodes=3))
     assert {r["client"] for r in h.records} == {0, 1}
     out = [f for f in h.failures if f.stage == "discover"]
     assert [f.node_id for f in out] == [impostor]
@@ -55,7 +55,7 @@ def test_an_impostor_that_connected_first_keeps_it_unless_partition_nodes_pins_t
 
 def test_a_pinned_node_claiming_another_partition_is_left_out():
     grid = FakeGrid(3)
-    settings = FlowerSettings(method="fedavg", rounds=1, scenario_params=THREE, partition_nodes={1: grid.node_ids[0]})
+    settings = FlowerSettings.from_flat(method="fedavg", rounds=1, scenario_params=THREE, partition_nodes={1: grid.node_ids[0]})
     h = federated_main(grid, settings)
     out = [f for f in h.failures if f.stage == "discover"]
     assert {f.node_id for f in out} == {grid.node_ids[0], grid.node_ids[1]}
@@ -87,13 +87,13 @@ def test_an_even_split_on_features_names_the_n_features_key_that_settles_it():
     grid = FakeGrid(4)
     _declare(grid, {2: {"n_features": 30}, 3: {"n_features": 30}})
     with pytest.raises(ValueError, match="split evenly on the number of features .*set n-features in the run config"):
-        federated_main(grid, FlowerSettings(method="fedavg", rounds=1, scenario_params=FOUR))
+        federated_main(grid, FlowerSettings.from_flat(method="fedavg", rounds=1, scenario_params=FOUR))
     grid = FakeGrid(4)
     _declare(grid, {2: {"n_features": 30}, 3: {"n_features": 30}})
     n = grid.contexts[grid.node_ids[0]]  # the honest nodes' real count
     from topofl.flower.node import node_data
 
-    real = node_data(n.node_config, FlowerSettings(scenario_params=FOUR).job())[0].n_features
+    real = node_data(n.node_config, FlowerSettings.from_flat(scenario_params=FOUR).node_config())[0].n_features
     h = federated_main(grid, FlowerSettings.from_run_config({"method": "fedavg", "num-server-rounds": 1, "n-features": real,
                                                              "scenario-params": "n_clients=4,adversarial=(1,)"}))
     assert {r["client"] for r in h.records} == {0, 1}
@@ -113,14 +113,14 @@ def _infos(classes, n=(50, 20)):
 
 
 @pytest.mark.parametrize("settings, classes, out, run_classes", [
-    (FlowerSettings(), [2, 2, 2, 1000], {3}, 2),                          # the audit's figure
-    (FlowerSettings(), [10, 4, 5, 8], set(), 10),                          # label skew is no inflation
-    (FlowerSettings(), [10, 10, 10, 4 * 10 + 1], {3}, 10),
-    (FlowerSettings(), [3, 3, 3, 3 + CLASS_SLACK], set(), 3 + CLASS_SLACK),
-    (FlowerSettings(), [2, 2, 2, 2 + CLASS_SLACK + 1], {3}, 2),
-    (FlowerSettings(task="binary"), [2, 2, 2, 3], {3}, 2),                 # a binary run takes no third class
-    (FlowerSettings(classes="0,1,2"), [3, 2, 3, 4], {3}, 3),               # bounded by classes
-    (FlowerSettings(classes="0,1,2"), [3, 3, 3, 1000], {3}, 3),
+    (FlowerSettings.from_flat(), [2, 2, 2, 1000], {3}, 2),                          # the audit's figure
+    (FlowerSettings.from_flat(), [10, 4, 5, 8], set(), 10),                          # label skew is no inflation
+    (FlowerSettings.from_flat(), [10, 10, 10, 4 * 10 + 1], {3}, 10),
+    (FlowerSettings.from_flat(), [3, 3, 3, 3 + CLASS_SLACK], set(), 3 + CLASS_SLACK),
+    (FlowerSettings.from_flat(), [2, 2, 2, 2 + CLASS_SLACK + 1], {3}, 2),
+    (FlowerSettings.from_flat(task="binary"), [2, 2, 2, 3], {3}, 2),                 # a binary run takes no third class
+    (FlowerSettings.from_flat(classes="0,1,2"), [3, 2, 3, 4], {3}, 3),               # bounded by classes
+    (FlowerSettings.from_flat(classes="0,1,2"), [3, 3, 3, 1000], {3}, 3),
 ])
 def test_no_node_can_inflate_the_runs_classes(settings, classes, out, run_classes):
     infos = _infos(classes)
@@ -135,7 +135,7 @@ def test_no_node_can_inflate_the_runs_classes(settings, classes, out, run_classe
 def test_a_node_declaring_more_classes_than_examples_is_left_out():
     infos = _infos([3, 3, 3, 40], n=(20, 10))
     nodes = {cid: 100 + cid for cid in infos}
-    _, n_classes, _, failures = reconcile(nodes, infos, FlowerSettings(), shared_features=True)
+    _, n_classes, _, failures = reconcile(nodes, infos, FlowerSettings.from_flat(), shared_features=True)
     assert [f.client for f in failures] == [3] and "only 30 examples" in failures[0].reason and n_classes == 3
 
 
@@ -143,10 +143,10 @@ def test_a_node_declaring_1000_classes_changes_nothing_for_the_others():
     """End to end: the inflating node is left out at discovery; the others run as if it had never answered."""
     grid = FakeGrid(4)
     _declare(grid, {3: {"n_classes": 1000, "task": "multiclass"}})
-    h = federated_main(grid, FlowerSettings(method="fedavg", rounds=2, scenario_params=FOUR))
+    h = federated_main(grid, FlowerSettings.from_flat(method="fedavg", rounds=2, scenario_params=FOUR))
     silent = FakeGrid(4)
     silent.raise_on = lambda m: m.metadata.message_type == "query" and m.metadata.dst_node_id == silent.node_ids[3]
-    ref = federated_main(silent, FlowerSettings(method="fedavg", rounds=2, scenario_params=FOUR))
+    ref = federated_main(silent, FlowerSettings.from_flat(method="fedavg", rounds=2, scenario_params=FOUR))
     assert [r["client"] for r in h.records] == [r["client"] for r in ref.records]
     np.testing.assert_allclose([r["auc"] for r in h.records], [r["auc"] for r in ref.records], rtol=0, atol=1e-12)
     assert [f.client for f in h.failures] == [3] and "declared 1000 classes" in h.failures[0].reason
@@ -155,7 +155,7 @@ def test_a_node_declaring_1000_classes_changes_nothing_for_the_others():
 def test_a_relayed_run_leaves_an_inflating_node_out_too():
     grid = FakeGrid(4)
     _declare(grid, {1: {"n_classes": 1000, "task": "multiclass"}})
-    h = relay_main(grid, FlowerSettings(method="dfedu", rounds=1, scenario_params=FOUR))
+    h = relay_main(grid, FlowerSettings.from_flat(method="dfedu", rounds=1, scenario_params=FOUR))
     assert [f.client for f in h.failures] == [1] and {r["client"] for r in h.records} == {0, 2, 3}
 
 
@@ -224,7 +224,7 @@ def test_a_node_sending_a_huge_update_fails_its_round_and_nothing_of_it_is_decod
         return content
 
     grid.tamper = tamper
-    h = federated_main(grid, FlowerSettings(method="ptopofl", rounds=1, scenario_params=FOUR))
+    h = federated_main(grid, FlowerSettings.from_flat(method="ptopofl", rounds=1, scenario_params=FOUR))
     bad = [f for f in h.failures if f.client == 1]
     assert len(bad) == 1 and "refused before decoding" in bad[0].reason
 
@@ -238,6 +238,6 @@ def test_a_relayed_payload_to_a_non_neighbour_is_refused_before_decoding():
         return content
 
     grid.tamper = tamper
-    h = relay_main(grid, FlowerSettings(method="dfedu", rounds=2, scenario_params={"n_clients": 5, "adversarial": (1,)}, graph="ring"))
+    h = relay_main(grid, FlowerSettings.from_flat(method="dfedu", rounds=2, scenario_params={"n_clients": 5, "adversarial": (1,)}, graph="ring"))
     bad = [f for f in h.failures if f.client == 0]
     assert len(bad) == 1 and "unexpected array(s) '2'" in bad[0].reason and "refused" not in bad[0].reason.split("unexpected")[0]

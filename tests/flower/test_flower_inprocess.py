@@ -29,13 +29,13 @@ def assert_same_records(a, b, keys=("auc", "accuracy", "loss"), atol=1e-12):
 
 @pytest.mark.parametrize("method", ["ptopofl", "fedavg", "scaffold", "ditto", "pfedme", "fedprox", "local", "perfedavg", "ifca"])
 def test_flower_federated_run_equals_in_process(method):
-    settings = FlowerSettings(method=method, rounds=3, seed=3, scenario_params=SMALL)
+    settings = FlowerSettings.from_flat(method=method, rounds=3, seed=3, scenario_params=SMALL)
     flower = federated_main(FakeGrid(4), settings)
     # the Flower run applies the deployment defaults (robust-defaults): the in-process run gets the same hyper-parameters
-    ref = topofl.simulate(topofl.make_scenario("healthcare", seed=3, **SMALL), method, rounds=3, seed=3, **settings.hyperparameters)
+    ref = topofl.simulate(topofl.make_scenario("healthcare", seed=3, **SMALL), method, rounds=3, seed=3, **settings.job.hyperparameters)
     assert_same_records(flower.records, ref.records)
     assert not flower.failures
-    papers = FlowerSettings(method=method, rounds=3, seed=3, scenario_params=SMALL, robust_defaults=False)
+    papers = FlowerSettings.from_flat(method=method, rounds=3, seed=3, scenario_params=SMALL, robust_defaults=False)
     assert_same_records(federated_main(FakeGrid(4), papers).records,
                         topofl.simulate(topofl.make_scenario("healthcare", seed=3, **SMALL), method, rounds=3, seed=3).records)
     np.testing.assert_allclose([r.bytes_up for r in flower.rounds], [r.bytes_up for r in ref.rounds])
@@ -43,8 +43,8 @@ def test_flower_federated_run_equals_in_process(method):
 
 def test_pooled_metrics_only_when_asked():
     ref = topofl.simulate(topofl.make_scenario("healthcare", seed=0, **SMALL), "fedavg", rounds=2, seed=0)
-    kept = federated_main(FakeGrid(4), FlowerSettings(method="fedavg", rounds=2, scenario_params=SMALL))
-    shared = federated_main(FakeGrid(4), FlowerSettings(method="fedavg", rounds=2, scenario_params=SMALL, pooled_metrics=True))
+    kept = federated_main(FakeGrid(4), FlowerSettings.from_flat(method="fedavg", rounds=2, scenario_params=SMALL))
+    shared = federated_main(FakeGrid(4), FlowerSettings.from_flat(method="fedavg", rounds=2, scenario_params=SMALL, pooled_metrics=True))
     assert np.isnan(kept.final["pooled_auc"])
     assert shared.final["pooled_auc"] == pytest.approx(ref.final["pooled_auc"], abs=1e-12)
 
@@ -52,7 +52,7 @@ def test_pooled_metrics_only_when_asked():
 def test_client_error_and_dead_node_do_not_end_the_run(tmp_path):
     grid = FakeGrid(4)
     grid.raise_on = lambda m: m.metadata.dst_node_id == grid.node_ids[2] and m.metadata.message_type == "train" and m.metadata.group_id == "2"
-    settings = FlowerSettings(method="ptopofl", rounds=3, scenario_params=SMALL, out_dir="out", round_timeout=1.0)
+    settings = FlowerSettings.from_flat(method="ptopofl", rounds=3, scenario_params=SMALL, out_dir="out", round_timeout=1.0)
     grid.die_at(2, 3)
     h = federated_main(grid, settings, run_id=7, root=tmp_path)
     run_dir = tmp_path / "out" / "run-7"
@@ -98,7 +98,7 @@ def _poison(field):
 def test_invalid_payload_is_dropped_with_reason_and_never_aggregated(field, words):
     grid = FakeGrid(4)
     grid.tamper = _poison(field)
-    h = federated_main(grid, FlowerSettings(method="ptopofl", rounds=2, scenario_params=SMALL))
+    h = federated_main(grid, FlowerSettings.from_flat(method="ptopofl", rounds=2, scenario_params=SMALL))
     bad = [f for f in h.failures if f.client == 1 and f.stage == "fit"]
     assert len(bad) == 2 and all("invalid payload" in f.reason and words in f.reason for f in bad), [f.reason for f in h.failures]
     for r in h.records:
@@ -106,13 +106,13 @@ def test_invalid_payload_is_dropped_with_reason_and_never_aggregated(field, word
     # the round aggregates exactly what it would have had client 1 not replied at all
     silent = FakeGrid(4)
     silent.raise_on = lambda m: m.metadata.message_type == "train" and m.metadata.dst_node_id == 1001
-    assert_same_records(h.records, federated_main(silent, FlowerSettings(method="ptopofl", rounds=2, scenario_params=SMALL)).records)
+    assert_same_records(h.records, federated_main(silent, FlowerSettings.from_flat(method="ptopofl", rounds=2, scenario_params=SMALL)).records)
 
 
 def test_min_replies_skips_aggregation_and_logs_it():
     grid = FakeGrid(4)
     grid.raise_on = lambda m: m.metadata.message_type == "train" and m.metadata.dst_node_id != 1000
-    h = federated_main(grid, FlowerSettings(method="fedavg", rounds=2, scenario_params=SMALL, min_replies=2))
+    h = federated_main(grid, FlowerSettings.from_flat(method="fedavg", rounds=2, scenario_params=SMALL, min_replies=2))
     assert all("skipped" in log for log in h.server_logs)
     assert len({tuple(np.round([r["loss"] for r in h.records if r["round"] == k], 12)) for k in (1, 2)}) == 1  # model unchanged
 
@@ -120,28 +120,28 @@ def test_min_replies_skips_aggregation_and_logs_it():
 def test_nodes_claiming_one_partition_are_left_out_and_the_run_goes_on():
     grid = FakeGrid(3, node_config=lambda k: {})
     grid.contexts[grid.node_ids[2]].node_config["partition-id"] = 0
-    h = federated_main(grid, FlowerSettings(method="fedavg", rounds=1, scenario_params={"n_clients": 3, "adversarial": (1,)}))
+    h = federated_main(grid, FlowerSettings.from_flat(method="fedavg", rounds=1, scenario_params={"n_clients": 3, "adversarial": (1,)}))
     assert {r["client"] for r in h.records} == {1}
     assert {f.node_id for f in h.failures if "partition-id=0 is claimed by nodes" in f.reason} == {grid.node_ids[0], grid.node_ids[2]}
     only = FakeGrid(2, node_config=lambda k: {})
     only.contexts[only.node_ids[1]].node_config["partition-id"] = 0
     with pytest.raises(RuntimeError, match="no SuperNode answered"):
-        federated_main(only, FlowerSettings(method="fedavg", rounds=1, scenario_params={"n_clients": 2, "adversarial": (1,)}))
+        federated_main(only, FlowerSettings.from_flat(method="fedavg", rounds=1, scenario_params={"n_clients": 2, "adversarial": (1,)}))
 
 
 @pytest.mark.parametrize("method, hps", [("sheaf", {"gamma": 0.3, "lam": 0.01}), ("dfedu", {}), ("dpsgd", {}), ("local-peers", {})])
 def test_relay_run_equals_in_process(method, hps):
-    settings = FlowerSettings(method=method, rounds=4, seed=1, scenario_params=SMALL, hyperparameters=hps, graph="ring")
+    settings = FlowerSettings.from_flat(method=method, rounds=4, seed=1, scenario_params=SMALL, hyperparameters=hps, graph="ring")
     h = relay_main(FakeGrid(4), settings)
     ref = topofl.simulate_decentralised(topofl.make_scenario("healthcare", seed=1, **SMALL), method, rounds=4, seed=1, graph="ring", **hps)
     assert_same_records(h.records, ref.records, keys=("accuracy", "loss"))
-    assert [r["bits"] for r in h.rounds] == [r["bits"] for r in ref.rounds]
-    assert [r["map_storage_bytes"] for r in h.rounds] == [r["map_storage_bytes"] for r in ref.rounds]
+    assert [r["bits"] for r in h.iterations] == [r["bits"] for r in ref.iterations]
+    assert [r["map_storage_bytes"] for r in h.iterations] == [r["map_storage_bytes"] for r in ref.iterations]
 
 
 def test_relay_never_sends_a_node_anything_but_its_neighbours_payloads():
     grid = FakeGrid(5)
-    relay_main(grid, FlowerSettings(method="dfedu", rounds=2, scenario_params={"n_clients": 5, "adversarial": (1,)}, graph="ring"))
+    relay_main(grid, FlowerSettings.from_flat(method="dfedu", rounds=2, scenario_params={"n_clients": 5, "adversarial": (1,)}, graph="ring"))
     steps = [m for m in grid.sent if m.metadata.message_type == "train.peer"]
     k_of = {nid: k for k, nid in enumerate(grid.node_ids)}
     for m in steps:
@@ -154,13 +154,13 @@ def test_relay_drops_a_dead_node_and_removes_its_edges():
     """Echoing a node's own payload for a dead neighbour equals running without that neighbour."""
     grid = FakeGrid(4)
     grid.die_at(3, 2)
-    h = relay_main(grid, FlowerSettings(method="dfedu", rounds=5, scenario_params=SMALL, graph="complete", round_timeout=1.0))
+    h = relay_main(grid, FlowerSettings.from_flat(method="dfedu", rounds=5, scenario_params=SMALL, graph="complete", round_timeout=1.0))
     assert len(h.rounds) == 5
     assert any(f.client == 2 for f in h.failures)
     # a node reports iteration k's metrics with its first message of iteration k + 1, so the node
     # that died in iteration 3 never reported iteration 2
-    assert [r["n_clients"] for r in h.rounds] == [4, 3, 3, 3, 3]
-    assert np.all(np.isfinite([r["accuracy"] for r in h.rounds]))
+    assert [r["n_clients"] for r in h.iterations] == [4, 3, 3, 3, 3]
+    assert np.all(np.isfinite([r["accuracy"] for r in h.iterations]))
 
 
 @pytest.mark.parametrize("method", ["sheaf", "dfedu"])
@@ -170,7 +170,7 @@ def test_dropping_a_node_equals_the_graph_without_it(method):
     hps = {"batch_size": 100000, "lr": 0.05, **({"gamma": 1.0, "map_init": "scaled_identity", "eta": 0.0, "lam": 0.05} if method == "sheaf" else {})}
     grid = FakeGrid(4)
     grid.raise_on = lambda m: m.metadata.message_type == "query.peer" and m.metadata.dst_node_id == grid.node_ids[2]
-    h = relay_main(grid, FlowerSettings(method=method, rounds=4, scenario_params=SMALL, graph="complete", hyperparameters=hps))
+    h = relay_main(grid, FlowerSettings.from_flat(method=method, rounds=4, scenario_params=SMALL, graph="complete", hyperparameters=hps))
     fed = topofl.make_scenario("healthcare", seed=0, **SMALL)
     three = [(c.X_train, c.y_train, c.X_test, c.y_test) for c in fed.clients if c.client_id != 2]
     ref = topofl.simulate_decentralised(three, method, rounds=4, seed=0, graph="complete", task="binary", n_classes=2, **hps)
@@ -226,16 +226,16 @@ def test_replies_are_pulled_until_all_arrived_or_the_timeout_passed():
 
 @pytest.mark.parametrize("method", ["ptopofl", "fedavg"])
 def test_partial_participation_selects_the_clients_the_in_process_run_selects(method):
-    settings = FlowerSettings(method=method, rounds=3, seed=3, scenario_params={"n_clients": 8}, client_fraction=0.5)
+    settings = FlowerSettings.from_flat(method=method, rounds=3, seed=3, scenario_params={"n_clients": 8}, client_fraction=0.5)
     flower = federated_main(FakeGrid(8), settings)
     ref = topofl.simulate(topofl.make_scenario("healthcare", seed=3, n_clients=8), method, rounds=3, seed=3, client_fraction=0.5,
-                          **settings.hyperparameters)
+                          **settings.job.hyperparameters)
     assert_same_records(flower.records, ref.records)
     assert [r.bytes_up for r in flower.rounds] == [r.bytes_up for r in ref.rounds]
     for rnd in (1, 2, 3):  # half of the 8 clients upload in each round
         assert sum(1 for r in flower.records if r["round"] == rnd and r["bytes_up"] > 0) == 4
     with pytest.raises(ValueError, match="client-fraction"):
-        FlowerSettings(client_fraction=0.0)
+        FlowerSettings.from_flat(client_fraction=0.0)
 
 
 def test_a_push_the_restarted_superlink_refused_is_tried_again(monkeypatch, caplog):

@@ -41,7 +41,7 @@ def test_sheaf_relay_through_flower_simulation_equals_in_process():
     assert got.keys() == want.keys()
     for key in want:
         np.testing.assert_allclose(got[key], want[key], atol=1e-9, err_msg=str(key))
-    assert [r["bits"] for r in flower.rounds] == [r["bits"] for r in ref.rounds]
+    assert [r["bits"] for r in flower.iterations] == [r["bits"] for r in ref.iterations]
 
 
 def test_cli_resume_continues_a_killed_run_on_the_simulation_runtime(tmp_path):
@@ -61,7 +61,7 @@ def test_cli_resume_continues_a_killed_run_on_the_simulation_runtime(tmp_path):
         pass
 
     small = {"n_clients": 4, "adversarial": (1,)}
-    s = FlowerSettings(method="fedavg", rounds=4, seed=0, scenario_params=small, out_dir=".")
+    s = FlowerSettings.from_flat(method="fedavg", rounds=4, seed=0, scenario_params=small, out_dir=".")
     grid = FakeGrid(4)
     send = grid.send_and_receive
 

@@ -28,7 +28,7 @@ class Killed(BaseException):
 
 
 def settings(method: str, **kw) -> FlowerSettings:
-    return FlowerSettings(**{"method": method, "rounds": ROUNDS, "seed": 2, "scenario_params": SMALL, "out_dir": "out", **kw})
+    return FlowerSettings.from_flat(**{"method": method, "rounds": ROUNDS, "seed": 2, "scenario_params": SMALL, "out_dir": "out", **kw})
 
 
 def killed_at(grid: FakeGrid, rnd: int, message_type: str) -> FakeGrid:
@@ -80,7 +80,7 @@ def test_resume_after_a_kill_equals_the_run_that_never_stopped(tmp_path, method,
     run_dir = only_run(root)
     assert not (run_dir / "result.json").exists()
     assert json.loads((run_dir / MANIFEST).read_text())["round"] == 2
-    h = federated_main(with_state_dir(nodes), FlowerSettings(resume_dir="out/run-a"), run_id="b", root=root)
+    h = federated_main(with_state_dir(nodes), FlowerSettings.from_flat(resume_dir="out/run-a"), run_id="b", root=root)
     assert h.out_dir == str(run_dir) and [r.round for r in h.rounds] == [1, 2, 3, 4]
     assert files(run_dir) == reference(tmp_path, method)
     assert not (run_dir / MANIFEST).exists() and not list(run_dir.glob("checkpoint-*.pkl"))  # finished: result.json is the record
@@ -127,7 +127,7 @@ def test_rows_written_after_the_last_checkpoint_are_redone_not_duplicated(tmp_pa
     run_dir = only_run(root)
     assert sum(1 for _ in (run_dir / "curves.csv").open()) == 1 + 3  # round 3 is on disk, not checkpointed
     monkeypatch.setattr(server_app, "save_checkpoint", save)
-    federated_main(with_state_dir(tmp_path / "nodes"), FlowerSettings(resume_dir=str(run_dir)), root=root)
+    federated_main(with_state_dir(tmp_path / "nodes"), FlowerSettings.from_flat(resume_dir=str(run_dir)), root=root)
     assert files(run_dir) == reference(tmp_path, "ptopofl")
 
 
@@ -144,7 +144,7 @@ def test_resume_on_new_supernodes_is_exact_without_client_state_and_says_how_a_c
     with pytest.raises(Killed):
         federated_main(killed_at(FakeGrid(4), 3, "train"), settings(method), run_id="a", root=root)
     with caplog.at_level(logging.WARNING, logger="topofl.flower.node"):
-        federated_main(FakeGrid(4), FlowerSettings(resume_dir="out/run-a"), root=root)
+        federated_main(FakeGrid(4), FlowerSettings.from_flat(resume_dir="out/run-a"), root=root)
     lost = [r.getMessage() for r in caplog.records if "has no state of this job before round 3 fit" in r.getMessage()]
     if method in STATELESS:
         assert not lost
@@ -164,9 +164,9 @@ def test_resume_takes_the_checkpointed_settings_and_refuses_what_it_cannot_trust
         federated_main(grid, settings("fedavg"), run_id="a", root=root)
     run_dir = only_run(root)
     with pytest.raises(ValueError, match="outside the results root"):
-        federated_main(FakeGrid(4), FlowerSettings(resume_dir=str(tmp_path)), root=root)
+        federated_main(FakeGrid(4), FlowerSettings.from_flat(resume_dir=str(tmp_path)), root=root)
     with pytest.raises(ValueError, match="cannot be resumed"):
-        run(FakeGrid(4), FlowerSettings(method="dfedu", resume_dir="out/run-a"), root=root)
+        run(FakeGrid(4), FlowerSettings.from_flat(method="dfedu", resume_dir="out/run-a"), root=root)
     reconcile = server_app.reconcile
 
     def one_more_feature(*args, **kw):  # the SuperNodes now declare one more feature than the checkpointed run's
@@ -176,7 +176,7 @@ def test_resume_takes_the_checkpointed_settings_and_refuses_what_it_cannot_trust
     with monkeypatch.context() as m:
         m.setattr(server_app, "reconcile", one_more_feature)
         with pytest.raises(ValueError, match=r"other data than the checkpointed run \(n_features: 20 → 21\)"):
-            federated_main(FakeGrid(4), FlowerSettings(resume_dir="out/run-a"), root=root)
+            federated_main(FakeGrid(4), FlowerSettings.from_flat(resume_dir="out/run-a"), root=root)
     pristine = {p.name: p.read_bytes() for p in run_dir.iterdir()}
     # a torn results file: shorter than at the checkpoint
     (run_dir / "rounds.csv").write_bytes(pristine["rounds.csv"][:-5])
@@ -188,7 +188,7 @@ def test_resume_takes_the_checkpointed_settings_and_refuses_what_it_cannot_trust
     blob = run_dir / manifest["pickle"]
     blob.write_bytes(pickle.dumps({"state": None}))
     with pytest.raises(ValueError, match="SHA-256 differs"):
-        federated_main(FakeGrid(4), FlowerSettings(resume_dir="out/run-a"), root=root)
+        federated_main(FakeGrid(4), FlowerSettings.from_flat(resume_dir="out/run-a"), root=root)
     blob.write_bytes(pristine[manifest["pickle"]])
     (run_dir / MANIFEST).write_text("{not json")
     with pytest.raises(ValueError, match="not a readable checkpoint manifest"):
@@ -197,12 +197,12 @@ def test_resume_takes_the_checkpointed_settings_and_refuses_what_it_cannot_trust
     (run_dir / MANIFEST).write_bytes(pristine[MANIFEST])
     # the resuming run's own settings are ignored (named in a warning), the checkpoint's are used
     with caplog.at_level(logging.WARNING, logger="topofl.flower.server_app"):
-        h = federated_main(FakeGrid(4), FlowerSettings(resume_dir="out/run-a", method="ditto", rounds=9), root=root)
+        h = federated_main(FakeGrid(4), FlowerSettings.from_flat(resume_dir="out/run-a", method="ditto", rounds=9), root=root)
     assert h.method == "fedavg" and len(h.rounds) == ROUNDS
     assert [r.getMessage() for r in caplog.records if "ignored" in r.getMessage()] == [
         "resume-dir: the resumed run keeps its own settings; ignored: method, rounds"]
     with pytest.raises(ValueError, match="that run finished"):
-        federated_main(FakeGrid(4), FlowerSettings(resume_dir="out/run-a"), root=root)
+        federated_main(FakeGrid(4), FlowerSettings.from_flat(resume_dir="out/run-a"), root=root)
 
 
 def test_a_resume_keeps_the_checkpointed_clients_and_changes_nothing_when_it_fails(tmp_path):
@@ -218,17 +218,17 @@ def test_a_resume_keeps_the_checkpointed_clients_and_changes_nothing_when_it_fai
     run_dir = only_run(root)
     # a ServerApp still writing the run (it holds the lock): a resume is refused
     with run_lock(run_dir), pytest.raises(ValueError, match="another ServerApp is still writing that run"):
-        federated_main(FakeGrid(4), FlowerSettings(resume_dir="out/run-a"), root=root)
+        federated_main(FakeGrid(4), FlowerSettings.from_flat(resume_dir="out/run-a"), root=root)
     # a resume that fails (no node answers) leaves every file as it was
     before = {p.name: p.read_bytes() for p in run_dir.iterdir()}
     nobody = FakeGrid(4)
     nobody.dead.update(nobody.node_ids)
     with pytest.raises(RuntimeError, match="no SuperNode answered"):
-        federated_main(nobody, FlowerSettings(resume_dir="out/run-a"), root=root)
+        federated_main(nobody, FlowerSettings.from_flat(resume_dir="out/run-a"), root=root)
     assert {p.name: p.read_bytes() for p in run_dir.iterdir()} == before
     # client 3's node is back: it is not a client of the checkpointed run, so it is left out, and
     # the run ends as the uninterrupted run without it
-    h = federated_main(FakeGrid(4), FlowerSettings(resume_dir="out/run-a"), root=root)
+    h = federated_main(FakeGrid(4), FlowerSettings.from_flat(resume_dir="out/run-a"), root=root)
     assert [(f.client, f.stage) for f in h.failures if f.stage == "resume-discover"] == [(3, "resume-discover")]
     ref = federated_main(node3_dead(FakeGrid(4)), settings("fedavg"), run_id="ref", root=tmp_path / "ref")
     for name in ("rounds.csv", "curves.csv", "server_log.jsonl"):

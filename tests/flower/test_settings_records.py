@@ -10,14 +10,14 @@ def test_settings_from_run_config_parse_and_validate():
         "method": "sheaf", "num-server-rounds": 4, "hyperparameters": "gamma=0.1,lam=0.01",
         "scenario-params": "n_clients=3,adversarial=(1,)", "round-timeout": 5, "pooled-metrics": True,
     })
-    assert s.decentralised and s.rounds == 4 and s.round_timeout == 5.0
-    assert dict(s.hyperparameters) == {"gamma": 0.1, "lam": 0.01}
-    assert dict(s.scenario_params) == {"n_clients": 3, "adversarial": (1,)}
-    assert s.job()["method"] == "sheaf" and not FlowerSettings().decentralised
+    assert s.decentralised and s.job.rounds == 4 and s.round_timeout == 5.0
+    assert dict(s.job.hyperparameters) == {"gamma": 0.1, "lam": 0.01}
+    assert dict(s.job.data_params) == {"n_clients": 3, "adversarial": (1,)}
+    assert s.node_config()["method"] == "sheaf" and not FlowerSettings.from_flat().decentralised
 
 
 @pytest.mark.parametrize("config, words", [
-    ({"method": "nope"}, "method must be one of"),
+    ({"method": "nope"}, "unknown method .nope.; available"),
     ({"num-server-rounds": 0}, "num-server-rounds must be in"),
     ({"round-timeout": -1.0}, "round-timeout must be in"),
     ({"min-replies": -1}, "min-replies must be in"),
@@ -78,4 +78,4 @@ def test_the_example_apps_run_config_lists_every_key_with_its_default():
     assert set(config) == set(KEYS)
     for key, (_, default, _) in KEYS.items():
         assert config[key] == default, key
-    assert FlowerSettings.from_run_config(config) == FlowerSettings()
+    assert FlowerSettings.from_run_config(config) == FlowerSettings.from_flat()

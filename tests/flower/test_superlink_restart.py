@@ -55,7 +55,7 @@ def _assert_same(h, ref):
     ("evaluate", (0,), (3,)),
 ])
 def test_a_restart_mid_round_changes_no_number_and_is_no_failure(tmp_path, method, stage, lost, unavailable):
-    settings = FlowerSettings(method=method, rounds=3, seed=1, scenario_params=SMALL, out_dir="out", round_timeout=30.0)
+    settings = FlowerSettings.from_flat(method=method, rounds=3, seed=1, scenario_params=SMALL, out_dir="out", round_timeout=30.0)
     ref = federated_main(FakeGrid(4), settings, run_id="ref", root=tmp_path)
     grid = LinkGrid(4)
     grid.restart_at(2, stage, lost=lost, unavailable=unavailable)
@@ -69,7 +69,7 @@ def test_a_restart_mid_round_changes_no_number_and_is_no_failure(tmp_path, metho
 
 
 def test_a_round_that_still_lost_a_node_after_a_restart_is_reported_degraded(tmp_path, caplog):
-    settings = FlowerSettings(method="fedavg", rounds=3, scenario_params=SMALL, out_dir="out", round_timeout=0.5)
+    settings = FlowerSettings.from_flat(method="fedavg", rounds=3, scenario_params=SMALL, out_dir="out", round_timeout=0.5)
     grid = LinkGrid(4)
     grid.restart_at(2, "train", unavailable=(3,), offline_for=10**9)  # node 3 never comes back
     grid.die_at(2, 3)
@@ -86,7 +86,7 @@ def test_a_round_that_still_lost_a_node_after_a_restart_is_reported_degraded(tmp
 def test_without_an_outage_an_unavailable_node_fails_at_once(tmp_path):
     """A node the SuperLink reports unavailable with no outage (it died) costs no waiting and is
     sent nothing again: its NODE_UNAVAILABLE is its failure, and the run is not degraded."""
-    settings = FlowerSettings(method="fedavg", rounds=2, scenario_params=SMALL, out_dir="out", round_timeout=60.0)
+    settings = FlowerSettings.from_flat(method="fedavg", rounds=2, scenario_params=SMALL, out_dir="out", round_timeout=60.0)
     grid = LinkGrid(4)
     push = grid.push_messages
 
@@ -108,7 +108,7 @@ def test_without_an_outage_an_unavailable_node_fails_at_once(tmp_path):
 @pytest.mark.parametrize("method, hps", [("sheaf", {"gamma": 0.3, "lam": 0.01}), ("dfedu", {})])
 def test_a_restart_during_a_relayed_step_changes_no_number(method, hps):
     """The relay sends a lost step again; the node computes it from the state before the first copy."""
-    settings = FlowerSettings(method=method, rounds=3, seed=1, scenario_params=SMALL, hyperparameters=hps, round_timeout=30.0)
+    settings = FlowerSettings.from_flat(method=method, rounds=3, seed=1, scenario_params=SMALL, hyperparameters=hps, round_timeout=30.0)
     ref = relay_main(FakeGrid(4), settings)
     grid = LinkGrid(4)
     grid.restart_at(2, "train.peer", lost=(1,), unavailable=(2,))

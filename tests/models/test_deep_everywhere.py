@@ -47,7 +47,7 @@ def test_a_users_module_trains_in_process_and_on_flower_with_identical_metrics(m
     # the Flower run applies the deployment defaults (robust-defaults): the in-process run gets the same
     local = topofl.simulate(fed, method, rounds=2, seed=0, model=make_mlp, **deployment_hyperparameters(method, {"lr": 0.05}))
     assert is_deep(local.model) and not local.failures
-    flower = federated_main(FakeGrid(4), FlowerSettings(method=method, rounds=2, seed=0, scenario_params=SMALL,
+    flower = federated_main(FakeGrid(4), FlowerSettings.from_flat(method=method, rounds=2, seed=0, scenario_params=SMALL,
                                                         hyperparameters={"lr": 0.05}, model="helpers:make_mlp"))
     assert not flower.failures
     assert_same_records(local.records, flower.records)
@@ -66,11 +66,11 @@ def test_sheaf_with_a_users_module_in_process_and_through_the_relay(model_init):
     fed = topofl.make_scenario("healthcare", seed=1, **SMALL)
     hp = {"gamma": 0.1, "lr": 0.05, "model_init": model_init}
     local = topofl.simulate_decentralised(fed, "sheaf", rounds=3, seed=1, graph="ring", model=make_mlp, **hp)
-    relayed = relay_main(FakeGrid(4), FlowerSettings(method="sheaf", rounds=3, seed=1, scenario_params=SMALL, graph="ring",
+    relayed = relay_main(FakeGrid(4), FlowerSettings.from_flat(method="sheaf", rounds=3, seed=1, scenario_params=SMALL, graph="ring",
                                                      hyperparameters=hp, model="helpers:make_mlp"))
     assert not relayed.failures
     assert_same_records(local.records, relayed.records, keys=("accuracy", "loss"))
-    assert local.rounds[-1]["cumulative_bits"] == relayed.rounds[-1]["cumulative_bits"] > 0
+    assert local.iterations[-1]["cumulative_bits"] == relayed.iterations[-1]["cumulative_bits"] > 0
 
 
 def test_fedprox_with_mu_zero_equals_fedavg_with_a_cnn(images):

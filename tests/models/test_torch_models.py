@@ -103,10 +103,12 @@ def test_flat_vector_round_trip(size):
     assert g.shape == theta.shape and g.dtype == np.float64 and np.isfinite(g).all()
     assert model.loss(theta, X, y) == pytest.approx(loss, rel=1e-5)
     np.testing.assert_array_equal(model.grad(theta, X, y), g)
-    # the penalty covers the weights (ndim > 1) only
+    # the penalty l2/2·‖w‖² covers the weights (ndim > 1) only: against the same network without it
     mask = model.weight_mask
     assert 0 < mask.sum() < model.n_params
-    assert model._penalty(theta) == pytest.approx(0.005 * theta[mask] @ theta[mask])
+    plain = paper_cnn(size, "cifar10", l2=0.0)
+    assert model.loss(theta, X, y) - plain.loss(theta, X, y) == pytest.approx(0.005 * theta[mask] @ theta[mask], rel=1e-9)
+    np.testing.assert_allclose(g - plain.grad(theta, X, y), np.where(mask, 0.01 * theta, 0.0), rtol=0, atol=1e-12)
 
 
 def test_finite_difference_gradient_small_cnn_float64():

@@ -115,21 +115,25 @@ def test_noise_std_of_the_update_is_z_c_over_the_number_of_clients():
 
 
 def test_clipping_bounds_one_clients_influence_and_weights_are_uniform():
-    """A client sending a huge change moves the model by exactly C/N plus the noise; sample sizes do not weigh."""
+    """A client sending a huge change moves the model by exactly C/N plus the noise; sample sizes do not weigh.
+
+    Two servers set up alike draw the same noise: one gets the round's updates, its twin only
+    unchanged models, so the difference of their models is the clipped mean change, noise cancelled."""
     n, d, z, c = 4, 30, 1.0, 0.5
-    alg = fedavg_server(n, d, dp_noise_multiplier=z, dp_clip=c)
+    alg, twin = (fedavg_server(n, d, dp_noise_multiplier=z, dp_clip=c) for _ in range(2))
     sent = alg.global_params.copy()
-    alg._dp_rng = np.random.default_rng(11)
+    np.testing.assert_array_equal(twin.global_params, sent)
     huge = sent.copy()
     huge[3] += 1e6
     small = sent + 0.01  # norm 0.01·√30 < C: not clipped
     updates = [ClientUpdate(0, huge, 1000), ClientUpdate(1, small, 1), ClientUpdate(2, sent.copy(), 5), ClientUpdate(3, sent.copy(), 5)]
     entry = alg.aggregate_fit(1, updates)
-    noise = np.random.default_rng(11).normal(0.0, z * c, size=d)
-    expected = sent + (c * np.eye(d)[3] + (small - sent) + noise) / n
-    np.testing.assert_allclose(alg.global_params, expected, rtol=0, atol=1e-12)
+    assert twin.aggregate_fit(1, [ClientUpdate(k, sent.copy(), 5) for k in range(n)])["dp_clipped"] == []
+    noise = n * (twin.global_params - sent)
+    assert noise.std() > 0.1 * z * c  # the twin's step is the noise alone, N(0, (zC)²) on the sum
+    np.testing.assert_allclose(alg.global_params - twin.global_params, (c * np.eye(d)[3] + (small - sent)) / n, rtol=0, atol=1e-12)
     assert entry["dp_clipped"] == [0]
-    assert np.linalg.norm(alg.global_params - sent - noise / n - (small - sent) / n) == pytest.approx(c / n, rel=1e-12)
+    assert np.linalg.norm(alg.global_params - sent - noise / n - (small - sent) / n) == pytest.approx(c / n, rel=1e-9)
 
 
 def test_a_round_with_no_update_is_noise_alone_and_accounted():
@@ -157,30 +161,29 @@ def test_dp_noise_comes_from_the_server_not_from_the_run_stream(fed):
 
 # --- pTopoFL: updates per cluster -------------------------------------------------------------------
 
-class Recording(PTopoFL):
-    """pTopoFL that keeps each round's updates and the models it sent."""
-
-    def aggregate_fit(self, rnd, updates):
-        self.last_updates = list(updates)
-        self.last_sent = {cid: p.copy() for cid, p in self.sent.items()}
-        self.last_models = {j: m.copy() for j, m in self.cluster_models.items()}
-        return super().aggregate_fit(rnd, updates)
-
-
 def test_ptopofl_dp_aggregates_each_cluster_with_uniform_weights(fed):
     """With negligible noise and no clipping, each cluster's raw model is its model sent plus the
-    plain mean of its members' changes (not Eq. 6's weighted average)."""
-    alg = Recording(PTopoFLConfig(dp_noise_multiplier=1e-12, dp_clip=1e3))
-    h = simulate(fed, alg, rounds=3, seed=1)
+    plain mean of its members' changes (not Eq. 6's weighted average). What each client was sent
+    and replied is read on the wire (every client relays its honest reply unchanged)."""
+    from security.attacking import run_attacked
+
+    wire: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def relay(update, message):  # the last round's (reply, model sent) per client
+        wire[update.client_id] = (update.params.copy(), message.params.copy())
+        return update
+
+    h, alg = run_attacked("ptopofl", relay, victim=set(fed.client_ids), federation=fed, rounds=3, seed=1,
+                          dp_noise_multiplier=1e-12, dp_clip=1e3)
+    assert not h.failures and h.server_logs[-1]["dp_clipped"] == []
     labels = h.server_logs[-1]["clusters"]
-    assert h.server_logs[-1]["dp_clipped"] == []
     for j in set(labels.values()):
-        members = [u for u in alg.last_updates if labels[u.client_id] == j]
-        base = alg.last_models[j]
-        mean_change = np.mean([u.params - alg.last_sent[u.client_id] for u in members], axis=0)
+        members = [cid for cid in wire if labels[cid] == j]
+        base = wire[members[0]][1]  # the cluster's model, sent to each of its members
+        assert all(np.array_equal(wire[cid][1], base) for cid in members)
+        mean_change = np.mean([wire[cid][0] - wire[cid][1] for cid in members], axis=0)
         np.testing.assert_allclose(alg.cluster_raw[j], base + mean_change, rtol=0, atol=1e-8)
-    weighted = Recording(PTopoFLConfig())
-    simulate(fed, weighted, rounds=3, seed=1)
+    _, weighted = run_attacked("ptopofl", federation=fed, rounds=3, seed=1)
     assert not np.allclose(weighted.cluster_raw[0], alg.cluster_raw[0], atol=1e-6)  # Eq. 6 differs from uniform
 
 

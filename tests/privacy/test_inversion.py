@@ -86,6 +86,10 @@ def test_logistic_update_is_gradient_descent_with_the_models_gradient():
 @pytest.mark.parametrize("steps", [1, 3])
 @pytest.mark.parametrize("soft", [True, False])
 def test_matching_loss_gradient_agrees_with_finite_differences(steps, soft):
+    # A private function on purpose: the update-matching objective Σ_t ‖û_t − u_t‖² (û_t = `logistic_update`,
+    # the published DLG/iDLG objective) has a hand-derived reverse-mode gradient. The public path,
+    # `match_updates`, only shows a wrong gradient as a slower or failed L-BFGS reconstruction; finite
+    # differences check the formula itself.
     rng = np.random.default_rng(steps)
     d, B, T, lr, l2 = 3, 2, 4, 0.4, 0.05
     X, y = rng.normal(size=(B, d)), np.array([1.0, 0.0])

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from security.attacking import VICTIM, replace, run_attacked
 from topofl.methods import build
 
-pytestmark = pytest.mark.filterwarnings("ignore::topofl._validation.TrainingWarning")  # the undefended runs diverge
+pytestmark = pytest.mark.filterwarnings("ignore::topofl.federation.runner.TrainingWarning")  # the undefended runs diverge
 
 
 def against(u, m):
@@ -76,11 +76,11 @@ def sent_models(**hp):
     """The models the server sent the victim each round (its reply is the attack), and the algorithm."""
     sent = []
 
-    def spy(u, m):
+    def relay(u, m):  # the model the victim was sent, then its attack
         sent.append(m.params.copy())
         return against(u, m)
 
-    _, algo = run_attacked(hp.pop("method", "fedavg"), spy, **hp)
+    _, algo = run_attacked(hp.pop("method", "fedavg"), relay, **hp)
     return sent, algo
 
 

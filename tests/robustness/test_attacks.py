@@ -4,7 +4,6 @@ on Flower (in-memory grid)."""
 from __future__ import annotations
 
 import pickle
-import types
 import warnings
 from typing import Any
 
@@ -32,13 +31,13 @@ STEP = np.array([0.5, -1.0, 2.0])   # the stub's honest update θ_k − θ_sent
 
 
 class Stub(Algorithm):
-    """A method whose honest client returns θ_sent + STEP (and counts its calls)."""
+    """A method whose honest client returns θ_sent + STEP (and, with ``descriptor``, sends it)."""
 
     name = "stub"
 
-    def __init__(self) -> None:
+    def __init__(self, descriptor: np.ndarray | None = None) -> None:
         super().__init__()
-        self.calls = 0
+        self.descriptor = descriptor
 
     def configure_fit(self, rnd: int, selected: list[int]) -> dict[int, ServerMessage]:
         return {cid: ServerMessage(SENT) for cid in selected}
@@ -50,8 +49,8 @@ class Stub(Algorithm):
         return ServerMessage(SENT)
 
     def client_fit(self, ctx: ClientContext, message: ServerMessage) -> ClientUpdate:
-        self.calls += 1
-        return ClientUpdate(ctx.client_id, message.params + np.resize(STEP, message.params.size), ctx.data.n_train)
+        return ClientUpdate(ctx.client_id, message.params + np.resize(STEP, message.params.size), ctx.data.n_train,
+                            descriptor=self.descriptor)
 
 
 def ctx_of(cid: int, rnd: int = 1, n: int = 12, d: int = 2, seed: int = 0) -> ClientContext:
@@ -179,27 +178,21 @@ def test_label_flip_binary_and_multiclass():
         flip_labels(y, make_model("regression", 2), 1.0, np.random.default_rng(0))
 
 
-class Spy(FedAvg):
-    """FedAvg that records the labels each client trains on and its test labels."""
-
-    seen: dict[int, tuple[np.ndarray, np.ndarray]]
-
-    def client_fit(self, ctx: ClientContext, message: ServerMessage) -> ClientUpdate:
-        self.seen[ctx.client_id] = (ctx.data.y_train.copy(), ctx.data.y_test.copy())
-        return super().client_fit(ctx, message)
-
-
-def test_label_flip_flips_exactly_the_adversaries_training_labels_and_no_test_label():
+def test_label_flip_trains_the_adversaries_on_flipped_labels_and_evaluates_on_their_own():
+    """The attacked run is, bit for bit, the clean run of a federation whose adversaries hold
+    flipped training labels and their own test labels."""
     fed = topofl.make_scenario("healthcare", seed=0, **CLEAN)
-    spy = Spy()
-    spy.seen = {}
     adversaries = {1, 3}
-    history = quiet_simulate(fed, attacked(spy, "label_flip", adversaries), rounds=1, seed=0)
-    for c in fed.clients:
-        y_train, y_test = spy.seen[c.client_id]
-        np.testing.assert_array_equal(y_train, 1.0 - c.y_train if c.client_id in adversaries else c.y_train)
-        np.testing.assert_array_equal(y_test, c.y_test)
+    hand_flipped = topofl.Federation(
+        [ClientData(c.X_train, 1.0 - c.y_train if c.client_id in adversaries else c.y_train, c.X_test, c.y_test, c.client_id, c.meta)
+         for c in fed.clients], task=fed.task, n_classes=fed.n_classes)
+    history = quiet_simulate(fed, attacked(build_server("fedavg"), "label_flip", adversaries), rounds=2, seed=0)
+    by_hand = quiet_simulate(hand_flipped, "fedavg", rounds=2, seed=0)
+    clean = quiet_simulate(fed, "fedavg", rounds=2, seed=0)
     assert not history.failures
+    assert history.records == by_hand.records   # the test metrics too: evaluated on the clients' own test labels
+    np.testing.assert_array_equal(history.server_params, by_hand.server_params)
+    assert history.records != clean.records
 
 
 # ---- what the server sees of it ----------------------------------------------------------------
@@ -242,15 +235,15 @@ def test_crude_forgery_sends_a_random_descriptor_of_the_same_norm_and_ptopofl_re
     refused = {(f.round, f.client) for f in h.failures if f.stage == "fit"}
     assert refused == {(r, c) for r in (1, 2) for c in adversaries}, [f.reason for f in h.failures]
     assert all("descriptor" in f.reason for f in h.failures)
-    # the fake itself: non-negative, the poisoned descriptor's norm, the same every round, not that descriptor
-    wrapped = attacked(build_server("ptopofl"), attack, adversaries)
+    # the fake itself (what an adversary's client_fit sends): non-negative, the poisoned descriptor's
+    # norm, the same every round, not that descriptor; an honest client's descriptor goes through
     phi = np.arange(48, dtype=float)
-    update = ClientUpdate(next(iter(adversaries)), np.zeros(3), 10, descriptor=phi)
-    ctx = types.SimpleNamespace(client_id=update.client_id)
-    fake, again = wrapped._crude(ctx, update).descriptor, wrapped._crude(ctx, update).descriptor
+    wrapped = attacked(Stub(descriptor=phi), attack, {0})
+    fake, again = (wrapped.client_fit(ctx_of(0, rnd), ServerMessage(SENT)).descriptor for rnd in (1, 2))
     assert fake.shape == phi.shape and (fake >= 0).all() and not np.allclose(fake, phi)
     assert np.linalg.norm(fake) == pytest.approx(np.linalg.norm(phi), rel=1e-12)
     np.testing.assert_array_equal(fake, again)
+    np.testing.assert_array_equal(wrapped.client_fit(ctx_of(1), ServerMessage(SENT)).descriptor, phi)
     # FedAvg sends no descriptor: there a crude forger is a feature poisoner
     assert losses(quiet_simulate(fed, "fedavg", rounds=2, seed=0, attack="crude_forgery:fraction=0.25")) == \
         losses(quiet_simulate(fed, "fedavg", rounds=2, seed=0, attack="feature_poison:fraction=0.25"))
@@ -341,7 +334,7 @@ def test_flower_attacked_run_equals_in_process(method, spec):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        flower = federated_main(FakeGrid(4), FlowerSettings(method=method, rounds=3, seed=3, scenario_params=CLEAN, attack=spec))
+        flower = federated_main(FakeGrid(4), FlowerSettings.from_flat(method=method, rounds=3, seed=3, scenario_params=CLEAN, attack=spec))
     fed = topofl.make_scenario("healthcare", seed=3, **CLEAN)
     hp = deployment_hyperparameters(method, {})   # what a Flower run applies by default (robust-defaults)
     ref = quiet_simulate(fed, method, rounds=3, seed=3, attack=spec, **hp)
@@ -356,11 +349,11 @@ def test_flower_settings_validate_the_attack():
     pytest.importorskip("flwr")
     from topofl.flower.settings import FlowerSettings
 
-    assert FlowerSettings.from_run_config({"attack": "free_rider:fraction=0.25"}).job()["attack"] == "free_rider:fraction=0.25"
+    assert FlowerSettings.from_run_config({"attack": "free_rider:fraction=0.25"}).node_config()["attack"] == "free_rider:fraction=0.25"
     with pytest.raises(ValueError, match="attack='sign_flip:scale=-1': scale must be in"):
-        FlowerSettings(attack="sign_flip:scale=-1")
-    assert FlowerSettings(method="sheaf", attack="sign_flip:fraction=0.5").attack == "sign_flip:fraction=0.5"
+        FlowerSettings.from_flat(attack="sign_flip:scale=-1")
+    assert FlowerSettings.from_flat(method="sheaf", attack="sign_flip:fraction=0.5").job.attack == "sign_flip:fraction=0.5"
     with pytest.raises(ValueError, match="attack='descriptor_forgery': attack kind='descriptor_forgery' does not apply to peer"):
-        FlowerSettings(method="dfedu", attack="descriptor_forgery")
+        FlowerSettings.from_flat(method="dfedu", attack="descriptor_forgery")
     with pytest.raises(ValueError, match="needs exchange='paper', got exchange='compact'"):
-        FlowerSettings(method="sheaf", attack="sign_flip", hyperparameters={"exchange": "compact"})
+        FlowerSettings.from_flat(method="sheaf", attack="sign_flip", hyperparameters={"exchange": "compact"})

@@ -151,12 +151,12 @@ def test_flower_settings_apply_the_defaults_unless_the_run_opts_out():
     from topofl.flower.settings import FlowerSettings
 
     assert reexported is DEPLOYMENT_DEFAULTS
-    assert FlowerSettings.from_run_config({"method": "fedavg"}).hyperparameters["aggregator"] == "guarded_mean"
-    assert FlowerSettings.from_run_config({"method": "ptopofl"}).hyperparameters["intra_aggregator"] == "guarded_mean"
+    assert FlowerSettings.from_run_config({"method": "fedavg"}).job.hyperparameters["aggregator"] == "guarded_mean"
+    assert FlowerSettings.from_run_config({"method": "ptopofl"}).job.hyperparameters["intra_aggregator"] == "guarded_mean"
     off = FlowerSettings.from_run_config({"method": "fedavg", "robust-defaults": False})
-    assert dict(off.hyperparameters) == {}
+    assert dict(off.job.hyperparameters) == {}
     with pytest.raises(ValueError, match="robust-defaults"):
-        FlowerSettings(robust_defaults="yes")  # type: ignore[arg-type]
+        FlowerSettings.from_flat(robust_defaults="yes")  # type: ignore[arg-type]
 
 
 def honest_auc(method: str, seed: int, attack: str | None, hp: dict[str, Any]) -> float:
@@ -214,11 +214,11 @@ def test_compare_and_experiment_take_the_robust_defaults_on_request(tmp_path):
 def test_a_checkpoint_from_before_the_defaults_resumes_with_the_rule_it_ran():
     from topofl.flower.settings import FlowerSettings
 
-    old = FlowerSettings(method="fedavg", robust_defaults=False).as_dict()
+    old = FlowerSettings.from_flat(method="fedavg", robust_defaults=False).as_dict()
     del old["robust_defaults"]                       # what a checkpoint written before issue 20 holds
-    assert dict(FlowerSettings.from_saved(old).hyperparameters) == {}
-    new = FlowerSettings(method="fedavg").as_dict()  # a checkpoint written now: the defaults it ran with
-    assert FlowerSettings.from_saved(new).hyperparameters["aggregator"] == "guarded_mean"
+    assert dict(FlowerSettings.from_saved(old).job.hyperparameters) == {}
+    new = FlowerSettings.from_flat(method="fedavg").as_dict()  # a checkpoint written now: the defaults it ran with
+    assert FlowerSettings.from_saved(new).job.hyperparameters["aggregator"] == "guarded_mean"
 
 
 def test_leaving_clients_out_never_lifts_a_capped_client_above_the_cap():

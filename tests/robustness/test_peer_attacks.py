@@ -3,6 +3,7 @@ reaches them, each reply kind's message checked by hand or by its defining prope
 on exactly the adversaries' training data, and a smoke run of every peer method."""
 from __future__ import annotations
 
+import dataclasses
 import pickle
 from typing import Any
 
@@ -102,7 +103,7 @@ def test_identical_to_clean_run_before_start_round(name: str) -> None:
     if name != "sheaf":  # one phase: node 1's altered model reaches nodes 2, 3 only from round 4
         for i in (2, 3):
             np.testing.assert_array_equal(hit3.client_models[i], clean3.client_models[i])
-    assert [r["bits"] for r in hit3.rounds] == [r["bits"] for r in clean3.rounds]
+    assert [r["bits"] for r in hit3.iterations] == [r["bits"] for r in clean3.iterations]
 
 
 def test_sign_flip_on_two_nodes_is_the_hand_computed_message() -> None:
@@ -134,8 +135,8 @@ def test_colluders_send_one_shared_offset() -> None:
 
     def hook(src: int, dst: int, tag: str, payload: np.ndarray) -> None:
         node = algo.nodes[src]
-        if isinstance(node, AttackedPeerNode):  # offset = sent − honest payload of this iteration
-            offsets.setdefault((src, dst), []).append(payload - node._prev[(tag, dst)])
+        if isinstance(node, AttackedPeerNode):  # offset = sent − the honest payload: dFedU sends its model θ
+            offsets.setdefault((src, dst), []).append(payload - node.peer.theta)
 
     drive(algo, graph, 3, hook=hook)
     assert sorted(offsets) == [(0, 1), (0, 2), (0, 3), (3, 0), (3, 1), (3, 2)]
@@ -152,28 +153,32 @@ def test_gaussian_noise_is_independent_per_edge() -> None:
     assert not np.allclose(t.log[(1, 0, "theta")][0], t.log[(1, 2, "theta")][0])
 
 
-def test_label_flip_flips_exactly_the_adversaries_training_labels() -> None:
-    seen: dict[int, list[np.ndarray]] = {}
-    algo = attacked_peers(build_peer("dfedu", {**HP["dfedu"], "batch_size": 64}), "label_flip:start_round=2", [1, 2])
-    rng = np.random.default_rng(np.random.SeedSequence([3, 0xDEC]))
+def test_label_flip_trains_exactly_the_adversaries_on_flipped_labels_from_its_start_round() -> None:
+    """The attacked run is, bit for bit, a clean run in which nodes 1 and 2 hold flipped training
+    labels from iteration 2 on (full batches: the gradients see every label)."""
+    graph, hp = nx.path_graph(4), {**HP["dfedu"], "batch_size": 64}
     data = clients(4)
-    peers = build_peers(data, "multiclass", N_CLASSES, algo.config.l2, None, False, rng, seed=3)
-    for p in peers:
-        def grad(theta: np.ndarray, b: int, g: np.random.Generator, p: Peer = p) -> np.ndarray:
-            seen.setdefault(p.node, []).append(np.array(p.data.y_train, copy=True))  # type: ignore[union-attr]
-            return Peer.grad(p, theta, b, g)
-        p.grad = grad  # type: ignore[method-assign]
-    graph = nx.path_graph(4)
-    algo.setup(peers, graph, rng)
-    transport = InProcessTransport(graph)
-    for r in (1, 2, 3):
-        algo.iterate(r, transport, [np.random.default_rng(r + p.node) for p in peers])
+    flipped = {i: dataclasses.replace(data[i], y_train=N_CLASSES - 1 - data[i].y_train) for i in (1, 2)}
+
+    def drive_by_hand(algo: PeerAlgorithm, swap: bool) -> list[Peer]:
+        rng = np.random.default_rng(np.random.SeedSequence([3, 0xDEC]))
+        peers = build_peers(data, "multiclass", N_CLASSES, algo.config.l2, None, False, rng, seed=3)
+        algo.setup(peers, graph, rng)
+        transport = InProcessTransport(graph)
+        for r in (1, 2, 3):
+            if swap:
+                for i, c in flipped.items():
+                    peers[i].data = c if r >= 2 else data[i]
+            algo.iterate(r, transport, [np.random.default_rng(r + p.node) for p in peers])
+        return peers
+
+    attacked = drive_by_hand(attacked_peers(build_peer("dfedu", hp), "label_flip:start_round=2", [1, 2]), swap=False)
+    by_hand = drive_by_hand(build_peer("dfedu", hp), swap=True)
+    clean = drive_by_hand(build_peer("dfedu", hp), swap=False)
     for i, c in enumerate(data):
-        assert len(seen[i]) == 3
-        np.testing.assert_array_equal(seen[i][0], c.y_train)  # round 1: honest everywhere
-        for y in seen[i][1:]:
-            np.testing.assert_array_equal(y, N_CLASSES - 1 - c.y_train if i in (1, 2) else c.y_train)
-        assert peers[i].data is c  # the node's own data object is restored; test labels untouched
+        np.testing.assert_array_equal(attacked[i].theta, by_hand[i].theta)
+        assert attacked[i].data is c  # the node's own data object is restored; test labels untouched
+    assert not np.allclose(attacked[1].theta, clean[1].theta)
 
 
 @pytest.mark.parametrize("name", ["sheaf", "dfedu", "dpsgd", "local-peers"])
@@ -183,7 +188,7 @@ def test_wrappers_compose_and_run_every_peer_method(name: str) -> None:
     algo = attacked_peers(inner, "gaussian_noise:noise_std=0.1", [1])
     hit = run(algo, 3)
     assert hit.method == clean.method == name
-    assert [r["bits"] for r in hit.rounds] == [r["bits"] for r in clean.rounds]
+    assert [r["bits"] for r in hit.iterations] == [r["bits"] for r in clean.iterations]
     assert all(np.isfinite(m).all() for m in hit.client_models.values())
     assert not np.allclose(hit.client_models[1], clean.client_models[1])
     if name == "local-peers":  # nothing sent: only the adversary's own data attack changes anything
@@ -240,12 +245,12 @@ def test_flower_relay_attacked_run_equals_in_process(method: str, spec: str) -> 
     from topofl.flower.settings import FlowerSettings
 
     hps = SHEAF if method == "sheaf" else {}
-    h = relay_main(FakeGrid(4), FlowerSettings(method=method, rounds=3, seed=1, scenario_params=SMALL, graph="ring", attack=spec,
+    h = relay_main(FakeGrid(4), FlowerSettings.from_flat(method=method, rounds=3, seed=1, scenario_params=SMALL, graph="ring", attack=spec,
                                                hyperparameters=hps))
     fed = topofl.make_scenario("healthcare", seed=1, **SMALL)
     ref = topofl.simulate_decentralised(fed, method, rounds=3, seed=1, graph="ring", attack=spec, **hps)
     clean = topofl.simulate_decentralised(fed, method, rounds=3, seed=1, graph="ring", **hps)
     key = lambda records: {(r["round"], r["client"]): (r["accuracy"], r["loss"]) for r in records}  # noqa: E731
     assert key(h.records) == key(ref.records) != key(clean.records)
-    assert [r["bits"] for r in h.rounds] == [r["bits"] for r in ref.rounds]
+    assert [r["bits"] for r in h.iterations] == [r["bits"] for r in ref.iterations]
     assert not h.failures

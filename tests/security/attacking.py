@@ -34,7 +34,7 @@ def run_attacked(
 ):
     """Run ``method`` with client ``victim``'s replies tampered; return ``(history, algorithm)``.
 
-    ``victim`` may be a set of clients (colluders, or every client to spy on honest replies).
+    ``victim`` may be a set of clients (colluders, or every client to read the honest replies on the wire).
     """
     victims = {victim} if isinstance(victim, int) else set(victim)
     fed = federation if federation is not None else topofl.make_scenario(scenario, seed=seed)

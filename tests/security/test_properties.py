@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from topofl import Federation
-from topofl.cli_parsing import parse_assignments, parse_seeds
+from topofl.cli_common import parse_assignments, parse_seeds
 from topofl.federation.messages import ClientUpdate, ServerMessage
 from topofl.federation.validation import ClientInfo, evaluation_problem, screen_updates
 from topofl.methods import available
@@ -189,7 +189,7 @@ toml_values = st.one_of(st.integers(-10, 10**12), st.floats(-1e9, 1e9), st.text(
 @given(entries=st.dictionaries(st.sampled_from(["scenario", "method", "methods", "seed", "seeds", "rounds", "client_fraction",
                                                 "scenario_params", "hyperparameters", "bogus"]), toml_values, max_size=4))
 def test_config_files_are_type_checked_never_crash(entries, tmp_path_factory):
-    from topofl.cli_parsing import CONFIG_KEYS, load_toml
+    from topofl.cli_common import CONFIG_KEYS, load_toml
 
     path = tmp_path_factory.mktemp("toml") / "c.toml"
     path.write_text("".join(f"{k} = {_toml_value(v)}\n" for k, v in entries.items()))

@@ -1,22 +1,21 @@
 """Helpers shared by the server-based methods of :mod:`topofl.algorithms`: the aggregation maths
-(:func:`weighted_average`, :func:`cap_shares`), robust aggregation in the round loop
-(:class:`RobustAggregationConfig`, :func:`robust_round`, :func:`excluded_ids`), client-level
-differential privacy of the aggregate (the ``dp_*`` fields of :class:`RobustAggregationConfig`,
-:func:`dp_server_rng`; DP-FedAvg, McMahan et al. 2018) and the personal-model generator. The contract they implement (:class:`Algorithm`,
-:class:`AlgorithmConfig`, :class:`ClientContext`) lives in :mod:`topofl.federation.algorithm` and
-is re-exported here for the methods' convenience.
+(:func:`weighted_average`, :func:`cap_shares`), the server's rules as composable config parts —
+robust aggregation (:class:`RobustRuleConfig`, :func:`robust_round`, :func:`excluded_ids`) and
+client-level DP of the aggregate (:class:`DPAggregateConfig`, :func:`dp_server_rng`; DP-FedAvg) —
+and the personal-model generator. The contract they implement (:class:`Algorithm`,
+:class:`AlgorithmConfig`, :class:`ClientContext`) lives in :mod:`topofl.federation.algorithm`.
 """
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from topofl._validation import check_choice, check_int, check_range
-from topofl.config import hp
+from topofl._validation import check_range
+from topofl.config import Config, hp
 from topofl.federation.algorithm import Algorithm, AlgorithmConfig, ClientContext
 from topofl.privacy.accounting import ACCOUNTANTS
 from topofl.privacy.dp import DPConfig
@@ -31,7 +30,8 @@ from topofl.robustness.aggregators import (
 )
 
 __all__ = [
-    "AGGREGATORS", "Algorithm", "AlgorithmConfig", "ClientContext", "RobustAggregationConfig", "cap_shares", "dp_server_rng",
+    "AGGREGATORS", "Algorithm", "AlgorithmConfig", "ClientContext", "DPAggregateConfig", "RobustRuleConfig", "cap_shares",
+    "dp_server_rng",
     "UpdateReputation", "excluded_ids", "hp", "robust_entries", "round_change_stats", "personal_rng", "robust_round", "weighted_average",
 ]
 
@@ -46,15 +46,57 @@ AGGREGATOR_HELP = (
 
 
 @dataclass(frozen=True)
-class RobustAggregationConfig(AlgorithmConfig):
-    """The parameters of the robust aggregation rules (:mod:`topofl.robustness.aggregators`),
-    shared by the methods that offer them; each method adds the field that names its rule
+class RobustRuleConfig(Config):
+    """The parameters of the robust aggregation rules (:mod:`topofl.robustness.aggregators`), a part
+    of the config of every method that offers them; each method adds the field that names its rule
     (FedAvg's ``aggregator``, pTopoFL's ``intra_aggregator``).
+    """
 
-    The ``dp_*`` fields switch on client-level differential privacy of the aggregate, DP-FedAvg
-    (McMahan, Ramage, Talwar and Zhang 2018, "Learning differentially private recurrent language
-    models", ICLR, Algorithm 1; :func:`topofl.privacy.dp.dp_fedavg_aggregate`): with
-    ``dp_noise_multiplier`` z > 0 every client's change from the model it was sent is clipped to
+    byzantine_f: int = hp(
+        AUTO, "krum, multi_krum, bulyan: number f of Byzantine clients tolerated (-1: the most the rule tolerates at "
+        "the round's n, (n-3)//2 for krum and multi_krum, (n-3)//4 for bulyan); they need >= 2f+3, 2f+3, 4f+3 "
+        "updates, and a round with fewer is aggregated by the coordinate-wise median (logged)",
+        low=AUTO, high=10_000, integer=True,
+    )
+    trim_fraction: float = hp(
+        0.25, "trimmed_mean: fraction β in [0, 0.5) of the values cut from each end of every coordinate (⌊β·n⌋ of n; "
+        "0.25 cuts one from each end from n = 4 on)",
+        low=0.0, high=0.5, high_open=True,
+    )
+    clip_norm: float = hp(
+        1.0, "norm_clip: largest norm M (> 0) of a client's change θ_k − θ from the model it was sent",
+        low=0.0, low_open=True,
+    )
+    guard_min_cosine: float = hp(
+        -0.2, "guarded_mean: a change whose cosine with the coordinate-wise median change is below this, in [-1, 1), "
+        "is flagged and left out (the update-space detector)",
+        low=-1.0, high=1.0, high_open=True,
+    )
+    guard_clip: float = hp(
+        2.0, "guarded_mean: kept changes are clipped to this (> 0) × the median change norm",
+        low=0.0, low_open=True,
+    )
+    guard_max_norm: float = hp(
+        4.0, "guarded_mean: a change longer than this (>= guard_clip) × the median change norm is flagged and left out "
+        "(inf: never)",
+    )
+    multi_krum_m: int = hp(
+        0, "multi_krum: number m of the lowest-score updates averaged (0: n − f of the round's n updates)",
+        low=0, high=10_000, integer=True,
+    )
+    def __post_init__(self) -> None:
+        super().__post_init__()  # the declared bounds of every field
+        # guard_max_norm's lower bound is another field: >= guard_clip, or inf (never flag by norm)
+        if not (isinstance(self.guard_max_norm, float) and self.guard_max_norm == float("inf")):
+            check_range("guard_max_norm", self.guard_max_norm, self.guard_clip)
+
+
+@dataclass(frozen=True)
+class DPAggregateConfig(Config):
+    """Client-level differential privacy of the aggregate, a part of the config of every method that
+    offers it: DP-FedAvg (McMahan, Ramage, Talwar and Zhang 2018, "Learning differentially private
+    recurrent language models", ICLR, Algorithm 1; :func:`topofl.privacy.dp.dp_fedavg_aggregate`).
+    With ``dp_noise_multiplier`` z > 0 every client's change from the model it was sent is clipped to
     L2 norm ``dp_clip`` C, the clipped changes are summed with uniform weights, N(0, (zC)² I) is
     added and the sum is divided by the expected number of participants; the rounds are accounted
     by ``dp_accountant`` (:func:`topofl.privacy.dp.privacy_report`) and (ε, ``dp_delta``) is
@@ -62,47 +104,23 @@ class RobustAggregationConfig(AlgorithmConfig):
     is not a clipped sum, and its sensitivity is not C); :meth:`check_dp_rule` says so.
     """
 
-    byzantine_f: int = hp(
-        AUTO, "krum, multi_krum, bulyan: number f of Byzantine clients tolerated (-1: the most the rule tolerates at the round's "
-        "n, (n-3)//2 for krum and multi_krum, (n-3)//4 for bulyan); they need >= 2f+3, 2f+3, 4f+3 updates, and a round with "
-        "fewer is aggregated by the coordinate-wise median (logged)"
-    )
-    trim_fraction: float = hp(
-        0.25, "trimmed_mean: fraction β in [0, 0.5) of the values cut from each end of every coordinate (⌊β·n⌋ of n; 0.25 cuts one "
-        "from each end from n = 4 on)"
-    )
-    clip_norm: float = hp(1.0, "norm_clip: largest norm M (> 0) of a client's change θ_k − θ from the model it was sent")
-    guard_min_cosine: float = hp(
-        -0.2, "guarded_mean: a change whose cosine with the coordinate-wise median change is below this, in [-1, 1), is "
-        "flagged and left out (the update-space detector)"
-    )
-    guard_clip: float = hp(2.0, "guarded_mean: kept changes are clipped to this (> 0) × the median change norm")
-    guard_max_norm: float = hp(
-        4.0, "guarded_mean: a change longer than this (>= guard_clip) × the median change norm is flagged and left out (inf: never)"
-    )
-    multi_krum_m: int = hp(0, "multi_krum: number m of the lowest-score updates averaged (0: n − f of the round's n updates)")
     dp_noise_multiplier: float = hp(
-        0.0, "client-level DP (DP-FedAvg, McMahan et al. 2018): noise multiplier z >= 0 of the Gaussian noise N(0, (z·dp_clip)²) on "
-        "the sum of clipped client changes (0: DP off); needs the mean as the aggregation rule"
+        0.0, "client-level DP (DP-FedAvg, McMahan et al. 2018): noise multiplier z >= 0 of the Gaussian noise N(0, "
+        "(z·dp_clip)²) on the sum of clipped client changes (0: DP off); needs the mean as the aggregation rule",
+        low=0.0,
     )
-    dp_clip: float = hp(1.0, "client-level DP: L2 clip norm C (> 0) of each client's change θ_k − θ_sent")
-    dp_delta: float = hp(1e-5, "client-level DP: δ of the reported (ε, δ), in (0, 1); conventionally < 1 / number of clients")
-    dp_accountant: str = hp("rdp", "client-level DP: accountant of dp-accounting that reports ε: rdp | pld")
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_int("byzantine_f", self.byzantine_f, AUTO, 10_000)
-        check_range("trim_fraction", self.trim_fraction, 0.0, 0.5, high_open=True)
-        check_range("guard_min_cosine", self.guard_min_cosine, -1.0, 1.0, high_open=True)
-        check_range("guard_clip", self.guard_clip, 0.0, low_open=True)
-        if not (isinstance(self.guard_max_norm, float) and self.guard_max_norm == float("inf")):  # inf: never flag by norm
-            check_range("guard_max_norm", self.guard_max_norm, self.guard_clip)  # >= guard_clip
-        check_range("clip_norm", self.clip_norm, 0.0, low_open=True)
-        check_int("multi_krum_m", self.multi_krum_m, 0, 10_000)
-        check_range("dp_noise_multiplier", self.dp_noise_multiplier, 0.0)
-        check_range("dp_clip", self.dp_clip, 0.0, low_open=True)
-        check_range("dp_delta", self.dp_delta, 0.0, 1.0, low_open=True, high_open=True)
-        check_choice("dp_accountant", self.dp_accountant, ACCOUNTANTS)
+    dp_clip: float = hp(
+        1.0, "client-level DP: L2 clip norm C (> 0) of each client's change θ_k − θ_sent",
+        low=0.0, low_open=True,
+    )
+    dp_delta: float = hp(
+        1e-5, "client-level DP: δ of the reported (ε, δ), in (0, 1); conventionally < 1 / number of clients",
+        low=0.0, high=1.0, low_open=True, high_open=True,
+    )
+    dp_accountant: str = hp(
+        "rdp", "client-level DP: accountant of dp-accounting that reports ε: rdp | pld",
+        choices=ACCOUNTANTS,
+    )
 
     @property
     def dp_updates(self) -> bool:
@@ -158,12 +176,42 @@ class UpdateReputation:
                 self.totals[int(cid)] = (total + float(c), count + 1)
 
 
+class RuleParameters(Protocol):
+    """What :func:`robust_round` reads of a method's config: the robust rules' parameters
+    (:class:`RobustRuleConfig`) and the cap on one client's share (:class:`AlgorithmConfig`).
+    """
+
+    @property
+    def byzantine_f(self) -> int: ...
+
+    @property
+    def trim_fraction(self) -> float: ...
+
+    @property
+    def clip_norm(self) -> float: ...
+
+    @property
+    def guard_min_cosine(self) -> float: ...
+
+    @property
+    def guard_clip(self) -> float: ...
+
+    @property
+    def guard_max_norm(self) -> float: ...
+
+    @property
+    def multi_krum_m(self) -> int: ...
+
+    @property
+    def max_client_weight(self) -> float: ...
+
+
 def robust_round(
     rule: str,
     vectors: Sequence[np.ndarray],
     weights: np.ndarray,
     reference: np.ndarray | None,
-    config: RobustAggregationConfig,
+    config: RuleParameters,
     warned: set[str] | None = None,
     direction: np.ndarray | None = None,
     norm_scale: float | None = None,
@@ -189,8 +237,8 @@ def robust_round(
         Their aggregation weights (already capped by ``max_client_weight``).
     reference : numpy.ndarray or None
         The model(s) the clients were sent (needed by ``norm_clip``).
-    config : RobustAggregationConfig
-        The method's configuration (f, trim fraction, clip norm, m).
+    config : RuleParameters
+        The method's configuration (f, trim fraction, clip norm, m, the share cap).
     warned : set of str, optional
         The notes already logged as warnings by the caller; a new note is added to it.
     direction, norm_scale : optional

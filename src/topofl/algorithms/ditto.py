@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from topofl._validation import check_range
 from topofl.algorithms.base import ClientContext, hp, personal_rng
 from topofl.algorithms.fedavg import GlobalModelAlgorithm, GlobalModelConfig
 from topofl.config import floats
@@ -19,11 +18,10 @@ from topofl.federation.messages import ClientUpdate, ServerMessage
 class DittoConfig(GlobalModelConfig):
     """Hyper-parameters of Ditto: the pull λ of each personal model towards the global one."""
 
-    lam: float = hp(0.1, "pull λ of the personal model towards the global one (>= 0; 0 = local training)", space=floats(1e-3, 10.0, log=True))
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_range("lam", self.lam, 0.0)
+    lam: float = hp(
+        0.1, "pull λ of the personal model towards the global one (>= 0; 0 = local training)", low=0.0,
+        space=floats(1e-3, 10.0, log=True),
+    )
 
 
 class Ditto(GlobalModelAlgorithm):

@@ -1,18 +1,8 @@
 """FedAvg (McMahan et al., 2017) and the global-model server it shares with several baselines.
 
-The server's rule is FedAvg's weighted average by default; ``aggregator`` replaces it by a robust
-rule of :mod:`topofl.robustness.aggregators` (median, trimmed mean, Krum, Multi-Krum, Bulyan, norm
-clipping). The choice lives on :class:`GlobalModelConfig`, not on every method's
-:class:`~topofl.algorithms.base.AlgorithmConfig`: it is a rule for *one* global model averaged from
-client models, which pTopoFL (per cluster: ``intra_aggregator``), IFCA, SCAFFOLD (it averages
-changes and control variates) and Local do not have. FedAvg and FedProx offer it; the other
-methods on this server (Ditto, Per-FedAvg, pFedMe) average with the mean until their configs
-derive from :class:`GlobalModelConfig`.
-
-With ``dp_noise_multiplier`` > 0 (:class:`~topofl.algorithms.base.RobustAggregationConfig`) the
-server is DP-FedAvg's (McMahan, Ramage, Talwar and Zhang 2018, Algorithm 1): the clients' changes
-from the global model are clipped, summed with uniform weights, noised and divided by the number
-of clients, and every round's log carries the accountant's (ε, δ).
+The server averages by sample size, or aggregates by the robust rule ``aggregator`` of
+:class:`GlobalModelConfig`, or, with ``dp_noise_multiplier`` > 0, as DP-FedAvg (McMahan, Ramage, Talwar and
+Zhang 2018, Algorithm 1). See docs/internals.md#topofl.algorithms.fedavg for which methods offer which rule.
 """
 from __future__ import annotations
 
@@ -22,13 +12,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from topofl._validation import check_choice
 from topofl.algorithms.base import (
     AGGREGATOR_HELP,
     AGGREGATORS,
     Algorithm,
+    AlgorithmConfig,
     ClientContext,
-    RobustAggregationConfig,
+    DPAggregateConfig,
+    RobustRuleConfig,
     UpdateReputation,
     cap_shares,
     dp_server_rng,
@@ -45,19 +36,19 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class GlobalModelConfig(RobustAggregationConfig):
-    """Hyper-parameters of a method whose server holds one global model: local training, the
-    server's checks, and its aggregation rule with the rules' parameters.
+class GlobalModelConfig(DPAggregateConfig, RobustRuleConfig, AlgorithmConfig):
+    """Hyper-parameters of a method whose server holds one global model: local training and the
+    server's checks (:class:`AlgorithmConfig`), and its aggregation rule composed of the robust
+    rules' parameters (:class:`RobustRuleConfig`) and client-level DP (:class:`DPAggregateConfig`).
     """
 
-    aggregator: str = hp("mean", "server's aggregation rule: " + AGGREGATOR_HELP)
+    aggregator: str = hp("mean", "server's aggregation rule: " + AGGREGATOR_HELP, choices=AGGREGATORS)
 
     #: whether the method implements client-level DP of its aggregate (DP-FedAvg); IFCA and SCAFFOLD do not
     supports_dp: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_choice("aggregator", self.aggregator, AGGREGATORS)
         self.check_dp_rule("aggregator", self.aggregator)
         if self.dp_updates and not self.supports_dp:
             raise ValueError(f"dp_noise_multiplier={self.dp_noise_multiplier!r}: client-level DP is implemented for FedAvg, FedProx, "

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from topofl._validation import check_range
 from topofl.algorithms.base import ClientContext, hp
 from topofl.algorithms.fedavg import GlobalModelAlgorithm, GlobalModelConfig
 from topofl.config import floats
@@ -15,11 +14,10 @@ from topofl.federation.messages import ClientUpdate, ServerMessage
 class FedProxConfig(GlobalModelConfig):
     """Hyper-parameters of FedProx: the proximal strength μ (and FedAvg's server, aggregation rule included)."""
 
-    mu: float = hp(0.1, "proximal strength μ (>= 0; pTopoFL paper: 0.1; μ = 0 is FedAvg)", space=floats(1e-3, 1.0, log=True))
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_range("mu", self.mu, 0.0)
+    mu: float = hp(
+        0.1, "proximal strength μ (>= 0; pTopoFL paper: 0.1; μ = 0 is FedAvg)",
+        low=0.0, space=floats(1e-3, 1.0, log=True),
+    )
 
 
 class FedProx(GlobalModelAlgorithm):

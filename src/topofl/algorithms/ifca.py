@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 
-from topofl._validation import check_int, check_range
 from topofl.algorithms.base import (
     Algorithm,
     ClientContext,
@@ -42,17 +41,12 @@ class IFCAConfig(GlobalModelConfig):
 
     supports_dp = False
 
-    k: int = hp(2, "number of cluster models (>= 1; 1 = FedAvg)", space=ints(1, 4))
+    k: int = hp(2, "number of cluster models (>= 1; 1 = FedAvg)", low=1, high=100, integer=True, space=ints(1, 4))
     init_scale: float = hp(
-        0.05,
-        "std of the random initial weights of clusters 1..k-1 (small: near-zero models split clients by gradient alignment; "
-        "large random models are never picked)",
+        0.05, "std of the random initial weights of clusters 1..k-1 (small: near-zero models split clients by gradient "
+        "alignment; large random models are never picked)",
+        low=0.0,
     )
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_int("k", self.k, 1, 100)
-        check_range("init_scale", self.init_scale, 0.0)
 
 
 class IFCA(Algorithm):

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from topofl._validation import check_choice, check_range
 from topofl.algorithms.base import ClientContext, hp
 from topofl.algorithms.fedavg import GlobalModelAlgorithm, GlobalModelConfig
 from topofl.config import choice, floats
@@ -26,15 +25,15 @@ from topofl.federation.messages import ClientUpdate, ServerMessage
 class PerFedAvgConfig(GlobalModelConfig):
     """Hyper-parameters of Per-FedAvg: adaptation step α, first-order or Hessian-free variant, and δ."""
 
-    alpha: float = hp(0.05, "adaptation step size α (> 0)", space=floats(1e-3, 0.5, log=True))
-    variant: str = hp("fo", "'fo' (first-order) or 'hf' (Hessian-free)", space=choice("fo", "hf"))
-    delta: float = hp(1e-3, "finite-difference step δ of the Hessian-vector product (HF)")
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_range("alpha", self.alpha, 0.0, 10.0, low_open=True)
-        check_choice("variant", self.variant, ("fo", "hf"))
-        check_range("delta", self.delta, 0.0, 1.0, low_open=True)
+    alpha: float = hp(
+        0.05, "adaptation step size α (> 0)",
+        low=0.0, high=10.0, low_open=True, space=floats(1e-3, 0.5, log=True),
+    )
+    variant: str = hp("fo", "'fo' (first-order) or 'hf' (Hessian-free)", choices=("fo", "hf"), space=choice("fo", "hf"))
+    delta: float = hp(
+        1e-3, "finite-difference step δ of the Hessian-vector product (HF)",
+        low=0.0, high=1.0, low_open=True,
+    )
 
 
 class PerFedAvg(GlobalModelAlgorithm):

@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 
-from topofl._validation import check_int, check_range
 from topofl.algorithms.base import ClientContext, hp
 from topofl.algorithms.fedavg import GlobalModelAlgorithm, GlobalModelConfig
 from topofl.config import floats
@@ -26,18 +25,26 @@ from topofl.federation.messages import ClientUpdate, ServerMessage
 class PFedMeConfig(GlobalModelConfig):
     """Hyper-parameters of pFedMe: step sizes, Moreau-envelope strength λ, inner steps K and server mixing β."""
 
-    lr: float = hp(0.05, "local-model step size η (> 0); η·λ must stay below 2 for stability", space=floats(1e-3, 0.1, log=True))
-    lam: float = hp(15.0, "Moreau-envelope strength λ (pTopoFL paper: 15)", space=floats(0.5, 30.0, log=True))
-    personal_lr: float = hp(0.05, "step size of the K inner steps solving for θ (> 0)", space=floats(5e-3, 0.5, log=True))
-    inner_steps: int = hp(5, "inner steps K per mini-batch (>= 1)")
-    beta: float = hp(1.0, "server mixing β in (0, 2] (1 = plain averaging)", space=floats(0.5, 2.0))
+    lr: float = hp(
+        0.05, "local-model step size η (> 0); η·λ must stay below 2 for stability",
+        space=floats(1e-3, 0.1, log=True),
+    )
+    lam: float = hp(
+        15.0, "Moreau-envelope strength λ (pTopoFL paper: 15)",
+        low=0.0, low_open=True, space=floats(0.5, 30.0, log=True),
+    )
+    personal_lr: float = hp(
+        0.05, "step size of the K inner steps solving for θ (> 0)",
+        low=0.0, high=10.0, low_open=True, space=floats(5e-3, 0.5, log=True),
+    )
+    inner_steps: int = hp(5, "inner steps K per mini-batch (>= 1)", low=1, high=1000, integer=True)
+    beta: float = hp(
+        1.0, "server mixing β in (0, 2] (1 = plain averaging)",
+        low=0.0, high=2.0, low_open=True, space=floats(0.5, 2.0),
+    )
 
     def __post_init__(self) -> None:
-        super().__post_init__()
-        check_range("lam", self.lam, 0.0, low_open=True)
-        check_range("personal_lr", self.personal_lr, 0.0, 10.0, low_open=True)
-        check_int("inner_steps", self.inner_steps, 1, 1000)
-        check_range("beta", self.beta, 0.0, 2.0, low_open=True)
+        super().__post_init__()  # the declared bounds; lr keeps TrainingConfig's (0, 100]
         if self.lr * self.lam >= 2.0:
             raise ValueError(f"lr*lam must be below 2 for pFedMe's local update to be stable; got lr={self.lr}, lam={self.lam}")
 

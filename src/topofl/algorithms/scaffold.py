@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from topofl._validation import check_range
 from topofl.algorithms.base import Algorithm, ClientContext, UpdateReputation, cap_shares, hp, robust_entries, robust_round
 from topofl.algorithms.fedavg import GlobalModelConfig
 from topofl.config import floats
@@ -34,11 +33,10 @@ class ScaffoldConfig(GlobalModelConfig):
 
     supports_dp = False
 
-    global_lr: float = hp(1.0, "server step size η_g (> 0)", space=floats(0.25, 2.0, log=True))
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_range("global_lr", self.global_lr, 0.0, 10.0, low_open=True)
+    global_lr: float = hp(
+        1.0, "server step size η_g (> 0)",
+        low=0.0, high=10.0, low_open=True, space=floats(0.25, 2.0, log=True),
+    )
 
 
 class Scaffold(Algorithm):

@@ -1,16 +1,8 @@
 """Partitioners: how a labelled data set is split among clients (any array of labels).
 
-Each returns a list of index arrays, one per client: disjoint, together covering every sample
-(``dirichlet`` and ``shards``) or all of them (``iid``), sorted within a client, seeded.
-
-``iid``        a random equal split (sizes differ by at most one);
-``dirichlet``  label skew of Hsu, Qi & Brown (2019): for every class, the shares of the clients are
-               drawn from Dir(α·1) and the class's samples dealt accordingly; small α, few classes
-               per client. Redrawn until every client holds at least ``min_size`` samples;
-``shards``     McMahan et al. (2017): sort by label, cut into ``n_clients · shards_per_client``
-               equal shards, give each client ``shards_per_client`` random ones (pathological
-               non-IID: about that many classes per client);
-``by_group``   a natural split: one client per distinct value of ``groups`` (writer, site, ...).
+:func:`iid`, :func:`dirichlet` (Hsu, Qi & Brown 2019), :func:`shards` (McMahan et al. 2017) and
+:func:`by_group` return one sorted, seeded index array per client; :func:`partition` dispatches by name.
+See docs/internals.md#topofl.data.partition.
 """
 from __future__ import annotations
 

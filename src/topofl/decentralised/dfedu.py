@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from topofl._validation import check_range
 from topofl.config import floats, hp
 from topofl.decentralised.model_exchange import ModelSendingNode
 from topofl.decentralised.protocol import PeerAlgorithm, PeerConfig
@@ -16,11 +15,10 @@ from topofl.decentralised.protocol import PeerAlgorithm, PeerConfig
 class DFedUConfig(PeerConfig):
     """Hyper-parameters of dFedU: the coupling λ towards the neighbours' models."""
 
-    lam: float = hp(0.05, "coupling λ of Eq. 18 with a_ij = 1 (>= 0); stable while α·λ·max degree < 1", space=floats(1e-3, 0.5, log=True))
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_range("lam", self.lam, 0.0)
+    lam: float = hp(
+        0.05, "coupling λ of Eq. 18 with a_ij = 1 (>= 0); stable while α·λ·max degree < 1",
+        low=0.0, space=floats(1e-3, 0.5, log=True),
+    )
 
 
 def dfedu_step(theta: np.ndarray, grad: np.ndarray, received: Sequence[np.ndarray], lr: float, lam: float) -> np.ndarray:

@@ -1,18 +1,10 @@
 """The peer-to-peer protocol every decentralised method implements (no server).
 
-Every algorithm is written once, as a node-local protocol. Whoever coordinates (the in-process
-runner :mod:`topofl.decentralised.runner`, or a Flower relay between separate processes) calls
-:meth:`PeerAlgorithm.node_specs` once to tell each node its neighbours, their model sizes, a seed
-and any mixing weights (a :class:`NodeSpec`); each node then builds its own state with
-:meth:`PeerAlgorithm.make_node` (a :class:`PeerNode`, which sees only its own peer, its spec and
-the messages relayed to it). One iteration is the fixed sequence of message phases
-:attr:`PeerAlgorithm.phases`; in each phase every node first computes what it sends
-(:meth:`PeerNode.outgoing`), and only then does every node consume what its neighbours sent
-(:meth:`PeerNode.incoming`). :meth:`PeerAlgorithm.iterate` is that loop, written once, over an
-in-process transport.
-
-The methods: :mod:`~topofl.decentralised.sheaf` (Sheaf-FMTL), :mod:`~topofl.decentralised.dfedu`,
-:mod:`~topofl.decentralised.dpsgd`, :mod:`~topofl.decentralised.local`.
+Every algorithm is written once, as a node-local protocol: a coordinator calls
+:meth:`PeerAlgorithm.node_specs` (a :class:`NodeSpec` per node), each node builds its own state with
+:meth:`PeerAlgorithm.make_node` (a :class:`PeerNode`), and one iteration is the phases
+:attr:`PeerAlgorithm.phases`: in each, :meth:`PeerNode.outgoing` at every node, then
+:meth:`PeerNode.incoming`. See docs/internals.md#topofl.decentralised.protocol for the coordinators and methods.
 """
 from __future__ import annotations
 
@@ -23,7 +15,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from topofl._validation import check_choice
 from topofl.config import TrainingConfig, floats, hp
 from topofl.data.federation import ClientData
 from topofl.decentralised.spec import NodeSpec
@@ -52,12 +43,11 @@ class PeerConfig(TrainingConfig):
 
     lr: float = hp(0.1, "model step size α (> 0); Theorem 1 needs α < 2/(N·L)", space=floats(1e-3, 1.0, log=True))
     local_epochs: int = hp(1, "unused by decentralised methods (one mini-batch step per iteration)")
-    model_init: str = hp("independent", "initial models: independent (each client its own random start, as the authors' public code) | "
-                         "common (one start shared by every client of the same architecture); linear models start at zero either way")
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_choice("model_init", self.model_init, MODEL_INITS)
+    model_init: str = hp(
+        "independent", "initial models: independent (each client its own random start, as the authors' public code) | "
+        "common (one start shared by every client of the same architecture); linear models start at zero either way",
+        choices=MODEL_INITS,
+    )
 
 
 class Peer:
@@ -169,10 +159,11 @@ class PeerNode(ABC):
 
 
 class PeerAlgorithm(ABC):
-    """A decentralised algorithm: coordinator-side setup plus a node-local protocol (module docstring).
+    """A decentralised algorithm: coordinator-side setup plus a node-local protocol.
 
-    After :meth:`setup`, ``peers`` is the list of :class:`Peer` objects (node order), ``nodes``
-    maps node id → :class:`PeerNode` and ``specs`` node id → :class:`NodeSpec`.
+    The protocol: docs/internals.md#topofl.decentralised.protocol. After :meth:`setup`, ``peers`` is the list
+    of :class:`Peer` objects (node order), ``nodes`` maps node id → :class:`PeerNode` and ``specs`` node id →
+    :class:`NodeSpec`.
     """
 
     name: ClassVar[str]

@@ -16,7 +16,8 @@ def num(v: Any) -> float:
         return float("nan")
 
 
-def group_curves(rows: Iterable[Mapping[str, str]], by: Sequence[str], metric: str = "auc") -> dict[tuple, dict[str, np.ndarray]]:
+def group_curves(rows: Iterable[Mapping[str, str]], by: Sequence[str],
+                 metric: str = "auc") -> dict[tuple, dict[str, np.ndarray]]:
     """``{group: {"round", "mean", "std", "n", "se"}}``: the metric over rounds — mean, std and
     standard error over seeds — for each combination of the ``by`` columns.
     """
@@ -37,7 +38,8 @@ def group_curves(rows: Iterable[Mapping[str, str]], by: Sequence[str], metric: s
     return out
 
 
-def final_table(done: Sequence[Mapping[str, Any]], by: Sequence[str], metrics: Sequence[str] = ("auc", "accuracy", "pooled_auc")) -> list[dict[str, Any]]:
+def final_table(done: Sequence[Mapping[str, Any]], by: Sequence[str],
+                metrics: Sequence[str] = ("auc", "accuracy", "pooled_auc")) -> list[dict[str, Any]]:
     """One row per group: mean and std over seeds of each final metric and of the convergence round."""
     groups: dict[tuple, list[Mapping[str, Any]]] = defaultdict(list)
     for d in done:
@@ -137,8 +139,6 @@ def paired_differences(
     (``()``: every row, the whole table of this metric). Pairing removes the seed-to-seed
     variation both methods share (same data, same split).
     """
-    from scipy.stats import t as student_t
-
     if "method" in by:
         raise ValueError("by must not include 'method': the differences are between methods")
     if not 0 < level < 1:
@@ -152,19 +152,24 @@ def paired_differences(
         if ref is None:
             continue
         for m, vals in methods.items():
-            if m == reference:
-                continue
-            seeds = sorted(s for s in set(ref) & set(vals) if np.isfinite(ref[s]) and np.isfinite(vals[s]))
-            diff = np.array([ref[s] - vals[s] for s in seeds])
-            n = diff.size
-            mean = float(diff.mean()) if n else float("nan")
-            half = float(student_t.ppf(0.5 + level / 2, n - 1) * diff.std(ddof=1) / np.sqrt(n)) if n >= 2 else float("nan")
-            row: dict[str, Any] = dict(zip(by, g, strict=True))
-            row.update({"method": m, "reference": reference, "metric": metric, "n_seeds": n, "diff_mean": mean,
-                        "ci_low": mean - half, "ci_high": mean + half, "reference_wins": int(np.sum(diff > 0)),
-                        "other_wins": int(np.sum(diff < 0)), "p_value": paired_t_p(diff)})
-            rows.append(row)
+            if m != reference:
+                row: dict[str, Any] = dict(zip(by, g, strict=True))
+                row.update({"method": m, "reference": reference, "metric": metric, **_paired_stats(ref, vals, level)})
+                rows.append(row)
     return add_holm(rows, by if family is None else family)
+
+
+def _paired_stats(ref: Mapping[int, float], vals: Mapping[int, float], level: float) -> dict[str, Any]:
+    """``ref − vals`` over the seeds where both are finite: count, mean, t-interval, wins each way, paired t-test p."""
+    from scipy.stats import t as student_t
+
+    seeds = sorted(s for s in set(ref) & set(vals) if np.isfinite(ref[s]) and np.isfinite(vals[s]))
+    diff = np.array([ref[s] - vals[s] for s in seeds])
+    n = diff.size
+    mean = float(diff.mean()) if n else float("nan")
+    half = float(student_t.ppf(0.5 + level / 2, n - 1) * diff.std(ddof=1) / np.sqrt(n)) if n >= 2 else float("nan")
+    return {"n_seeds": n, "diff_mean": mean, "ci_low": mean - half, "ci_high": mean + half,
+            "reference_wins": int(np.sum(diff > 0)), "other_wins": int(np.sum(diff < 0)), "p_value": paired_t_p(diff)}
 
 
 def against(
@@ -183,9 +188,11 @@ def against(
     rows = []
     for p in paired_differences(done, by, baseline, metric, level, family):
         r = {k: v for k, v in p.items()
-             if k not in ("reference", "reference_wins", "other_wins", "diff_mean", "ci_low", "ci_high", "p_value", "p_holm", "n_comparisons")}
+             if k not in ("reference", "reference_wins", "other_wins", "diff_mean", "ci_low", "ci_high", "p_value",
+                          "p_holm", "n_comparisons")}
         r.update({"versus": baseline, "diff_mean": -p["diff_mean"], "ci_low": -p["ci_high"], "ci_high": -p["ci_low"],
-                  "wins": p["other_wins"], "losses": p["reference_wins"], "p_value": p["p_value"], "p_holm": p["p_holm"],
+                  "wins": p["other_wins"], "losses": p["reference_wins"], "p_value": p["p_value"],
+                  "p_holm": p["p_holm"],
                   "n_comparisons": p["n_comparisons"]})
         rows.append(r)
     return rows

@@ -1,20 +1,7 @@
 """The comparison: several methods × several seeds on one data source (a list of :class:`~topofl.job.Job`).
 
-Writes, as rounds finish:
-
-``rounds.csv``      one row per (method, seed, round, client): auc, accuracy, loss, bytes_up, bytes_down
-                    (regression: mse and r2 too; auc and accuracy are empty)
-``curves.csv``      one row per (method, seed, round): client-mean and pooled metrics, bytes
-``server_log.jsonl`` the server's per-round log (clusters, trust weights, flags, drift, ...)
-``summary.csv``     one row per method: final AUC / accuracy mean ± std over seeds (each seed's
-                    value is the mean over clients of each client's score with the model it would
-                    use), pooled AUC, convergence round (first round reaching 95 % of the final
-                    AUC), total bytes per run, seconds per run, and the method's AUC minus FedAvg's
-                    and minus the best other method's, paired over seeds (mean, 95 % Student-t
-                    interval, seeds won and lost). Regression tasks get MSE, RMSE and R² instead
-                    of AUC, accuracy and pooled AUC, the convergence round on R², and paired
-                    differences of the MSE (lower is better: a win is a lower MSE)
-``config.json``     the job (data, model, rounds, ...), methods, hyper-parameters, seeds and package versions
+Writes ``rounds.csv``, ``curves.csv``, ``server_log.jsonl``, ``summary.csv`` and ``config.json`` as rounds
+finish; see docs/internals.md#topofl.experiments.compare for what each holds.
 """
 from __future__ import annotations
 
@@ -29,12 +16,10 @@ import numpy as np
 from topofl.decentralised.graphs import make_graph
 from topofl.experiments.results import CsvAppender, append_jsonl, write_csv, write_json_atomic
 from topofl.experiments.store import results_lock
-from topofl.federation.history import ROUND_FIELDS, Result, RoundSummary
+from topofl.federation.history import ROUND_FIELDS, ROUND_SUMMARY_FIELDS, Result, RoundSummary
 from topofl.job import Job
 from topofl.methods import build_peer, build_server
 from topofl.models.registry import build_model
-
-CURVE_FIELDS = ("method", "seed") + tuple(RoundSummary.__dataclass_fields__)
 
 
 def _paired_fields(metric: str) -> tuple[str, ...]:
@@ -252,14 +237,14 @@ def _open_outputs(jobs: Sequence[Job], out: Path) -> dict[str, CsvAppender]:
     out.mkdir(parents=True, exist_ok=True)
     for name in ("rounds.csv", "curves.csv", "server_log.jsonl", "summary.csv"):
         (out / name).unlink(missing_ok=True)
-    first = jobs[0].as_dict()
+    first = jobs[0].file_dict()
     config = {**{k: v for k, v in first.items() if k not in ("method", "seed", "hyperparameters")},
               "methods": list(dict.fromkeys(j.method for j in jobs)), "seeds": list(dict.fromkeys(j.seed for j in jobs)),
               "hyperparameters": {j.method: dict(j.hyperparameters) for j in jobs}, "versions": versions()}
     write_json_atomic(out / "config.json", config)
     return {
         "rounds": CsvAppender(out / "rounds.csv", ("method", "seed") + ROUND_FIELDS),
-        "curves": CsvAppender(out / "curves.csv", CURVE_FIELDS),
+        "curves": CsvAppender(out / "curves.csv", ("method", "seed") + ROUND_SUMMARY_FIELDS),
     }
 
 

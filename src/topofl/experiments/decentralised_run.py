@@ -7,11 +7,8 @@ from typing import Any
 
 from topofl.experiments.results import CsvAppender, append_jsonl
 from topofl.experiments.store import write_done
+from topofl.federation.history import ITERATION_FIELDS, PEER_RECORD_FIELDS
 from topofl.job import Job
-
-# no wall-clock column: results must be identical however often a run is resumed (timings go to the done-record)
-CURVE_FIELDS = ("round", "accuracy", "accuracy_std", "loss", "bits", "cumulative_bits", "cumulative_flops", "map_storage_bytes", "mse", "rmse", "r2")
-RECORD_FIELDS = ("round", "client", "accuracy", "loss", "dim", "mse", "r2")
 
 
 def execute_decentralised(job: Job, paths: dict[str, Path]) -> dict[str, Any]:
@@ -28,8 +25,8 @@ def execute_decentralised(job: Job, paths: dict[str, Path]) -> dict[str, Any]:
     algo = build_peer(job.method, job.hyperparameters)
     key = job.key
     eval_every = int(job.setting["eval_every"]) if "eval_every" in job.setting else max(1, job.rounds // 50)
-    with CsvAppender(paths["rounds"], tuple(key) + RECORD_FIELDS) as rounds_out, \
-            CsvAppender(paths["curves"], tuple(key) + CURVE_FIELDS) as curves_out:
+    with CsvAppender(paths["rounds"], tuple(key) + PEER_RECORD_FIELDS) as rounds_out, \
+            CsvAppender(paths["curves"], tuple(key) + ITERATION_FIELDS) as curves_out:
 
         def on_round(history: Any, summary: Any) -> None:
             rounds_out.write({**key, **r} for r in history.records if r["round"] == summary.round)

@@ -7,10 +7,8 @@ from typing import Any
 
 from topofl.experiments.results import CsvAppender, append_jsonl
 from topofl.experiments.store import write_done
-from topofl.federation.history import ROUND_FIELDS, RoundSummary
+from topofl.federation.history import ROUND_FIELDS, ROUND_SUMMARY_FIELDS, RoundSummary
 from topofl.job import Job
-
-CURVE_FIELDS = tuple(RoundSummary.__dataclass_fields__)
 
 
 def execute_federated(job: Job, paths: dict[str, Path]) -> dict[str, Any]:
@@ -32,7 +30,7 @@ def execute_federated(job: Job, paths: dict[str, Path]) -> dict[str, Any]:
         attackers = parse_attack(job.attack).adversaries(fed.client_ids)
     key_fields = tuple(key)
     with CsvAppender(paths["rounds"], key_fields + ROUND_FIELDS) as rounds_out, \
-            CsvAppender(paths["curves"], key_fields + CURVE_FIELDS) as curves_out:
+            CsvAppender(paths["curves"], key_fields + ROUND_SUMMARY_FIELDS) as curves_out:
 
         def on_round(history: Any, summary: RoundSummary) -> None:
             rounds_out.write({**key, **r} for r in history.records if r["round"] == summary.round)

@@ -51,14 +51,15 @@ def save(fig, out_dir: Path, stem: str) -> dict[str, str]:
     return {"png": f"{stem}.png", "svg": f"{stem}.svg"}
 
 
-def band(ax, x: Sequence[float] | np.ndarray, mean: np.ndarray, std: np.ndarray, label: str, color: Colour, **kw) -> None:
+def band(ax, x: Sequence[float] | np.ndarray, mean: np.ndarray, std: np.ndarray, label: str, color: Colour,
+         **kw) -> None:
     """A mean curve with a shaded band of half-width ``std`` (pass a standard error for SE bands)."""
     ax.plot(x, mean, label=label, color=color, lw=2 if label.lower().startswith("ptopofl") else 1.3, **kw)
     ax.fill_between(x, mean - std, mean + std, color=color, alpha=0.15, lw=0)
 
 
-def band_between(ax, x: Sequence[float] | np.ndarray, mean: np.ndarray, low: np.ndarray, high: np.ndarray, label: str, color: Colour,
-                 shade: bool | None = None) -> None:
+def band_between(ax, x: Sequence[float] | np.ndarray, mean: np.ndarray, low: np.ndarray, high: np.ndarray, label: str,
+                 color: Colour, shade: bool | None = None) -> None:
     """A mean curve with a shaded ``low``–``high`` band (a confidence interval). ``shade``
     (default: only for pTopoFL, so that many overlapping bands do not hide the curves) draws the band.
     """
@@ -87,7 +88,8 @@ def dot_plot(ax, labels: Sequence[str], means: Sequence[float], lows: Sequence[f
     ax.grid(axis="y", alpha=0)
 
 
-def paired_figure(panels: Sequence[tuple[str, Sequence[dict]]], xlabel: str, out_dir: Path, stem: str) -> dict[str, str]:
+def paired_figure(panels: Sequence[tuple[str, Sequence[dict]]], xlabel: str, out_dir: Path,
+                  stem: str) -> dict[str, str]:
     """One :func:`dot_plot` panel per ``(title, rows)``: each row's ``diff_mean`` with its
     ``ci_low``–``ci_high`` interval (rows of :func:`topofl.experiments.analysis.against`), labelled
     by ``method`` and ``wins/losses`` (or, for rows of ``paired_differences``, the reference's
@@ -97,7 +99,8 @@ def paired_figure(panels: Sequence[tuple[str, Sequence[dict]]], xlabel: str, out
     height = 1.2 + 0.32 * max((len(r) for _, r in panels), default=1)
     fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), height), squeeze=False)
     for ax, (title, rows) in zip(axes[0], panels, strict=True):
-        labels = [f"{r['method']} ({r.get('wins', r.get('reference_wins'))}/{r.get('losses', r.get('other_wins'))})" for r in rows]
+        labels = [f"{r['method']} ({r.get('wins', r.get('reference_wins'))}/{r.get('losses', r.get('other_wins'))})"
+                  for r in rows]
         dot_plot(ax, labels, [r["diff_mean"] for r in rows], [r["ci_low"] for r in rows], [r["ci_high"] for r in rows],
                  [colour(str(r["method"]), i) for i, r in enumerate(rows)], xlabel, zero_line=True)
         ax.set_title(title, fontsize=10)

@@ -1,56 +1,11 @@
 """The authors' paper-era protocol behind the pTopoFL paper's Table 1 (§4.1–4.2), beside ours.
 
-The paper's Table 1 (Scenarios A and B, logistic regression, 15 rounds) reproduces to the last
-printed digit with the authors' code as it stood before June 2026: the ``framework/`` directory of
-MorillaLab/TopoFederatedL (last at commit c027eae, deleted on 2026-06-06) run with its default seed
-42. This module is our own implementation of what that code does — written from a reading of it,
-sharing no code with it — so that ``topofl experiment paper-protocol`` can print Table 1 and then
-change one thing at a time. To give the same numbers it makes the same random draws in the same
-order and uses the same solvers and settings (scikit-learn's L-BFGS logistic regression,
-``StandardScaler``, average-linkage ``AgglomerativeClustering``). What it does, step by step:
-
-**Data.** :mod:`topofl.data.scenarios.paper_era` (same seed → same arrays).
-
-**Every client** z-scores its features with its own training mean and standard deviation
-(scikit-learn's ``StandardScaler``), and is scored on its own test split: AUC of the predicted
-probabilities (0.5 when the split holds one class) and accuracy at threshold 0.5; a round's score
-is the plain mean over clients, and Table 1 prints the last (15th) round's.
-
-**pTopoFL** (§3, Algorithm 1 of Appendix A; M = 2, β_blend = 0.3, n_sub = 80, L = 20 of Table 3).
-Client ``k`` seeds ``RandomState(seed + k)``; its first draw, ``randint(0, 10000)``, seeds the
-80-point subsample of its 48-d descriptor (:func:`descriptor`: the subsample is z-scored, H0 is
-exact, H1 is the paper-era triangle approximation, see there). §3.2 is implemented as *sample
-weighting* (:func:`sample_weights`), not as the feature augmentation of the text. Each round every
-client fits an L-BFGS logistic regression (C = 1, at most 300 iterations) on its weighted data,
-warm-started from its cluster's model after round 1. After round 1's fits the server clusters the
-L2-normalised descriptors once (Euclidean distances, average linkage, 2 clusters), then every round
-computes trust weights (Eq. 8 on normalised descriptors), aggregates each cluster with
-``n_k · exp(−‖φ̂_k − φ̂_C‖) · t_k`` (Eq. 6), blends every cluster model with the cluster-size-weighted
-mean of the cluster models (Eq. 7, β = 0.3), and each client is scored with its cluster's model.
-
-**FedAvg as Table 1 prints it** (``fedavg-refit``). Each round every client fits L-BFGS logistic
-regression to convergence on its own training data, warm-started from the global model, and the
-server averages these fits by sample size. But each client is *scored with its own re-fitted
-model*, not with the global model: since L-BFGS runs to convergence from wherever it starts, that
-is close to a model trained on the client's data alone (compare ``local``).
-
-**The control** (``fedavg-global``): the same run, the global model after each round's aggregation
-scored on every client's test split, as FedProx and SCAFFOLD are scored here and as every method
-is scored by our own runner.
-
-**FedProx** (μ = 0.1), **SCAFFOLD** and **pFedMe** (λ = 15), the other rows of Table 1: 30 (20 for
-pFedMe) full-batch gradient steps of logistic loss (step 0.05; pFedMe 0.01), from a start drawn as
-``RandomState(seed + offset + k).randn(1, d) · 0.01`` with offsets 200, 300, 400 (FedAvg's is 100,
-pTopoFL's 0; the offsets of the authors' comparison script, examples/full_comparison.py of their
-v1.0.0 package, shipped in the same commit). The server averages by sample size and every client
-then holds the global model; FedProx and SCAFFOLD are scored with it, pFedMe with each client's
-personalised θ_k. SCAFFOLD is the paper-era variant: each client sends its whole control variate
-c_k, and the server adds their mean to c each round.
-
-**local**: each client's own L-BFGS fit, never federated (the authors' local-only baseline).
-
-The runs plug into the experiment runner through :func:`execute_paper_protocol`, selected by a
-method name starting with ``paper:`` (see :func:`topofl.experiments.runs.execute_run`).
+Our own implementation of what the authors' pre-June-2026 ``framework/`` code does (the same random draws,
+solvers and settings), so that ``topofl experiment paper-protocol`` prints Table 1 and then changes one thing
+at a time: pTopoFL (§3, Algorithm 1), FedAvg as Table 1 scores it (``fedavg-refit``) and its control
+(``fedavg-global``), FedProx, SCAFFOLD, pFedMe and local fits. Runs plug into the runner through
+:func:`execute_paper_protocol` (a ``paper:`` method). See docs/internals.md#topofl.experiments.paper_protocol
+for each step.
 """
 from __future__ import annotations
 
@@ -68,15 +23,14 @@ import numpy as np
 from topofl.data.federation import ClientData
 from topofl.data.scenarios.paper_era import PUBLISHED_SEED, paper_benchmark_clients, paper_healthcare_clients
 from topofl.experiments.results import CsvAppender, append_jsonl
-from topofl.job import Job
 from topofl.experiments.store import write_done
+from topofl.job import Job
+from topofl.methods import PAPER_METHODS, PAPER_PREFIX
 
 log = logging.getLogger(__name__)
 
-#: a run of this protocol is a Job whose method is ``PREFIX + one of METHODS``
-PREFIX = "paper:"
-#: the protocol's methods: Table 1's rows (FedAvg as printed: ``fedavg-refit``), the control and the local reference
-METHODS = ("ptopofl", "fedavg-refit", "fedavg-global", "fedprox", "scaffold", "pfedme", "local")
+#: a run of this protocol is a Job whose method is ``PREFIX + one of METHODS`` (registered in :mod:`topofl.methods`)
+PREFIX, METHODS = PAPER_PREFIX, PAPER_METHODS
 #: our scenario name → the authors' paper-era generator
 SCENARIOS: dict[str, Callable[..., list[ClientData]]] = {"paper-healthcare": paper_healthcare_clients, "paper-benchmark": paper_benchmark_clients}
 ROUNDS = 15
@@ -385,7 +339,7 @@ def cluster_models(local: Sequence[Linear], site_list: Sequence[Site], vectors: 
 
 
 def _ptopofl(site_list: Sequence[Site], seed: int, rounds: int) -> Iterator[Round]:
-    """The pTopoFL of the paper-era code (module docstring; §3, Algorithm 1)."""
+    """The pTopoFL of the paper-era code (§3, Algorithm 1; docs/internals.md#topofl.experiments.paper_protocol)."""
     found = [descriptor(s.X_raw, int(np.random.RandomState(seed + k).randint(0, 10_000))) for k, s in enumerate(site_list)]
     vectors = np.array([d.vector for d in found])
     weights = [sample_weights(s.X_raw, d.h0_amplitude) for s, d in zip(site_list, found, strict=True)]

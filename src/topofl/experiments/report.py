@@ -23,21 +23,26 @@ from topofl.experiments.analysis import ALPHA
 from topofl.experiments.results import read_csv
 
 ORDER = (
-    "comparison", "paper-protocol", "controls", "heart-disease", "robustness", "attacks", "continual", "privacy", "privacy-attacks", "privacy-dp",
+    "comparison", "paper-protocol", "controls", "heart-disease", "robustness", "attacks", "continual", "privacy",
+    "privacy-attacks", "privacy-dp",
     "ablation", "ptopofl-options", "diagrams",
     "sheaf-digits", "sheaf-school", "sheaf-centralised", "sheaf-hetero", "sheaf-topology", "sheaf-init",
 )
 
 CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1180px;margin:2em auto;padding:0 1em;color:#222;line-height:1.45}
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1180px;margin:2em auto;\
+padding:0 1em;color:#222;line-height:1.45}
 h1{border-bottom:3px solid #1b9e77;padding-bottom:.3em}h2{margin-top:2.2em;border-bottom:1px solid #ccc}
 .tw{max-width:100%;overflow-x:auto}
-table{border-collapse:collapse;margin:.8em 0 1.6em;font-size:.82em}th,td{border:1px solid #ddd;padding:.22em .45em;text-align:right}
+table{border-collapse:collapse;margin:.8em 0 1.6em;font-size:.82em}\
+th,td{border:1px solid #ddd;padding:.22em .45em;text-align:right}
 th{background:#f3f6f4;font-weight:600;vertical-align:bottom}td{white-space:nowrap}
-td:first-child,th:first-child{text-align:left}td.t{text-align:left;white-space:normal;min-width:5em;overflow-wrap:anywhere}
+td:first-child,th:first-child{text-align:left}\
+td.t{text-align:left;white-space:normal;min-width:5em;overflow-wrap:anywhere}
 @media (max-width:900px){body{padding:0 .5em}table{font-size:.74em}th,td{padding:.2em .3em}}
 caption{caption-side:top;text-align:left;font-weight:600;padding:.3em 0}
-figure{margin:1em 0 2em}figure img{max-width:100%;height:auto;border:1px solid #eee}figcaption{font-size:.9em;color:#555}
+figure{margin:1em 0 2em}figure img{max-width:100%;height:auto;border:1px solid #eee}\
+figcaption{font-size:.9em;color:#555}
 .ci{color:#555;font-size:.9em}tr.sig td{font-weight:600}
 .note{background:#fff8e1;border-left:4px solid #f0b400;padding:.5em .8em;margin:.6em 0}.meta{color:#666;font-size:.9em}
 details{margin:.4em 0 1.2em}summary{cursor:pointer;color:#155;font-size:.92em}
@@ -62,12 +67,22 @@ def _kind(name: str, values: list[str]) -> str:
     nums = [f for f in (_num(v) for v in values) if f is not None and math.isfinite(f)]
     if not nums:
         return "text" if any(_num(v) is None and v for v in values) else "metric"
-    if all(f.is_integer() for f in nums) and all("." not in v and "e" not in v.lower() for v in values if _num(v) is not None):
+    if _integers(nums, values):
         return "int"
     low = name.lower()
     if any(w in low for w in ("round", "second", "epoch", "step")):
         return "one"
-    top = max(abs(f) for f in nums)
+    return _magnitude_kind(low, max(abs(f) for f in nums))
+
+
+def _integers(nums: list[float], values: list[str]) -> bool:
+    """Whether every number is an integer, written as one (no decimal point, no exponent)."""
+    return all(f.is_integer() for f in nums) and all("." not in v and "e" not in v.lower() for v in values
+                                                     if _num(v) is not None)
+
+
+def _magnitude_kind(low: str, top: float) -> str:
+    """The kind of a column of non-integer numbers by their largest magnitude ``top`` and its lower-cased name."""
     if top >= 1000:
         return "big"
     if 0 < top < 0.01:
@@ -110,29 +125,37 @@ def _groups(cols: list[str]) -> list[tuple[str, list[str], str]]:
     out: list[tuple[str, list[str], str]] = []
     used: set[str] = set()
     for c in cols:
-        if c in used:
-            continue
-        stem = "" if c == "diff_mean" else (c[:-5] if c.endswith("_mean") else None)
-        lo, hi = (f"{stem}_ci_low", f"{stem}_ci_high") if stem else ("ci_low", "ci_high")
-        if stem is not None and lo in cols and hi in cols:
-            out.append((f"{stem or 'difference'} (95 % CI)".replace("_", " "), [c, lo, hi], "ci"))
-            used.update((lo, hi))
-        elif stem and f"{stem}_std" in cols:
-            out.append((f"{stem} (mean ± std)".replace("_", " "), [c, f"{stem}_std"], " ± "))
-            used.add(f"{stem}_std")
-        elif c.endswith("wins") and (c[:-4] + "losses") in cols:
-            out.append((f"{c[:-4]}won/lost".replace("_", " "), [c, c[:-4] + "losses"], "/"))
-            used.add(c[:-4] + "losses")
-        elif c == "reference_wins" and "other_wins" in cols:
-            out.append(("ref. won/lost", [c, "other_wins"], "/"))
-            used.add("other_wins")
-        elif _is_p(c) and not c.endswith("p_holm") and _holm_of(c) in cols:
-            keys = [c, _holm_of(c)] + (["n_comparisons"] if "n_comparisons" in cols else [])
-            out.append((f"{c[:-2] + ' ' if c.endswith('_p') else ''}p (Holm)".replace("_", " "), keys, "p"))
-            used.update(keys[1:])
-        else:
-            out.append((c.replace("_", " "), [c], ""))
+        if c not in used:
+            group = _group(c, cols)
+            used.update(group[1][1:])
+            out.append(group)
     return out
+
+
+def _group(c: str, cols: list[str]) -> tuple[str, list[str], str]:
+    """The display column that column ``c`` heads (with the columns it joins)."""
+    stem = "" if c == "diff_mean" else (c[:-5] if c.endswith("_mean") else None)
+    mean = _mean_group(c, stem, cols) if stem is not None else None
+    if mean is not None:
+        return mean
+    if c.endswith("wins") and (c[:-4] + "losses") in cols:
+        return f"{c[:-4]}won/lost".replace("_", " "), [c, c[:-4] + "losses"], "/"
+    if c == "reference_wins" and "other_wins" in cols:
+        return "ref. won/lost", [c, "other_wins"], "/"
+    if _is_p(c) and not c.endswith("p_holm") and _holm_of(c) in cols:
+        keys = [c, _holm_of(c)] + (["n_comparisons"] if "n_comparisons" in cols else [])
+        return f"{c[:-2] + ' ' if c.endswith('_p') else ''}p (Holm)".replace("_", " "), keys, "p"
+    return c.replace("_", " "), [c], ""
+
+
+def _mean_group(c: str, stem: str, cols: list[str]) -> tuple[str, list[str], str] | None:
+    """A mean with its interval (mean (CI low, high)) or its spread (mean ± std); ``None`` when ``cols`` has neither."""
+    lo, hi = (f"{stem}_ci_low", f"{stem}_ci_high") if stem else ("ci_low", "ci_high")
+    if lo in cols and hi in cols:
+        return f"{stem or 'difference'} (95 % CI)".replace("_", " "), [c, lo, hi], "ci"
+    if stem and f"{stem}_std" in cols:
+        return f"{stem} (mean ± std)".replace("_", " "), [c, f"{stem}_std"], " ± "
+    return None
 
 
 def _below(v: str, alpha: float) -> bool:
@@ -152,6 +175,23 @@ def _p_cell(parts: list[str]) -> str:
     return f"{parts[0]}<br><span class=ci>Holm {parts[1]}{of}</span>"
 
 
+def _cell(r: dict[str, str], keys: list[str], joiner: str, kinds: dict[str, str]) -> str:
+    """One cell of the display column joining ``keys`` of row ``r``."""
+    parts = [_fmt(r[k], kinds[k]) for k in keys]
+    text = (f"{parts[0]}<br><span class=ci>({parts[1]}, {parts[2]})</span>" if joiner == "ci"
+            else _p_cell(parts) if joiner == "p"
+            else joiner.join(parts))
+    cls = " class=t" if len(keys) == 1 and kinds[keys[0]] == "text" else ""
+    return f"<td{cls}>{text}</td>"
+
+
+def _row(r: dict[str, str], groups: list[tuple[str, list[str], str]], kinds: dict[str, str],
+         holm_cols: list[str]) -> str:
+    """One table row, in bold when a Holm-adjusted p-value is below :data:`ALPHA`."""
+    cells = "".join(_cell(r, keys, joiner, kinds) for _, keys, joiner in groups)
+    return ("<tr class=sig>" if any(_below(r[c], ALPHA) for c in holm_cols) else "<tr>") + cells + "</tr>"
+
+
 def _table(path: Path, title: str, max_rows: int = 60, show: list[str] | None = None) -> str:
     rows = read_csv(path)
     if not rows:
@@ -161,22 +201,13 @@ def _table(path: Path, title: str, max_rows: int = 60, show: list[str] | None = 
     groups = _groups(cols)
     head = "".join(f"<th>{html.escape(name)}</th>" for name, _, _ in groups)
     holm_cols = [c for c in cols if c.endswith("p_holm")]
-    body = []
-    for r in rows[:max_rows]:
-        cells = []
-        for _, keys, joiner in groups:
-            parts = [_fmt(r[k], kinds[k]) for k in keys]
-            text = (f"{parts[0]}<br><span class=ci>({parts[1]}, {parts[2]})</span>" if joiner == "ci" else _p_cell(parts) if joiner == "p"
-                    else joiner.join(parts))
-            cls = " class=t" if len(keys) == 1 and kinds[keys[0]] == "text" else ""
-            cells.append(f"<td{cls}>{text}</td>")
-        significant = any(_below(r[c], ALPHA) for c in holm_cols)
-        body.append(("<tr class=sig>" if significant else "<tr>") + "".join(cells) + "</tr>")
+    body = [_row(r, groups, kinds, holm_cols) for r in rows[:max_rows]]
     more = f"<p class=meta>{len(rows) - max_rows} more rows in {path.name}</p>" if len(rows) > max_rows else ""
     if show is not None and len(cols) < len(rows[0]):
         more += f"<p class=meta>{path.name} has {len(rows[0]) - len(cols)} more columns.</p>"
-    note = (" <span class=meta>p: two-sided paired t-test over seeds; Holm: adjusted by Holm's method over the comparisons of one "
-            f"family (its size after “of”); rows in bold: Holm-adjusted p &lt; {ALPHA:g}.</span>" if holm_cols else "")
+    note = (" <span class=meta>p: two-sided paired t-test over seeds; Holm: adjusted by Holm's method over the "
+            f"comparisons of one family (its size after “of”); rows in bold: Holm-adjusted p &lt; {ALPHA:g}.</span>"
+            if holm_cols else "")
     return (f"<div class=tw><table><caption>{html.escape(title)} <span class=meta>({path.name})</span>{note}</caption>"
             f"<tr>{head}</tr>{''.join(body)}</table></div>{more}")
 
@@ -206,12 +237,14 @@ def _settings(cfg: dict[str, Any]) -> str:
         label = r.get("label") or r.get("method", "")
         method = r.get("method", "") if r.get("label") else ""
         cells = [label, method, r.get("scenario", ""), str(r.get("rounds", "")), r.get("model", ""),
-                 _kv(r.get("hyperparameters")), _kv({**r.get("scenario_params", {}), **r.get("setting", {}), **r.get("graph", {})})]
+                 _kv(r.get("hyperparameters")),
+                 _kv({**r.get("scenario_params", {}), **r.get("setting", {}), **r.get("graph", {})})]
         rows.append("<tr>" + "".join(f"<td class=t>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
     seeds = cfg.get("seeds", [])
-    head = "".join(f"<th>{h}</th>" for h in ("run", "method", "data", "rounds", "model", "hyper-parameters set", "data / setting"))
-    return (f"<details><summary>Settings: {len(runs)} distinct runs × {len(seeds)} seeds ({cfg.get('n_runs', 0)} runs), budget "
-            f"{html.escape(str(cfg.get('profile', 'full')))}, {cfg.get('seconds', 0):.1f} s</summary>"
+    head = "".join(f"<th>{h}</th>"
+                   for h in ("run", "method", "data", "rounds", "model", "hyper-parameters set", "data / setting"))
+    return (f"<details><summary>Settings: {len(runs)} distinct runs × {len(seeds)} seeds ({cfg.get('n_runs', 0)} "
+            f"runs), budget {html.escape(str(cfg.get('profile', 'full')))}, {cfg.get('seconds', 0):.1f} s</summary>"
             f"<div class=tw><table><tr>{head}</tr>{''.join(rows)}</table></div></details>")
 
 
@@ -222,12 +255,40 @@ def _defaults(methods: set[str]) -> str:
     rows = []
     for name in [m for m in available() if m in methods]:
         config = get(name).config
-        values = ", ".join(f"{f.name}={f.default}" for f in dataclasses.fields(config) if f.default is not dataclasses.MISSING)
+        values = ", ".join(f"{f.name}={f.default}" for f in dataclasses.fields(config)
+                           if f.default is not dataclasses.MISSING)
         rows.append(f"<tr><td>{html.escape(name)}</td><td class=t><code>{html.escape(values)}</code></td></tr>")
     if not rows:
         return ""
-    return ("<details><summary>Default hyper-parameters of every method used (runs above list what they change)</summary>"
+    return ("<details><summary>Default hyper-parameters of every method used (runs above list what they change)"
+            "</summary>"
             f"<div class=tw><table><tr><th>method</th><th>defaults</th></tr>{''.join(rows)}</table></div></details>")
+
+
+def _report_dirs(out: Path) -> list[Path]:
+    """The experiment directories of ``out`` in report order (each followed by its tuned version),
+    ``out`` itself first when it holds one result; ``ValueError`` when there is none.
+    """
+    if not out.is_dir():
+        raise ValueError(f"report directory {str(out)!r} does not exist")
+    dirs = [out / n for base in ORDER for n in (base, f"{base}-tuned") if (out / n / "manifest.json").exists()]
+    dirs += [d for d in sorted(out.iterdir()) if (d / "manifest.json").exists() and d not in dirs]
+    if (out / "manifest.json").exists():  # a directory of one result (topofl tune) is its own section
+        dirs.insert(0, out)
+    if not dirs:
+        raise ValueError(f"{str(out)!r} holds no experiment results (no */manifest.json); run `topofl experiment NAME "
+                         f"--out {out}` first")
+    return dirs
+
+
+def _section(d: Path, man: dict[str, Any], cfg: dict[str, Any]) -> str:
+    """One experiment's section: title, description, notes, tables, figures and settings."""
+    parts = [f'<h2 id="{man["name"]}">{html.escape(man["title"])}</h2><p>{html.escape(man["description"])}</p>']
+    parts += [f'<div class=note>{html.escape(n)}</div>' for n in man["notes"]]
+    parts += [_table(d / t["csv"], t["title"], show=t.get("show")) for t in man["tables"] if t["csv"] != "pairs.csv"]
+    parts += [_figure(d, f) for f in man["figures"]]
+    parts.append(_settings(cfg))
+    return "\n".join(parts)
 
 
 def build_report(out: Path) -> Path:
@@ -236,14 +297,7 @@ def build_report(out: Path) -> Path:
     there is one (``topofl tune``); return its path.
     """
     out = Path(out)
-    if not out.is_dir():
-        raise ValueError(f"report directory {str(out)!r} does not exist")
-    dirs = [out / n for base in ORDER for n in (base, f"{base}-tuned") if (out / n / "manifest.json").exists()]
-    dirs += [d for d in sorted(out.iterdir()) if (d / "manifest.json").exists() and d not in dirs]
-    if (out / "manifest.json").exists():  # a directory of one result (topofl tune) is its own section
-        dirs.insert(0, out)
-    if not dirs:
-        raise ValueError(f"{str(out)!r} holds no experiment results (no */manifest.json); run `topofl experiment NAME --out {out}` first")
+    dirs = _report_dirs(out)
     sections: list[str] = []
     nav: list[str] = []
     versions: dict[str, str] = {}
@@ -254,31 +308,29 @@ def build_report(out: Path) -> Path:
         cfg = json.loads((d / "config.json").read_text()) if (d / "config.json").exists() else {}
         versions = cfg.get("versions", versions)
         methods.update(r.get("method", "") for r in cfg.get("runs", []))
-        seeds = cfg.get("seeds", [])
         configs.append(
-            f"<tr><td>{html.escape(man['name'])}</td><td>{len(seeds)}</td><td>{cfg.get('n_runs', 0):,}</td>"
+            f"<tr><td>{html.escape(man['name'])}</td><td>{len(cfg.get('seeds', []))}</td>"
+            f"<td>{cfg.get('n_runs', 0):,}</td>"
             f"<td>{html.escape(str(cfg.get('profile', 'full')))}</td><td>{cfg.get('seconds', 0):.1f}</td></tr>"
         )
         nav.append(f'<a href="#{man["name"]}">{html.escape(man["title"])}</a>')
-        parts = [f'<h2 id="{man["name"]}">{html.escape(man["title"])}</h2><p>{html.escape(man["description"])}</p>']
-        parts += [f'<div class=note>{html.escape(n)}</div>' for n in man["notes"]]
-        parts += [_table(d / t["csv"], t["title"], show=t.get("show")) for t in man["tables"] if t["csv"] != "pairs.csv"]
-        parts += [_figure(d, f) for f in man["figures"]]
-        parts.append(_settings(cfg))
-        sections.append("\n".join(parts))
+        sections.append(_section(d, man, cfg))
     commit = versions.get("git commit", "not recorded")
     vers = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(str(v))}</td></tr>" for k, v in versions.items())
-    page = f"""<!doctype html><html lang=en><head><meta charset=utf-8><meta name=viewport content="width=device-width, initial-scale=1">
+    page = f"""<!doctype html><html lang=en><head><meta charset=utf-8>\
+<meta name=viewport content="width=device-width, initial-scale=1">
 <title>topofl report</title><style>{CSS}</style></head><body>
 <h1>topofl — experiment report</h1>
-<p class=meta>Generated {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} from {html.escape(str(out))}; topofl \
-{html.escape(versions.get('topofl', '?'))}, git commit <code>{html.escape(commit)}</code>. Every number and figure is drawn from the \
-tidy result files beside this report. Intervals are 95 % Student-t intervals over seeds; paired differences compare methods on \
-the same seed (same data and split).</p>
+<p class=meta>Generated {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} from \
+{html.escape(str(out))}; topofl {html.escape(versions.get('topofl', '?'))}, git commit \
+<code>{html.escape(commit)}</code>. Every number and figure is drawn from the tidy result files beside this report. \
+Intervals are 95 % Student-t intervals over seeds; paired differences compare methods on the same seed (same data and \
+split).</p>
 <nav>{' '.join(nav)}</nav>
 {''.join(sections)}
 <h2 id=config>Configuration</h2>
-<div class=tw><table><caption>Experiments</caption><tr><th>experiment</th><th>seeds</th><th>runs</th><th>budget</th><th>seconds</th></tr>\
+<div class=tw><table><caption>Experiments</caption>\
+<tr><th>experiment</th><th>seeds</th><th>runs</th><th>budget</th><th>seconds</th></tr>\
 {''.join(configs)}</table></div>
 {_defaults(methods)}
 <div class=tw><table><caption>Versions</caption><tr><th>package</th><th>version</th></tr>{vers}</table></div>

@@ -1,18 +1,9 @@
 """Resumable, parallel execution of an experiment's runs.
 
-An experiment is a list of :class:`~topofl.job.Job` (one method, one seed, one
-setting). :func:`execute` runs those not yet complete — each through the executor of its
-method's family (:mod:`~topofl.experiments.federated_run` or
-:mod:`~topofl.experiments.decentralised_run`; a ``paper:`` method, the authors' paper-era protocol
-of :mod:`~topofl.experiments.paper_protocol`), in parallel worker processes — and merges the
-results. With ``resume=True`` a run counts as complete only when its done-record parses, its seal
-matches its content and every file still matches it; a run whose files were torn, edited or
-deleted, or whose done-record is torn, edited or unsealed (written by an older topofl), is redone
-from scratch with a warning naming the file. Since every run is deterministic given its seed, a
-resumed experiment ends with exactly the results of an uninterrupted one. When all runs are
-complete, their files are merged, in plan order, into ``DIR/rounds.csv``, ``DIR/curves.csv`` and
-``DIR/server_log.jsonl``. ``DIR`` is locked (:func:`~topofl.experiments.store.results_lock`)
-throughout: a second process executing into it is refused before it reads or writes a file.
+:func:`execute` runs the :class:`~topofl.job.Job` runs not yet complete, each through its method family's
+executor, in worker processes, and merges their files into ``DIR/rounds.csv``, ``DIR/curves.csv`` and
+``DIR/server_log.jsonl``; with ``resume=True`` only a run whose sealed done-record and files verify counts as
+complete. ``DIR`` is locked throughout. See docs/internals.md#topofl.experiments.runs for the details.
 """
 from __future__ import annotations
 
@@ -27,8 +18,8 @@ from topofl._validation import check_int
 from topofl.experiments.decentralised_run import execute_decentralised
 from topofl.experiments.federated_run import execute_federated
 from topofl.experiments.paper_protocol import execute_paper_protocol, is_protocol_run
-from topofl.job import Job
 from topofl.experiments.store import load_curves, load_done, merge, results_lock, run_paths, verified_done, write_done
+from topofl.job import Job
 from topofl.limits import MAX_JOBS
 from topofl.methods import family
 

@@ -1,32 +1,22 @@
 """Where a run's results live and how a finished run is recognised (no execution here).
 
-A run (:class:`topofl.job.Job`) writes its own files under ``DIR/runs/`` as its rounds finish —
-``<id>.rounds.csv`` (per round and client), ``<id>.curves.csv`` (per round), ``<id>.log.jsonl``
-(server logs) — and, when complete, ``<id>.done.json`` (final metrics, client metrics, seconds,
-and each file's row count and SHA-256), written atomically and sealed: its ``seal`` is a SHA-256
-over the record's canonical JSON (every other field, the files' hashes included), so the record
-cannot be edited — a final AUC changed by hand — without the change showing. A run counts as
-complete only when its done-record parses, its seal matches its content, and every file still
-matches the record (:func:`verified_done`). The seal detects edits and corruption, not forgery:
-anyone who can write the directory can also recompute it.
-
-One process at a time writes a results directory (:func:`results_lock`).
+A run writes its files under ``DIR/runs/`` as rounds finish and, when complete, a sealed ``<id>.done.json``
+(:func:`verified_done` checks it and every file); :func:`results_lock` lets one process at a time write a
+results directory. See docs/internals.md#topofl.experiments.store for the files and what the seal detects.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-import re
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 from topofl.atomic import LOCK_NAME, directory_lock
-from topofl.job import Job
 from topofl.experiments.results import _json_default, file_record, read_csv, write_json_atomic, write_text_atomic
-
+from topofl.job import Job
 
 #: a run's result files (by kind) and whether each has a header line
 RESULT_FILES = {"rounds": True, "curves": True, "log": False}

@@ -1,38 +1,10 @@
 """Equal-budget hyper-parameter tuning on validation splits, then the tuned comparison on the test splits.
 
-The protocol (what a referee asks of a comparison between methods whose results hinge on their knobs):
-
-1. **Settings.** A plan of runs (:class:`~topofl.job.Job`) is grouped into
-   *settings* — a run less its seed: one method (or labelled variant) in one scenario, geometry,
-   model, ... Every setting is tuned on its own, by one study.
-2. **Equal budget.** Every study gets the same number of trials, ``trials``. Trial 0 is the
-   setting's defaults (its plan's values and the config's defaults), so tuning never selects
-   something that scored worse on validation than the defaults; trials 1, 2, ... are proposed by
-   Optuna's TPE sampler (Bergstra et al. 2011, "Algorithms for hyper-parameter optimization",
-   NeurIPS; Akiba et al. 2019, "Optuna", KDD) over the method's declared search space
-   (:meth:`topofl.config.Config.search_space`: each hyper-parameter declares its range beside its
-   default), less the hyper-parameters that define the plan's settings (those a setting sets to
-   another value than most settings of its method do, :func:`defining`; a value most settings
-   share is a default and is tuned from there). A trial whose configuration is invalid or diverges counts
-   as a failed trial of the budget.
-3. **Validation, never test.** A trial runs the setting on each tuning seed with every client's
-   *training* split divided into a training part and a validation part
-   (:func:`topofl.data.federation.validation_clients`; stratified, per client, seeded); the
-   validation part is scored instead of the test split, which the tuning never loads. The
-   trial's value is the mean over the tuning seeds of the final validation metric. On data
-   drawn afresh for every seed (the synthetic scenarios) one study serves all the plan's seeds;
-   on data whose seeds re-split one set of rows (real data), each seed is tuned on its own
-   training split, since another seed's training rows hold this seed's test rows.
-4. **Selection, then test.** The best trial's values (ties: the earliest, so the defaults win
-   ties) are re-run on the test splits over the plan's seeds, beside the defaults; tables report
-   tuned − default paired over seeds with raw and Holm-adjusted p-values.
-
-Determinism and resumption: the proposal of trial t depends only on the sampler seed, the
-setting and the values of trials 0..t−1 (a fresh sampler seeded from them), and every run is
-written by the resumable executor (:mod:`topofl.experiments.runs`) as it finishes, so an
-interrupted tuning resumed with ``resume=True`` reuses every finished run and ends with exactly
-the trials, choices and results of an uninterrupted one. Studies advance concurrently: a pool of
-``jobs`` processes executes the runs of every study's current trial.
+Each setting (a run less its seed) gets one study of ``trials`` trials: trial 0 its defaults, then Optuna's TPE
+proposals (:func:`propose`) over the method's declared search space, scored on validation splits carved from
+the training data (never the test split); the best trial is re-run on the test splits beside the defaults
+(tuned − default, paired over seeds, Holm-adjusted). Deterministic and resumable (:mod:`topofl.experiments.runs`).
+See docs/internals.md#topofl.experiments.tuning for the protocol.
 """
 from __future__ import annotations
 
@@ -54,8 +26,8 @@ from topofl._validation import check_int, check_range
 from topofl.config import Space
 from topofl.experiments.analysis import add_holm, num, paired_differences
 from topofl.experiments.results import write_csv
-from topofl.job import Job
 from topofl.experiments.store import holds_results, results_lock, run_paths, verified_done
+from topofl.job import Job
 from topofl.limits import MAX_JOBS
 
 log = logging.getLogger(__name__)
@@ -139,7 +111,7 @@ def setting_name(spec: Job, for_seed: int | None = None) -> str:
     text = json.dumps(base.spec_dict(), sort_keys=True, default=str) + ("" if for_seed is None else f"|seed {for_seed}")
     items = "_".join(f"{k}{v}" for k, v in spec.setting.items())
     seed = "" if for_seed is None else f"_s{for_seed}"
-    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{spec.data}_{spec.label or spec.method}_{items}{seed}").strip("-_")
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{spec.key['scenario']}_{spec.label or spec.method}_{items}{seed}").strip("-_")
     return f"{slug}_{hashlib.sha1(text.encode()).hexdigest()[:8]}"
 
 
@@ -358,8 +330,9 @@ def _distributions(space: Mapping[str, Space]) -> dict[str, Any]:
 
 def propose(study: Study, trial: int, settings: TuneSettings) -> dict[str, Any]:
     """The values trial ``trial`` of ``study`` runs: the defaults for trial 0, else TPE's proposal
-    from the finished trials 0..trial−1 by a sampler seeded from (sampler seed, setting, trial) —
-    the same proposal whether or not the tuning was interrupted in between.
+    (Bergstra et al. 2011; Optuna's ``TPESampler``, Akiba et al. 2019) from the finished trials
+    0..trial−1 by a sampler seeded from (sampler seed, setting, trial) — the same proposal whether or
+    not the tuning was interrupted in between.
     """
     if trial == 0 or not study.space:
         return dict(study.defaults)
@@ -567,13 +540,13 @@ def setting_keys(studies: Sequence[Study]) -> tuple[str, ...]:
     """The columns that tell the studies' settings apart in tables: the scenario when there are
     several, the experiment's own setting columns, and the seed of per-seed studies.
     """
-    keys: list[str] = ["scenario"] if len({s.base.scenario for s in studies}) > 1 else []
+    keys: list[str] = ["scenario"] if len({s.base.key["scenario"] for s in studies}) > 1 else []
     keys += list(dict.fromkeys(k for s in studies for k in s.base.setting))
     return tuple(keys) + (("seed",) if any(s.for_seed is not None for s in studies) else ())
 
 
 def _setting_columns(study: Study, keys: Sequence[str]) -> dict[str, Any]:
-    values = {"scenario": study.base.scenario, "seed": study.for_seed if study.for_seed is not None else "", **study.base.setting}
+    values = {"scenario": study.base.key["scenario"], "seed": study.for_seed if study.for_seed is not None else "", **study.base.setting}
     return {**{k: values.get(k, "") for k in keys if k != "seed"}, "method": study.label, **({"seed": values["seed"]} if "seed" in keys else {})}
 
 
@@ -635,7 +608,7 @@ def unchanged_settings(studies: Sequence[Study], group: Sequence[str]) -> set[tu
     """
     by: dict[tuple[Any, ...], list[bool]] = {}
     for s in studies:
-        values = {"scenario": s.base.scenario, **s.base.setting}
+        values = {"scenario": s.base.key["scenario"], **s.base.setting}
         key = (*(str(values.get(g, "")) for g in group), s.label)
         by.setdefault(key, []).append(chosen(s) == s.defaults)
     return {k for k, kept in by.items() if all(kept)}
@@ -677,7 +650,7 @@ def trials_figure(studies: Sequence[Study], out: Path, stem: str = "tuning") -> 
     groups: dict[str, dict[str, list[Study]]] = {}
     for s in studies:
         if s.trials:
-            values = {"scenario": s.base.scenario, **s.base.setting}
+            values = {"scenario": s.base.key["scenario"], **s.base.setting}
             title = ", ".join(f"{k}={values.get(k, '')}" for k in keys) or "every method"
             groups.setdefault(title, {}).setdefault(s.label, []).append(s)
     if not groups:
@@ -759,7 +732,7 @@ def doomed(studies: Sequence[Study]) -> list[Study]:
 
 def _tuning_section(man: Any, out: Path, studies: Sequence[Study], settings: TuneSettings,
                     default_done: Sequence[Mapping[str, Any]], tuned_done: Sequence[Mapping[str, Any]], seconds: float) -> None:
-    """Append the tuning's tables, figure and notes to ``man`` (a :class:`~topofl.experiments.suite.base.Manifest`)."""
+    """Append the tuning's tables, figure and notes to ``man`` (a :class:`~topofl.experiments.base.Manifest`)."""
     write_tuning(out, studies)
     keys = setting_keys(studies)
     group = tuple(k for k in keys if k != "seed")
@@ -825,10 +798,10 @@ def _tune_comparison(specs: Sequence[Job], out: Path, settings: TuneSettings, re
                      on_run: Callable[[str], None] | None) -> Path:
     """:func:`tune_comparison`, with ``out`` locked."""
     from topofl.experiments.analysis import final_table
+    from topofl.experiments.base import Manifest
     from topofl.experiments.compare import versions
     from topofl.experiments.results import write_json_atomic
     from topofl.experiments.runs import execute
-    from topofl.experiments.suite.base import Manifest
 
     t0 = time.perf_counter()
     if not resume and holds_results(out):
@@ -843,7 +816,7 @@ def _tune_comparison(specs: Sequence[Job], out: Path, settings: TuneSettings, re
     report = (lambda spec, d: on_run(f"{spec.label or spec.method} seed {spec.seed}")) if on_run else None
     default_done = execute(specs, out / "default", resume=True, jobs=jobs, on_done=report)
     tuned_done = execute(tuned_plan(specs, studies), out / "tuned", resume=True, jobs=jobs, on_done=report)
-    scenario = specs[0].scenario
+    scenario = specs[0].key["scenario"]
     man = Manifest("tune", f"Tuned comparison on {scenario}",
                    f"Every method tuned with the same budget on validation splits carved from the clients' training data, then "
                    f"run on the test splits over {len({s.seed for s in specs})} seeds with its defaults and with its tuned values.")
@@ -888,7 +861,7 @@ def run_tuned_experiment(
     tuned − default paired differences). Returns the tuned directory. Both directories are locked
     throughout (:func:`~topofl.experiments.store.results_lock`).
     """
-    from topofl.experiments.suite import EXPERIMENTS
+    from topofl.experiments.driver import EXPERIMENTS
 
     if name not in EXPERIMENTS:
         raise ValueError(f"unknown experiment {name!r}")
@@ -907,7 +880,6 @@ def _run_tuned_experiment(name: str, seeds: Sequence[int], out: Path, settings: 
     from topofl.experiments.driver import distinct_runs, plan_for, run_experiment
     from topofl.experiments.results import write_json_atomic
     from topofl.experiments.runs import execute
-    from topofl.experiments.suite import EXPERIMENTS
 
     t0 = time.perf_counter()
     specs = plan_for(name, seeds, profile, data_root)
@@ -925,8 +897,9 @@ def _run_tuned_experiment(name: str, seeds: Sequence[int], out: Path, settings: 
                 on_trial=lambda s, r: write_tuning(tuned_dir, studies))
     tuned_specs = tuned_plan(specs, studies)
     tuned_done = execute(tuned_specs, tuned_dir, resume=True, jobs=jobs, on_done=report)
-    exp = EXPERIMENTS[name]
-    man = exp.analyse(tuned_dir, tuned_done)
+    from topofl.experiments.driver import analyse_for
+
+    man = analyse_for(name, tuned_dir, tuned_done, profile)
     man.name, man.title = f"{name}-tuned", f"{man.title} — tuned"
     man.description = (f"The experiment '{name}' with every setting tuned on validation splits ({settings.trials} trials each), then "
                        f"re-run on the test splits. {man.description}")

@@ -1,18 +1,9 @@
-"""The contract of a server-based (federated) method: one object holds the server side, and
-stateless client-side methods. The round loop (:mod:`topofl.federation.runner`) is written
-against this contract; every method in :mod:`topofl.algorithms` implements it (the runtime defines
-the interface, the methods depend on it — never the other way round).
+"""The contract of a server-based (federated) method: one object holds the server side and stateless
+client-side methods.
 
-The same object serves every runtime. The in-process runner and the Flower adapters call:
-
-server side   ``setup`` → per round ``configure_fit`` → ``aggregate_fit``; ``message_for`` gives
-              the message the server would send a client now (used for evaluation);
-              ``reply_schema`` / ``reply_problem`` say what the server accepts of a reply
-client side   ``client_fit(ctx, message)`` → :class:`ClientUpdate`;
-              ``client_params(ctx, message)`` → the parameters that client would use;
-              ``client_features(ctx, X)`` → the features the client's model sees
-
-Client state lives in ``ctx.state`` (a dict the runtime persists per client), never on the server.
+The round loop (:mod:`topofl.federation.runner`) and the Flower adapters are written against
+:class:`Algorithm`; every method in :mod:`topofl.algorithms` implements it. Client state lives in
+``ctx.state``, never on the server. See docs/internals.md#topofl.federation.algorithm for the calls.
 """
 from __future__ import annotations
 
@@ -23,7 +14,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from topofl._validation import check_range
 from topofl.config import TrainingConfig, hp
 from topofl.data.federation import ClientData
 from topofl.federation.local import ExtraGrad, sgd
@@ -41,16 +31,15 @@ class AlgorithmConfig(TrainingConfig):
 
     max_update_ratio: float = hp(
         10.0,
-        "server: drop an update farther from the model sent than this × max(that model's norm, update_norm_floor, the other updates' median) (>= 1)",
+        "server: drop an update farther from the model sent than this × max(that model's norm, update_norm_floor, "
+        "the other updates' median) (>= 1)",
+        low=1.0,
     )
-    update_norm_floor: float = hp(1.0, "server: smallest reference norm of that bound (> 0)")
-    max_client_weight: float = hp(1.0, "server: largest share one client may have of an aggregate, in (0, 1] (1: sample sizes decide)")
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_range("max_update_ratio", self.max_update_ratio, 1.0)
-        check_range("update_norm_floor", self.update_norm_floor, 0.0, low_open=True)
-        check_range("max_client_weight", self.max_client_weight, 0.0, 1.0, low_open=True)
+    update_norm_floor: float = hp(1.0, "server: smallest reference norm of that bound (> 0)", low=0.0, low_open=True)
+    max_client_weight: float = hp(
+        1.0, "server: largest share one client may have of an aggregate, in (0, 1] (1: sample sizes decide)",
+        low=0.0, high=1.0, low_open=True,
+    )
 
 
 @dataclass
@@ -70,7 +59,7 @@ class ClientContext:
 
 
 class Algorithm(ABC):
-    """Base class of every federated algorithm (see module docstring)."""
+    """Base class of every federated algorithm (see docs/internals.md#topofl.federation.algorithm)."""
 
     name: ClassVar[str]
     Config: ClassVar[type[AlgorithmConfig]] = AlgorithmConfig

@@ -63,6 +63,16 @@ class RoundSummary:
         return dict(self.__dict__)
 
 
+#: the columns of a round summary (:class:`RoundSummary`), as ``curves.csv`` files hold them
+ROUND_SUMMARY_FIELDS = tuple(RoundSummary.__dataclass_fields__)
+#: a peer run's per-client record, as the experiment runner's files hold it
+PEER_RECORD_FIELDS = ("round", "client", "accuracy", "loss", "dim", "mse", "r2")
+#: a peer run's per-iteration row (:attr:`Result.iterations`), as the experiment runner's files hold it; no
+#: wall-clock column, so that results stay identical however often a run is resumed (timings go to the done-record)
+ITERATION_FIELDS = ("round", "accuracy", "accuracy_std", "loss", "bits", "cumulative_bits", "cumulative_flops",
+                    "map_storage_bytes", "mse", "rmse", "r2")
+
+
 @dataclass
 class Result:
     """What a run produced, for both families (:func:`topofl.run`, :func:`topofl.simulate`,

@@ -1,14 +1,8 @@
 """Where the clients' local work happens: the one seam between the round loop and a runtime.
 
-The round loop (:func:`topofl.federation.runner.run_rounds`) hands a :class:`ClientPool` the
-round's server messages and gets back client updates and evaluations. :class:`InProcessPool` runs
-the algorithm's client side in this process; ``topofl.flower`` has a pool that sends the same
-messages to Flower SuperNodes. Either way the algorithm object, the client's generator
-``SeedSequence([seed, round, client])`` and the client's persistent state are the same, so a run
-gives the same numbers in every runtime.
-
-A pool never raises for one client's failure: it returns a :class:`Failure` naming the client and
-the reason, and the round goes on with what arrived.
+A :class:`ClientPool` takes the round's server messages and returns client updates and evaluations;
+:class:`InProcessPool` runs them in this process. A pool never raises for one client's failure: it
+returns a :class:`Failure`. See docs/internals.md#topofl.federation.pool.
 """
 from __future__ import annotations
 

@@ -1,20 +1,9 @@
 """What the server checks before it reads anything a client sent (DESIGN: "the server decides trust").
 
-Three kinds of client input reach a server, in every runtime:
-
-* **the declaration** a client makes when it joins (:class:`ClientInfo`: its example counts) —
-  in process it comes from the federation, on Flower from the discovery query; it is validated
-  once (:func:`client_info`) and is what the server weights the client by from then on;
-* **fit replies** (:class:`~topofl.federation.messages.ClientUpdate`), screened by
-  :func:`screen_updates` against the schema the algorithm declares for each reply
-  (:class:`ReplySchema`: shapes, dtypes, ranges, required or optional arrays, descriptor,
-  metric names), the declared example count, the algorithm's own consistency checks, and a norm
-  bound relative to what the server sent;
-* **evaluation replies** (:class:`~topofl.federation.pool.ClientEvaluation`), screened by
-  :func:`evaluation_problem`: metric names and ranges, pooled arrays of the declared length.
-
-A reply that fails any check is never aggregated or averaged: it becomes a
-:class:`~topofl.federation.pool.Failure` with the reason. Nothing in a reply can crash the server.
+:func:`client_info` validates a client's declaration, :func:`screen_updates` its fit replies against the
+algorithm's :class:`ReplySchema`, :func:`evaluation_problem` its evaluation replies. A reply that fails
+any check becomes a :class:`~topofl.federation.pool.Failure`, never aggregated.
+See docs/internals.md#topofl.federation.validation.
 """
 from __future__ import annotations
 

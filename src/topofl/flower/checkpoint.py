@@ -1,27 +1,9 @@
 """Checkpoints of a Flower run: the server's state after every round, so a killed ServerApp resumes.
 
-After each round the ServerApp of a federated method writes, in the run's directory:
-
-``checkpoint.pkl``
-    the :class:`~topofl.federation.runner.RoundState` (the algorithm's server state, the history,
-    the round loop's random generator and divergence watch) and the run outputs' bookkeeping,
-    pickled, written atomically;
-``checkpoint.json``
-    written atomically *after* it: the round, the settings, the SHA-256 of ``checkpoint.pkl``
-    and, per results file (``rounds.csv``, ``curves.csv``, ``server_log.jsonl``,
-    ``failures.jsonl``), its length and SHA-256 at that moment.
-
-:func:`load_checkpoint` trusts nothing it reads: the JSON must parse and hold every field, the
-pickle's hash must match before it is unpickled, and every results file must begin with exactly
-the bytes it had at the checkpoint. Rows written after the checkpoint (a round the ServerApp
-finished writing but did not checkpoint before it died) are cut off, so the resumed run redoes
-that round and the files read as if the run had never stopped. Anything else — a missing or
-torn file, a hash that differs, settings of another run — is a ``ValueError`` naming the file,
-and nothing is changed.
-
-The pickle is read only from the results root of the host that wrote it (``resume-dir`` is
-resolved like ``out-dir``: inside the root, or refused) and only after its hash is checked
-against ``checkpoint.json``; it is the server's own file, never a client's.
+After each round the ServerApp of a federated method writes ``checkpoint.pkl`` and then
+``checkpoint.json`` (hashes of the pickle and of every results file); :func:`load_checkpoint` trusts
+nothing it reads and unpickles only after the hash matches.
+See docs/internals.md#topofl.flower.checkpoint for the files and the checks.
 """
 from __future__ import annotations
 

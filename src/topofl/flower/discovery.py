@@ -57,7 +57,7 @@ def discover(grid: Grid, settings: FlowerSettings) -> tuple[dict[int, int], dict
     poll while waiting for ``min-nodes``); claimants first seen at the same time are all left out.
     """
     node_ids, first_seen = wait_for_nodes(grid, settings)
-    contents = {nid: RecordDict({"config": config_record(settings.job())}) for nid in node_ids}
+    contents = {nid: RecordDict({"config": config_record(settings.node_config())}) for nid in node_ids}
 
     def decode(_nid: int, content: RecordDict) -> dict[str, Any]:
         if "info" not in content or not isinstance(content["info"], ConfigRecord):

@@ -1,35 +1,9 @@
 """One message exchange with Flower SuperNodes, faults and SuperLink restarts included.
 
-:func:`exchange` sends one message per addressed client, waits up to a timeout and sorts the
-outcome into decoded replies and :class:`~topofl.federation.pool.Failure` records: an error reply
-(the ClientApp raised, the node is unavailable, ...), no reply within the timeout, or a reply
-that cannot be decoded. A failure never ends the run.
-
-Replies are pulled every :data:`POLL_S` seconds for the first :data:`FAST_POLL_FOR` seconds and
-every :data:`SLOW_POLL_S` after that. Flower 1.41's own ``Grid.send_and_receive`` on a
-deployment polls every 3 s, so each exchange — two per federated round, one per relayed phase —
-waited up to 3 s after the last reply; a round of quick ClientApps took over 6 s.
-
-**SuperLink restarts.** When the SuperLink restarts mid-round (same database, so the ServerApp
-carries on), replies get lost in two ways: the SuperLink answers for a node whose heartbeat
-lapsed during the outage with an error it writes itself (``NODE_UNAVAILABLE``; also
-``MESSAGE_UNAVAILABLE`` / ``REPLY_MESSAGE_UNAVAILABLE`` when objects of an interrupted push are
-missing), or a node's reply is dropped by the node when its push fails, so nothing ever comes.
-The ServerApp sees the outage itself: Flower's HTTP retry in this process logs every failed
-connection attempt (:func:`watch_flower_connections`), and a push or pull that raises is one too
-(:func:`note_outage`). Within :data:`OUTAGE_MEMORY_S` seconds of an outage an exchange therefore
-
-* holds a transient error reply (:data:`TRANSIENT_CODES`) instead of accepting it, and sends the
-  message again once its node is connected again (listed by ``grid.get_node_ids()``);
-* sends again, once its node is connected, every message sent before the outage that has no
-  reply yet;
-
-at most :data:`MAX_RESENDS` times per message and only within the exchange's timeout. Whichever
-copy answers first is taken; a node computes a copy from the state the first copy started from
-(:func:`topofl.flower.records.load_round_state`), so the round's numbers are those of a run
-without the restart. A client that still has no valid reply when the timeout ends fails with a
-reason that says it was lost to the outage (:data:`OUTAGE_MARK`); such rounds are reported as
-degraded (:func:`outage_rounds`), never as an undisturbed completion.
+:func:`exchange` sends one message per addressed client, waits up to a timeout and sorts the outcome
+into decoded replies and :class:`~topofl.federation.pool.Failure` records; a failure never ends the run.
+After a SuperLink outage it sends lost messages again; rounds it could not recover are degraded
+(:func:`outage_rounds`). See docs/internals.md#topofl.flower.exchange for polling and restarts.
 """
 from __future__ import annotations
 
@@ -154,7 +128,7 @@ def send_and_receive(grid: Any, messages: list[Message], timeout: float, *, rese
     """Push ``messages`` and pull their replies until all arrived or ``timeout`` passed.
 
     The same contract as ``Grid.send_and_receive``, polling faster and sending messages again
-    after a SuperLink outage (module docstring); a reply may then answer a copy of a message
+    after a SuperLink outage (docs/internals.md#topofl.flower.exchange); a reply may then answer a copy of a message
     rather than the message itself. A grid without ``push_messages``/``pull_messages`` (a test
     double) is asked to do it itself.
     """

@@ -1,15 +1,8 @@
 """What a Flower SuperNode does for topofl, as plain functions of (node config, state, content).
 
-The ClientApp (:mod:`topofl.flower.client_app`) only wires these to Flower's decorators, so they
-are testable without a running Flower. Each node builds the same algorithm object, model and
-client context as the in-process runner and calls the algorithm's own client-side methods:
-there is no second implementation of any algorithm.
-
-A node's data come from its node config: ``data-path`` (an ``.npz`` with ``X_train``,
-``y_train``, ``X_test``, ``y_test``: a real site's own data) or else partition ``partition-id`` of
-the built-in scenario named in the run (simulation and trials). With the run-config key ``attack``
-(robustness trials) the nodes whose client id is among the attack's adversaries run the method
-wrapped by :func:`topofl.robustness.attacks.attacked`; the server never acts on the key.
+The ClientApp (:mod:`topofl.flower.client_app`) only wires these to Flower's decorators; each node
+calls the algorithm's own client-side methods, so there is no second implementation of any algorithm.
+See docs/internals.md#topofl.flower.node for where a node's data come from and the ``attack`` key.
 """
 from __future__ import annotations
 

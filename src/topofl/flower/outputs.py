@@ -1,18 +1,8 @@
 """Results of a Flower run, written as rounds finish (finished work is never lost).
 
-Where: the ``out-dir`` of the run config is a path *inside the results root* of the host that
-runs the ServerApp (the SuperLink host in a deployment): ``$TOPOFL_RESULTS_ROOT``, or
-``./results`` of its working directory. An out-dir that escapes the root (absolute elsewhere,
-``..``, a symlink out) is refused before the run starts — whoever submits a run must not choose
-where the server writes. Every run writes into a fresh directory ``<root>/<out-dir>/run-<run id>``
-(``-1``, ``-2``, ... when that name is taken), so no run ever deletes or overwrites another's files.
-
-What: ``rounds.csv`` (one row per round and client), ``curves.csv`` (one row per round),
-``server_log.jsonl`` (the server's log per round), ``failures.jsonl`` (every failed or dropped
-reply, with the reason) and, at the end, ``result.json`` written atomically
-(``{"method", "rounds", "final", "clients", "failures", "settings", "status", "degraded_rounds"}``:
-``status`` is ``"degraded"``, with the rounds named, when a SuperLink outage lost replies that
-sending them again did not recover — :func:`run_status`).
+Every run writes into a fresh ``run-<run id>`` directory inside the results root (an ``out-dir`` that
+escapes it is refused): ``rounds.csv``, ``curves.csv``, ``server_log.jsonl``, ``failures.jsonl`` and
+``result.json`` (:func:`run_status`). See docs/internals.md#topofl.flower.outputs.
 """
 from __future__ import annotations
 
@@ -25,10 +15,19 @@ from pathlib import Path
 from typing import Any
 
 from topofl.experiments.results import CsvAppender, append_jsonl, write_json_atomic
+from topofl.federation.history import PEER_RECORD_FIELDS, ROUND_SUMMARY_FIELDS
 from topofl.federation.pool import Failure
 from topofl.flower.exchange import outage_rounds
 
 log = logging.getLogger(__name__)
+
+#: the columns a Flower run adds to each round's row: clients that replied, and failures
+FAILURE_FIELDS = ("n_clients", "n_failures")
+#: a federated Flower run's ``curves.csv``: the round summary (no regression columns) and the failures
+SERVER_CURVE_FIELDS = tuple(f for f in ROUND_SUMMARY_FIELDS if f not in ("mse", "rmse", "r2")) + FAILURE_FIELDS
+#: a relayed peer run: what the relay sees of each node (accuracy, loss, model size) and of each iteration
+RELAY_RECORD_FIELDS = PEER_RECORD_FIELDS[:5]
+RELAY_CURVE_FIELDS = ("round", "accuracy", "accuracy_std", "loss", "bits", "cumulative_bits", "map_storage_bytes") + FAILURE_FIELDS
 
 #: environment variable, set on the host running the ServerApp, naming the results root
 RESULTS_ROOT_ENV = "TOPOFL_RESULTS_ROOT"

@@ -1,16 +1,8 @@
-"""What a SuperNode does for a decentralised method (Sheaf-FMTL, dFedU, D-PSGD, Local) behind the relay.
+"""What a SuperNode does for a decentralised method behind the relay.
 
-The node runs the algorithm's own node-local protocol (:class:`topofl.decentralised.PeerNode`):
-``setup`` builds the node from the :class:`~topofl.decentralised.NodeSpec` the relay computed
-(sizes, seeds, weights; never anyone's data or model); each ``step`` first consumes the payloads
-its neighbours sent in the previous phase (``incoming``), then returns what it sends in the next
-(``outgoing``). The node object — model and restriction maps — stays on the node, pickled into
-``context.state`` between messages, once per message of the run (the relay's ``seq``): a copy
-of a message the relay sends again after a SuperLink outage starts from the state the first copy
-started from (:func:`topofl.flower.records.load_round_state`), so it computes the same step.
-
-Randomness is the in-process runner's: node ``i`` draws its mini-batches in iteration ``k`` from
-``SeedSequence([seed, k, i])``, one generator for all phases of the iteration.
+The node runs the algorithm's own node-local protocol (:class:`topofl.decentralised.PeerNode`) for
+Sheaf-FMTL, dFedU, D-PSGD or Local; its model and maps stay on the node, and its randomness is the
+in-process runner's. See docs/internals.md#topofl.flower.peer.
 """
 from __future__ import annotations
 

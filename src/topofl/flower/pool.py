@@ -36,7 +36,7 @@ class FlowerPool(ClientPool):
     nodes
         Client id → Flower node id of the clients that have a node now.
     job
-        What every node needs to build the run (:meth:`FlowerSettings.job` plus task and sizes);
+        What every node needs to build the run (:meth:`FlowerSettings.node_config` plus task and sizes);
         ``job["n_classes"]`` bounds the pooled scores of an evaluation.
     timeout
         Seconds one exchange waits for replies.

@@ -1,16 +1,8 @@
 """topofl messages ↔ Flower records (DESIGN: "the Flower adapter maps these onto Flower's records").
 
-A server message travels as ``RecordDict({"params": ArrayRecord, "extras": ArrayRecord,
-"config": ConfigRecord})``; a client update as ``RecordDict({"params", "extras", "descriptor"
-(ArrayRecords), "metrics": MetricRecord (with "num-examples"), "meta": ConfigRecord})``. Arrays keep
-their dtype (float64 by default), so a Flower run computes on the same numbers as an in-process run.
-
-Decoding never trusts the sender: a missing or malformed record raises :class:`PayloadError`
-naming the record, which the server turns into a logged, dropped reply. Given what the server
-expects (the algorithm's :class:`~topofl.federation.validation.ReplySchema`, whose sizes come
-from the server's own model), every array's declared dtype, shape and byte count — the record's
-metadata and the ``.npy`` header inside its bytes — are checked *before* the array is decoded:
-an oversized reply is refused without allocating it.
+Arrays keep their dtype, so a Flower run computes on the same numbers as an in-process run. Decoding
+never trusts the sender: a malformed record raises :class:`PayloadError`, and an array's dtype, shape
+and size are checked before it is decoded. See docs/internals.md#topofl.flower.records.
 """
 from __future__ import annotations
 

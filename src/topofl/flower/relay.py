@@ -1,25 +1,8 @@
-"""A relay ServerApp for decentralised methods: it forwards each node's payloads to its graph
-neighbours and never aggregates (issue 5; Sheaf-FMTL paper §3: no server).
+"""A relay ServerApp for decentralised methods (issue 5; Sheaf-FMTL paper §3: no server).
 
-What the relay does:
-
-1. discovers the SuperNodes (partition ids, feature counts, task), builds the communication graph
-   (``graph`` / ``graph-params``, seeded) and the per-node specs with the algorithm's own
-   ``node_specs`` (sizes d_ij, seeds, mixing weights) — exactly as the in-process runner does;
-2. per iteration and phase sends node *i* a ``train.peer`` message holding the payloads its
-   neighbours sent it in the previous phase, and collects what *i* sends next;
-3. counts the bits of every directed payload (float32 on the wire, as the paper counts), checks
-   the reported norms for divergence, and writes per-iteration results.
-
-The relay sees the projections (it is a star transport, as any Flower run is) but never the data,
-the models or the restriction maps.
-
-Faults. A node that fails (error reply, no reply within ``round-timeout``, or an invalid payload:
-one addressed to a non-neighbour, non-finite, or of the wrong size) is dropped for the rest of
-the run and logged. Its neighbours then receive their own payload back in its place, which makes
-every coupling term on those edges zero — for Sheaf-FMTL P_ijᵀ(P_ij θ_i − P_ij θ_i) = 0 in Eq. 27
-and no map change in Eq. 28, for dFedU θ_i − θ_i = 0, for D-PSGD the edge's weight stays with the
-node — i.e. exactly the graph without the dead node.
+The relay forwards each node's payloads to its graph neighbours and never aggregates; it sees the
+projections but never the data, the models or the restriction maps. A failed node is dropped and its
+edges' coupling terms become zero (Eqs. 27–28). See docs/internals.md#topofl.flower.relay.
 """
 from __future__ import annotations
 
@@ -39,7 +22,7 @@ from topofl.federation.pool import Failure
 from topofl.federation.validation import ArraySpec
 from topofl.flower.discovery import discover, new_run_id, reconcile
 from topofl.flower.exchange import exchange
-from topofl.flower.outputs import RunOutputs, resolve_run_dir, results_root, run_status
+from topofl.flower.outputs import RELAY_CURVE_FIELDS, RELAY_RECORD_FIELDS, RunOutputs, resolve_run_dir, results_root, run_status
 from topofl.flower.peer import peer_algorithm, peer_model
 from topofl.flower.records import arrays_record, config_record, record_arrays
 from topofl.flower.settings import FlowerSettings
@@ -48,8 +31,6 @@ from topofl.limits import MAX_REPLY_FREE_VALUES
 log = logging.getLogger(__name__)
 
 BITS_PER_FLOAT = 32
-RECORD_FIELDS = ("round", "client", "accuracy", "loss", "dim")
-CURVE_FIELDS = ("round", "accuracy", "accuracy_std", "loss", "bits", "cumulative_bits", "map_storage_bytes", "n_clients", "n_failures")
 
 
 def _decode_step(content: RecordDict, expect: Mapping[str, ArraySpec] | None = None, free_values: int = MAX_REPLY_FREE_VALUES) -> dict[str, Any]:
@@ -68,19 +49,19 @@ class Relay:
 
     def __init__(self, grid: Grid, settings: FlowerSettings, run_dir: Any = None) -> None:
         self.grid, self.settings, self.run_dir = grid, settings, run_dir
-        self.algorithm = peer_algorithm(settings.job()["method"], settings.job()["hyperparameters"])
+        self.algorithm = peer_algorithm(settings.node_config()["method"], settings.node_config()["hyperparameters"])
         nodes, infos, self.failures = discover(grid, settings)
         self.task, self.n_classes, _, left_out = reconcile(nodes, infos, settings, shared_features=False)  # feature counts may differ (Sheaf-FMTL)
         self.failures.extend(left_out)
         self.clients = sorted(nodes)  # graph node k = k-th client (node k = client k in process)
         self.flwr_node = {k: nodes[cid] for k, cid in enumerate(self.clients)}
         l2 = self.algorithm.config.l2
-        self.dims = {k: peer_model(self.task, int(infos[cid]["n_features"]), self.n_classes, l2, settings.model).n_params
+        self.dims = {k: peer_model(self.task, int(infos[cid]["n_features"]), self.n_classes, l2, settings.job.model).n_params
                      for k, cid in enumerate(self.clients)}
-        self.graph = make_graph(settings.graph, len(self.clients), seed=settings.seed, **dict(settings.graph_params))
-        rng = np.random.default_rng(np.random.SeedSequence([int(settings.seed), 0xDEC]))  # as run_decentralised
+        self.graph = make_graph(settings.job.graph, len(self.clients), seed=settings.job.seed, **dict(settings.job.graph_params))
+        rng = np.random.default_rng(np.random.SeedSequence([int(settings.job.seed), 0xDEC]))  # as run_decentralised
         self.specs = self.algorithm.node_specs(self.dims, self.graph, rng)
-        self.job = {**settings.job(), "task": self.task, "n_classes": self.n_classes, "n_nodes": len(self.clients)}
+        self.job = {**settings.node_config(), "task": self.task, "n_classes": self.n_classes, "n_nodes": len(self.clients)}
         self.alive = set(self.flwr_node)
         self.sizes: dict[tuple[int, int, str], int] = {}
         self.bits = 0
@@ -161,11 +142,11 @@ class Relay:
     def run(self) -> Result:
         """Setup, then per iteration one message per phase to every live node, then a final one."""
         s, phases = self.settings, self.algorithm.phases
-        history = Result(self.algorithm.name, s.seed, family="peer")
-        out = RunOutputs(self.run_dir, RECORD_FIELDS, CURVE_FIELDS)
+        history = Result(self.algorithm.name, s.job.seed, family="peer")
+        out = RunOutputs(self.run_dir, RELAY_RECORD_FIELDS, RELAY_CURVE_FIELDS)
         self.round_failures: list[Failure] = []
         self.setup()
-        schedule = [(k, p) for k in range(1, s.rounds + 1) for p in phases] + [(s.rounds, "")]
+        schedule = [(k, p) for k in range(1, s.job.rounds + 1) for p in phases] + [(s.job.rounds, "")]
         inbox: dict[int, dict[int, np.ndarray]] = {}
         prev: tuple[int, str] = (0, "")
         cumulative = 0
@@ -205,7 +186,7 @@ class Relay:
         history.failures = self.failures
         history.out_dir = str(self.run_dir) if self.run_dir is not None else None
         out.failures = list(self.failures)
-        out.finish(s.method, s.as_dict(), {
+        out.finish(s.job.method, s.as_dict(), {
             "graph_edges": sorted(map(list, self.graph.edges)), "dropped": sorted(self.clients[k] for k in set(self.flwr_node) - self.alive),
             **run_status(self.failures, "iteration"),
         })

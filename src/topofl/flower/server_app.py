@@ -26,7 +26,7 @@ from topofl.federation.runner import RoundState, run_rounds
 from topofl.federation.validation import client_info
 from topofl.flower.checkpoint import load_checkpoint, remove_checkpoint, run_lock, save_checkpoint
 from topofl.flower.discovery import discover, new_run_id, reconcile
-from topofl.flower.outputs import RunOutputs, resolve_run_dir, results_root, resume_run_dir, run_status
+from topofl.flower.outputs import SERVER_CURVE_FIELDS, RunOutputs, resolve_run_dir, results_root, resume_run_dir, run_status
 from topofl.flower.pool import FlowerPool
 from topofl.flower.relay import relay_main
 from topofl.flower.settings import FlowerSettings
@@ -34,8 +34,6 @@ from topofl.methods import build_server
 
 log = logging.getLogger(__name__)
 
-CURVE_FIELDS = ("round", "auc", "auc_std", "accuracy", "accuracy_std", "loss", "pooled_auc", "pooled_accuracy",
-                "n_clients_auc", "bytes_up", "bytes_down", "n_clients", "n_failures")
 
 
 def federated_main(grid: Grid, settings: FlowerSettings, run_id: Any = None, root: str | os.PathLike[str] | None = None) -> History:
@@ -67,22 +65,22 @@ def _federated(grid: Grid, settings: FlowerSettings, run_dir: Path | None, run_i
             raise ValueError(f"resume-dir={settings.resume_dir!r}: that run finished ({run_dir / 'result.json'}); nothing to resume")
         ckpt = load_checkpoint(run_dir)
         settings = resumed_settings(settings, ckpt.settings)
-        log.info("resuming %s in %s after round %d of %d", settings.method, run_dir, ckpt.round, settings.rounds)
+        log.info("resuming %s in %s after round %d of %d", settings.job.method, run_dir, ckpt.round, settings.job.rounds)
     nodes, infos, failures = discover(grid, settings)
     task, n_classes, n_features, left_out = reconcile(nodes, infos, settings, shared_features=True)
     failures.extend(left_out)
-    algorithm = build_server(settings.method, dict(settings.hyperparameters))
-    model = algorithm.build_model(settings.model, task, n_features, n_classes)
+    algorithm = build_server(settings.job.method, dict(settings.job.hyperparameters))
+    model = algorithm.build_model(settings.job.model, task, n_features, n_classes)
     # ``lineage``: the first run's id, kept by its resumptions, so nodes that keep state on disk
     # (node config state-dir) take it up again, and never from another run with the same settings
-    job = {**settings.job(), "task": task, "n_classes": n_classes, "n_features": n_features, "lineage": run_id}
+    job = {**settings.node_config(), "task": task, "n_classes": n_classes, "n_features": n_features, "lineage": run_id}
     clients = sorted(nodes)
     if ckpt is not None:
         job["lineage"] = ckpt.payload["job"]["lineage"]
         clients, infos, failures = _resumed_clients(settings, ckpt.payload, job, nodes, infos, failures)
         ckpt.cut_files()  # everything checked: now drop the rows written after the checkpoint
-    log.info("%s on %d SuperNode(s) (clients %s), %d round(s)", settings.method, len(nodes), sorted(nodes), settings.rounds)
-    out = RunOutputs(run_dir, ROUND_FIELDS, CURVE_FIELDS)
+    log.info("%s on %d SuperNode(s) (clients %s), %d round(s)", settings.job.method, len(nodes), sorted(nodes), settings.job.rounds)
+    out = RunOutputs(run_dir, ROUND_FIELDS, SERVER_CURVE_FIELDS)
     if ckpt is not None:
         out.restore(ckpt.payload["outputs"])
     out.failures.extend(failures)
@@ -94,7 +92,7 @@ def _federated(grid: Grid, settings: FlowerSettings, run_dir: Path | None, run_i
         log.info("round %d: accuracy %.4f, auc %.4f over %d client(s); %d failure(s)", summary.round, summary.accuracy, summary.auc, len(rows), len(fails))
 
     def on_checkpoint(state: RoundState) -> None:
-        if run_dir is not None and state.round < settings.rounds:  # the last round's record is result.json
+        if run_dir is not None and state.round < settings.job.rounds:  # the last round's record is result.json
             save_checkpoint(run_dir, state.round, settings.as_dict(),
                             {"state": state, "outputs": out.state(), "job": job, "clients": {c: infos[c] for c in clients}})
 
@@ -105,12 +103,12 @@ def _federated(grid: Grid, settings: FlowerSettings, run_dir: Path | None, run_i
         return server.reply_schema(cid, message, declared[cid])
 
     pool = FlowerPool(grid, nodes, job, settings.round_timeout, declared, clients, schema=schema)
-    history = run_rounds(pool, algorithm, model, settings.rounds, settings.seed, client_fraction=settings.client_fraction,
+    history = run_rounds(pool, algorithm, model, settings.job.rounds, settings.job.seed, client_fraction=settings.job.client_fraction,
                          min_replies=settings.min_replies, on_round=on_round, start=ckpt.payload["state"] if ckpt else None,
                          on_checkpoint=on_checkpoint)
     history.failures[:0] = failures
     history.out_dir = str(run_dir) if run_dir is not None else None
-    out.finish(settings.method, settings.as_dict(), run_status(out.failures, "round"))
+    out.finish(settings.job.method, settings.as_dict(), run_status(out.failures, "round"))
     if run_dir is not None:
         remove_checkpoint(run_dir)  # result.json now records the run; a finished run is not resumed
     return history
@@ -158,7 +156,8 @@ def resumed_settings(given: FlowerSettings, saved: dict[str, Any]) -> FlowerSett
         raise ValueError(f"resume-dir={given.resume_dir!r}: the checkpoint's settings are not valid settings ({exc})") from None
     defaults, kept = FlowerSettings().as_dict(), base.as_dict()
     # the hyper-parameters the resuming run would have had without setting any (its method's deployment defaults)
-    defaults["hyperparameters"] = dict(FlowerSettings(method=given.method, robust_defaults=given.robust_defaults).hyperparameters)
+    defaults["hyperparameters"] = dict(FlowerSettings.from_flat(method=given.job.method,
+                                                                 robust_defaults=given.robust_defaults).job.hyperparameters)
     ignored = sorted(k for k, v in given.as_dict().items() if k not in operational and v != defaults[k] and v != kept[k])
     if ignored:
         log.warning("resume-dir: the resumed run keeps its own settings; ignored: %s", ", ".join(ignored))

@@ -13,19 +13,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from topofl._validation import check_choice, check_int, check_range
+from topofl.config import parse_assignments
 from topofl.data.federation import TASKS
 from topofl.deployment_defaults import DEPLOYMENT_DEFAULTS, deployment_hyperparameters
-from topofl.limits import MAX_CLASSES, MAX_FEATURES, MAX_ROUNDS, MAX_SEED
-from topofl.parsing import parse_assignments
+from topofl.job import FILE_NAMES, Job
+from topofl.limits import MAX_CLASSES, MAX_FEATURES
 
 __all__ = ["DEPLOYMENT_DEFAULTS", "KEYS", "FlowerSettings", "deployment_hyperparameters", "parse_pairs"]
 
-#: run-config key → (settings field, default, help)
+_JOB = {f.name: f.default for f in dataclasses.fields(Job) if f.default is not dataclasses.MISSING}
+
+#: run-config key → (settings field, default, help); the keys of the run's :class:`~topofl.job.Job` take its defaults
 KEYS: dict[str, tuple[str, Any, str]] = {
-    "method": ("method", "ptopofl", "a federated method (topofl methods) or a decentralised one: sheaf, dfedu, dpsgd, local-peers"),
-    "scenario": ("scenario", "healthcare", "built-in scenario each node takes its partition from (unless its node config has data-path)"),
+    "method": ("method", _JOB["method"], "a federated method (topofl methods) or a decentralised one: sheaf, dfedu, dpsgd, local-peers"),
+    "scenario": ("scenario", _JOB["data"], "built-in scenario each node takes its partition from (unless its node config has data-path)"),
     "scenario-params": ("scenario_params", "", "scenario parameters, 'k=v,k=v'"),
-    "num-server-rounds": ("rounds", 3, "rounds (iterations for decentralised methods)"),
+    "num-server-rounds": ("rounds", _JOB["rounds"], "rounds (iterations for decentralised methods)"),
     "seed": ("seed", 0, "seed of every random choice (the scenario too)"),
     "hyperparameters": ("hyperparameters", "", "method hyper-parameters, 'k=v,k=v'"),
     "out-dir": ("out_dir", "", "directory for rounds.csv, server_log.jsonl and result.json ('' = none)"),
@@ -35,7 +38,7 @@ KEYS: dict[str, tuple[str, Any, str]] = {
     "client-fraction": ("client_fraction", 1.0, "share of the clients a federated round selects, in (0, 1] (partial participation; "
                         "the same seeded choice as in process)"),
     "round-timeout": ("round_timeout", 120.0, "seconds to wait for the replies of one message exchange"),
-    "graph": ("graph", "ring", "communication graph of decentralised methods (topofl.decentralised.make_graph kinds)"),
+    "graph": ("graph", _JOB["graph"], "communication graph of decentralised methods (topofl.decentralised.make_graph kinds)"),
     "graph-params": ("graph_params", "", "graph parameters, 'k=v,k=v' (e.g. p=0.3)"),
     "pooled-metrics": ("pooled_metrics", False, "clients also send test labels and scores so the server can compute pooled metrics"),
     "task": ("task", "", "binary | multiclass | regression; '' = what most nodes declare (nodes that disagree are left out)"),
@@ -99,74 +102,66 @@ def _partition_nodes(value: Any) -> dict[int, int]:
     return pairs
 
 
+#: flat settings names (run-config keys with underscores; checkpoints and result.json) → :class:`Job` fields
+JOB_FIELDS = FILE_NAMES
+#: a Job field's name in errors: the run-config key a Flower user typed
+_RUN_CONFIG_NAME = {"rounds": "num-server-rounds", "data": "scenario", "client_fraction": "client-fraction",
+                    "data_params": "scenario-params", "graph_params": "graph-params"}
+
+
 @dataclass(frozen=True)
 class FlowerSettings:
-    """Validated settings of one Flower run (see :data:`KEYS` for the run-config names)."""
+    """Validated settings of one Flower run: the run itself (a :class:`~topofl.job.Job`, whose data
+    is a built-in scenario) and how the Flower runtime carries it out (see :data:`KEYS` for the
+    run-config names). :meth:`from_flat` builds one from the flat names.
+    """
 
-    method: str = "ptopofl"
-    scenario: str = "healthcare"
-    scenario_params: Mapping[str, Any] = field(default_factory=dict)
-    rounds: int = 3
-    seed: int = 0
-    hyperparameters: Mapping[str, Any] = field(default_factory=dict)
+    job: Job = field(default_factory=Job)
     out_dir: str = ""
     min_nodes: int = 1
     node_wait: float = 60.0
     min_replies: int = 1
-    client_fraction: float = 1.0
     round_timeout: float = 120.0
-    graph: str = "ring"
-    graph_params: Mapping[str, Any] = field(default_factory=dict)
     pooled_metrics: bool = False
     task: str = ""
     classes: str = ""
     n_features: int = 0
     partition_nodes: Mapping[int, int] = field(default_factory=dict)
-    model: str = "linear"
-    device: str = "cpu"
-    attack: str = ""
     resume_dir: str = ""
     robust_defaults: bool = True
 
     def __post_init__(self) -> None:
         from topofl.data.scenarios import SCENARIOS
-        from topofl.methods import available
 
-        check_choice("method", self.method, available())
+        if not isinstance(self.job, Job):
+            raise ValueError(f"job must be a topofl Job; got {type(self.job).__name__}")
         if not isinstance(self.robust_defaults, bool):
             raise ValueError(f"robust-defaults must be true or false; got {self.robust_defaults!r}")
         if self.robust_defaults:  # the deployment's Byzantine-robust defaults, unless the run sets the field
-            object.__setattr__(self, "hyperparameters", deployment_hyperparameters(self.method, dict(self.hyperparameters)))
-        check_choice("scenario", self.scenario, list(SCENARIOS))
-        check_int("num-server-rounds", self.rounds, 1, MAX_ROUNDS)
-        check_int("seed", self.seed, 0, MAX_SEED)
+            hyper = deployment_hyperparameters(self.job.method, dict(self.job.hyperparameters))
+            object.__setattr__(self, "job", self.job.with_(hyperparameters=hyper))
+        check_choice("scenario", self.job.data, list(SCENARIOS))
+        for name in ("model", "graph", "attack"):
+            if not isinstance(getattr(self.job, name), str):
+                raise ValueError(f"{name} must be given by name in a Flower run; got {getattr(self.job, name)!r}")
         check_int("min-nodes", self.min_nodes, 1)
         check_range("node-wait", self.node_wait, 0.0)
         check_int("min-replies", self.min_replies, 0)
-        check_range("client-fraction", self.client_fraction, 0.0, 1.0, low_open=True)
         check_range("round-timeout", self.round_timeout, 0.0, low_open=True)
         if not isinstance(self.pooled_metrics, bool):
             raise ValueError(f"pooled-metrics must be true or false; got {self.pooled_metrics!r}")
         check_choice("task", self.task, ["", *TASKS])
-        if not isinstance(self.model, str) or not self.model:
-            raise ValueError(f"model must be a registered model name or 'package.module:factory'; got {self.model!r}")
-        check_choice("device", self.device, ["cpu", "cuda", "auto"])
         if not isinstance(self.resume_dir, str):
             raise ValueError(f"resume-dir must be a run directory inside the results root; got {self.resume_dir!r}")
-        if not isinstance(self.attack, str):
-            raise ValueError(f"attack must be 'kind:key=value,...'; got {self.attack!r}")
-        if self.attack:
+        if self.job.attack and self.decentralised:  # a peer kind, and the paper exchange for a reply kind
+            from topofl.methods import build_peer
             from topofl.robustness.attacks import parse_attack
+            from topofl.robustness.peer_attacks import AttackedPeers
 
             try:
-                config = parse_attack(self.attack)
-                if self.decentralised:  # a peer kind, and the paper exchange for a reply kind
-                    from topofl.methods import build_peer
-                    from topofl.robustness.peer_attacks import AttackedPeers
-
-                    AttackedPeers(build_peer(self.method, dict(self.hyperparameters)), config, ())
+                AttackedPeers(build_peer(self.job.method, dict(self.job.hyperparameters)), parse_attack(self.job.attack), ())
             except ValueError as exc:
-                raise ValueError(f"attack={self.attack!r}: {exc}") from None
+                raise ValueError(f"attack={self.job.attack!r}: {exc}") from None
         if self.classes:
             if self.task == "regression":
                 raise ValueError("classes cannot be combined with task='regression'")
@@ -189,17 +184,36 @@ class FlowerSettings:
 
     @property
     def decentralised(self) -> bool:
-        from topofl.methods import family
+        """Whether the run's method is a peer-to-peer one (relayed between the SuperNodes)."""
+        return self.job.family == "peer"
 
-        return family(self.method) == "peer"
+    @classmethod
+    def from_flat(cls, **values: Any) -> FlowerSettings:
+        """Settings from flat names (:meth:`as_dict`'s; the run-config keys with underscores):
+        those of :data:`JOB_FIELDS` build the run's :class:`Job`, the others are the runtime's.
+        A bad value is a ``ValueError`` naming the run-config key.
+        """
+        job_values = {JOB_FIELDS[k]: v for k, v in values.items() if k in JOB_FIELDS}
+        rest = {k: v for k, v in values.items() if k not in JOB_FIELDS}
+        try:
+            job = Job(**job_values)
+        except ValueError as exc:
+            text = str(exc)
+            field_name = text.split(" ", 1)[0]
+            if field_name in _RUN_CONFIG_NAME:
+                text = _RUN_CONFIG_NAME[field_name] + text[len(field_name):]
+            raise ValueError(text) from None
+        return cls(job=job, **rest)
 
     @classmethod
     def from_saved(cls, saved: Mapping[str, Any]) -> FlowerSettings:
         """Settings as :meth:`as_dict` wrote them (a checkpoint's). A checkpoint written before
         ``robust-defaults`` existed ran the papers' rules with the hyper-parameters it saved, so a
-        missing ``robust_defaults`` is ``False``: resuming never changes a run's rule.
+        missing ``robust_defaults`` is ``False``: resuming never changes a run's rule. A checkpoint
+        written before the run's defaults were stated once (in :class:`Job`) recorded every value,
+        so none of its settings changes.
         """
-        return cls(**{"robust_defaults": False, **saved})
+        return cls.from_flat(**{"robust_defaults": False, **saved})
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, Any]) -> FlowerSettings:
@@ -217,23 +231,30 @@ class FlowerSettings:
             elif isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
                 value = float(value)
             values[name] = value
-        return cls(**values)
+        return cls.from_flat(**values)
 
-    def job(self) -> dict[str, Any]:
+    def node_config(self) -> dict[str, Any]:
         """What every node needs to build the same algorithm, data and model (sent in each message)."""
+        j = self.job
         return {
-            "method": self.method,
-            "hyperparameters": json.dumps(dict(self.hyperparameters), sort_keys=True),
-            "scenario": self.scenario,
-            "scenario_params": json.dumps(dict(self.scenario_params), sort_keys=True),
-            "seed": int(self.seed),
+            "method": j.method,
+            "hyperparameters": json.dumps(dict(j.hyperparameters), sort_keys=True),
+            "scenario": j.data,
+            "scenario_params": json.dumps(dict(j.data_params), sort_keys=True),
+            "seed": int(j.seed),
             "pooled": bool(self.pooled_metrics),
             "task": self.task,
             "classes": ",".join(repr(v) for v in self.class_values),
-            "model": self.model,
-            "device": self.device,
-            "attack": self.attack,
+            "model": j.model,
+            "device": j.device,
+            "attack": j.attack,
         }
 
     def as_dict(self) -> dict[str, Any]:
-        return {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in dataclasses.asdict(self).items()}
+        """The settings under their flat names (checkpoints, ``result.json``; :meth:`from_flat` reads them)."""
+        flat = self.job.file_dict()
+        for f in dataclasses.fields(self):
+            if f.name != "job":
+                v = getattr(self, f.name)
+                flat[f.name] = dict(v) if isinstance(v, Mapping) else v
+        return flat

@@ -5,6 +5,7 @@ on ``examples/flower-app`` is the user-facing one. Both run the same ServerApp a
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import warnings
@@ -64,7 +65,7 @@ def simulate_flower(
     if n_nodes is None:
         from topofl.data.scenarios import make_scenario
 
-        job = settings
+        run = settings
         if settings.resume_dir:  # the nodes the checkpointed run had
             from topofl.flower.checkpoint import checkpoint_settings
             from topofl.flower.outputs import resume_run_dir
@@ -72,12 +73,12 @@ def simulate_flower(
             root = results_root if results_root is not None else os.environ.get("TOPOFL_RESULTS_ROOT") or "results"
             saved = checkpoint_settings(resume_run_dir(settings.resume_dir, root))
             try:
-                job = FlowerSettings.from_saved(saved)
+                run = FlowerSettings.from_saved(saved)
             except TypeError as exc:
                 raise ValueError(f"resume-dir={settings.resume_dir!r}: checkpoint.json's settings are not valid settings ({exc})") from None
-        n_nodes = len(make_scenario(job.scenario, job.seed, **dict(job.scenario_params)))
+        n_nodes = len(make_scenario(run.job.data, run.job.seed, **dict(run.job.data_params)))
     if settings.min_nodes < n_nodes:
-        settings = FlowerSettings(**{**settings.as_dict(), "min_nodes": n_nodes})
+        settings = dataclasses.replace(settings, min_nodes=n_nodes)
     results: list[Any] = []
     errors: list[BaseException] = []
     backend: dict[str, dict[str, Any]] = {

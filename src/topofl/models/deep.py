@@ -1,26 +1,8 @@
-"""More PyTorch architectures behind the flat-parameter contract: the LEAF FEMNIST ConvNet-2,
-a CIFAR ResNet-18 with GroupNorm, and a small MLP for tabular data.
+"""More PyTorch architectures behind the flat-parameter contract.
 
-Each is a picklable, comparable zero-argument builder (a frozen dataclass whose ``__call__``
-returns the ``torch.nn.Module``), so a :class:`~topofl.models.torch_models.TorchClassifier`
-holding it crosses process boundaries (experiment workers, Flower nodes).
-
-ConvNet-2 (LEAF's FEMNIST baseline, Caldas et al. 2018; the pTopoFL paper's §4.1 Scenario D)
-    conv5×5(32, "same") → ReLU → maxpool 2 → conv5×5(64, "same") → ReLU → maxpool 2 →
-    FC 2048 → ReLU → FC n_classes. On 1×28×28 inputs: 6,603,710 parameters for FEMNIST's 62
-    classes, 6,479,626 for 10 (``hidden`` shrinks the 2048-wide layer for small budgets).
-
-ResNet-18, CIFAR variant (He et al. 2016; the pTopoFL paper's §4.1 Scenario C)
-    3×3 stem conv (64) with no max-pool, four stages of two basic blocks (64, 128, 256, 512
-    channels; stride 2 at the start of stages 2–4), global average pooling, FC n_classes.
-    Normalisation: **GroupNorm** (``groups`` = 32 by default) instead of BatchNorm — BatchNorm's
-    running statistics are state outside the parameter vector, which every federated method here
-    averages as a flat vector; GroupNorm has none (Hsieh et al. 2020 recommend it for non-IID
-    federated learning). ``norm="batch"`` is not offered for that reason. 11,173,962 parameters
-    for 3×32×32 inputs and 10 classes.
-
-MLP
-    Flatten → (Linear → ReLU) per hidden width → Linear n_classes; default hidden (64, 64).
+:class:`ConvNet2Builder` (LEAF's FEMNIST ConvNet-2), :class:`ResNet18Builder` (CIFAR ResNet-18 with
+GroupNorm) and :class:`MLPBuilder` (a small MLP for tabular data) are picklable zero-argument builders
+of ``torch.nn.Module``. See docs/internals.md#topofl.models.deep for the layers and parameter counts.
 """
 from __future__ import annotations
 
@@ -33,7 +15,7 @@ from topofl.models.torch_models import _require_torch
 
 @dataclass(frozen=True)
 class ConvNet2Builder:
-    """LEAF's two-layer FEMNIST CNN (see the module docstring)."""
+    """LEAF's two-layer FEMNIST CNN (Caldas et al. 2018; pTopoFL §4.1 Scenario D; docs/internals.md)."""
 
     input_shape: tuple[int, int, int] = (1, 28, 28)
     n_classes: int = 62
@@ -57,7 +39,7 @@ class ConvNet2Builder:
 
 @dataclass(frozen=True)
 class ResNet18Builder:
-    """ResNet-18 for 32×32 images with GroupNorm (see the module docstring)."""
+    """ResNet-18 for 32×32 images with GroupNorm (He et al. 2016; pTopoFL §4.1 Scenario C; docs/internals.md)."""
 
     input_shape: tuple[int, int, int] = (3, 32, 32)
     n_classes: int = 10
@@ -92,7 +74,7 @@ class ResNet18Builder:
 
 @dataclass(frozen=True)
 class MLPBuilder:
-    """A fully connected network on flat inputs (see the module docstring)."""
+    """A fully connected network on flat inputs (see docs/internals.md#topofl.models.deep)."""
 
     n_features: int
     n_classes: int = 2

@@ -1,15 +1,9 @@
 """Trained models come back: save, load and predict, in a safe format (``.npz`` without pickles).
 
-A saved file holds every client's final model (the parameters it would use), the server's model,
-what each client needs to map raw features to its model's input (pTopoFL's §3.2 augmentation),
-and a manifest: the model's description (:func:`topofl.models.registry.describe`), the method,
-the seed, the topofl version and a SHA-256 of every array. :func:`load_models` reads it with
-``allow_pickle=False``, verifies the manifest and every hash, and refuses — with a ``ValueError``
-naming the file — anything else: a tampered array, a foreign ``.npz``, a pickle.
-
-A registered model (linear, ``cnn-*``, ``convnet2``, ``resnet18``, ``mlp``) is rebuilt from the
-manifest; a user's own ``torch.nn.Module`` must be passed again as ``model=`` (its code is not
-stored, on purpose).
+:func:`save_models` writes every client's final model, the server's model, each client's feature map and
+a manifest with a SHA-256 of every array; :func:`load_models` verifies them (:class:`TrainedModels`) and
+refuses anything else.
+See docs/internals.md#topofl.models.io.
 """
 from __future__ import annotations
 

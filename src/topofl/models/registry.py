@@ -1,23 +1,8 @@
 """One model contract for NumPy and PyTorch: every method trains any model built here.
 
-``build_model(spec, task=..., n_features=..., n_classes=...)`` accepts
-
-* ``None`` or ``"linear"`` — the NumPy linear model of the task (logistic regression, softmax
-  regression, least squares; :mod:`topofl.models.linear`), the default everywhere;
-* a registered PyTorch name (:data:`MODELS`): ``"cnn-small"``, ``"cnn-medium"``, ``"cnn-large"``
-  (the Sheaf-FMTL paper's Table 2 CNNs), ``"cnn-same"`` (its §4.2 same-size CNN), ``"convnet2"`` (LEAF's FEMNIST CNN), ``"resnet18"`` (CIFAR
-  variant, GroupNorm) and ``"mlp"`` (two hidden layers, for tabular data);
-* ``"package.module:factory"`` — an importable zero-argument callable returning a
-  ``torch.nn.Module`` (how a Flower run names a user's model; it must be installed on every node);
-* a ``torch.nn.Module`` instance (its current weights are the initial model), or a zero-argument
-  callable returning one (a factory);
-* a ready model object (anything with ``n_params``, ``init``, ``loss_grad``, ``predict_scores``).
-
-A PyTorch model's inputs are the client's feature rows reshaped to ``input_shape``: images for the
-CNNs (inferred from the feature count: 784 → 1×28×28, 3072 → 3×32×32) or flat vectors for an MLP
-or a user's module (``input_shape=(n_features,)`` by default). Classification only: binary tasks
-get two logits (``P(y = 1)`` is the second softmax output), regression is refused for torch models.
-PyTorch is an optional extra; a torch name without it is an ``ImportError`` saying how to install.
+:func:`build_model` accepts ``None``/``"linear"``, a registered PyTorch name (:data:`MODELS`), a
+``"package.module:factory"`` path, a ``torch.nn.Module`` or a factory, or a ready model object.
+PyTorch is optional. See docs/internals.md#topofl.models.registry for the specs and input shapes.
 """
 from __future__ import annotations
 
@@ -80,7 +65,7 @@ def build_model(
     device: str = "cpu",
     dtype: str = "float32",
 ) -> Any:
-    """The model ``spec`` names, for ``task`` on ``n_features`` inputs (see the module docstring).
+    """The model ``spec`` names, for ``task`` on ``n_features`` inputs (docs/internals.md#topofl.models.registry).
 
     Raises
     ------

@@ -1,70 +1,10 @@
 """Optional PyTorch image classifiers on flat parameter vectors (the paper's CNNs).
 
-The topofl algorithms only ever see flat float64 parameter vectors. :class:`TorchClassifier`
-wraps a ``torch.nn.Module`` factory behind the same contract as the NumPy models of
-:mod:`topofl.models.linear`: ``n_params``, ``init``, ``loss_grad`` / ``loss`` / ``grad``,
-``predict_scores`` and ``predict``, with inputs given as flattened images ``X`` of shape
-``(n, C*H*W)`` and labels ``y`` as float class ids.
-
-PyTorch is optional and imported lazily, so ``import topofl.models`` works without it; building a
-model without torch raises ``ImportError`` with the install command. CPU-only install::
-
-    pip install 'topofl[torch]'                                          # any build
-    pip install torch --index-url https://download.pytorch.org/whl/cpu   # CPU build (~190 MB wheel)
-
-Numerics
---------
-The forward/backward pass runs in ``dtype`` (float32 by default, ``"float64"`` for gradient
-checks); everything returned is float64 NumPy. The loss is the mean cross-entropy over the batch
-plus ``l2/2 * ||w||²`` over the *weights* (every parameter with ``ndim > 1``: convolution kernels
-and linear weight matrices; biases are not penalised), the same convention as the linear models.
-The penalty and its gradient are computed in float64 from ``theta``. Large inputs are processed
-in chunks of ``chunk_size`` rows so memory stays bounded.
-
-The module is kept once per model object; its parameters are views into one flat buffer, so
-loading ``theta`` is a single copy (with the cast to ``dtype``). The module always runs in
-``eval()`` mode and buffers (e.g. BatchNorm running statistics) are not part of ``theta``: use
-modules without train-time state (the paper's CNNs have none). A model object is not safe to share
-between threads; processes (what :mod:`topofl.experiments.runs` uses) are fine, and the object
-pickles without its module, which is rebuilt on unpickling.
-
-The paper's CNNs
-----------------
-Sheaf-FMTL (Ben Issaid et al., TMLR 2025, §4 and Table 2) uses three CNN sizes on Rotated MNIST
-(1×28×28) and heterogeneous CIFAR-10 (3×32×32), 10 classes. The paper gives only the layer widths
-and the parameter counts; kernels, padding and pooling are chosen here to match those counts
-(all activations ReLU, max-pooling, "valid" = no padding):
-
-========  =====================================================  ===============  ===============
-size      layers                                                 R-MNIST (paper)  CIFAR (paper)
-========  =====================================================  ===============  ===============
-small     conv3×3(16) valid, maxpool 3/2 → FC 10                 23,210 (≈23k)    31,818 (≈28k)
-medium    conv5×5(24) pad 2, maxpool 2 → conv5×5(48) pad 2 →     123,562 (≈121k)  153,562 (≈154k)
-          FC 10
-large     conv3×3(32) valid, maxpool 2 → conv3×3(64) valid,      212,146 (≈212k)  297,202 (≈297k)
-          maxpool 2 → FC 120 → FC 10
-========  =====================================================  ===============  ===============
-
-Relative to the paper: small +0.9 % / +13.6 %, medium +2.1 % / −0.3 %, large +0.07 % / +0.07 %.
-The large CNN (3×3 valid convolutions, 2×2 pooling after each) matches Table 2 on both datasets,
-which suggests the paper's convention; no single kernel/pooling choice puts the one-layer small
-CNN within a few percent on both inputs (3×3 valid with 2×2 pooling gives 27,210 / 36,458 and
-5×5 valid with 2×2 pooling 23,466 / 32,586), so it uses 3×3 windows with stride-2 pooling. The
-medium CNN needs "same" 5×5 convolutions and a single pooling stage to reach ~121k/154k with one
-FC layer (3×3 "same" gives 104,746 / 133,978).
-
-The same-size CNN (``"same"``; registry name ``cnn-same``) is the one every client trains in the
-paper's §4.2 ("Experiment 1: same model size", Fig. 2, Table 4): "two convolutional layers (32 and
-64 filters) followed by a fully connected layer outputting 10 classes". The text gives no kernel,
-padding or pooling; Table 4 fixes them through its byte counts. FedAvg transmits 27.9 MB on
-R-MNIST, one float32 model per round for 200 rounds: 27.9e6 / (200 × 4 B) ≈ 34,875 parameters, and
-the only such CNN near that count is conv3×3(32) valid → ReLU → maxpool 2 → conv3×3(64) valid →
-ReLU → maxpool 2 → FC 10: on 1×28×28 the maps are 26 → 13 → 11 → 5, so 320 + 18,496 + 16,010 =
-**34,826** parameters, 200 × 34,826 × 4 B = 27.86 MB (5×5 kernels would give 52,096 before the FC
-layer; "same" padding 7×7×64 → 50,186 in the FC layer alone). The authors' public code
-(``models/cnn.py``, ``SimpleCNN``/``CIFAR10CNN``) has exactly this network, without dropout; on
-3×32×32 it has 42,442 parameters (150 rounds × 42,442 × 4 B = 25.5 MB, Table 4's H-CIFAR-10 FedAvg
-row). It is the large CNN of Table 2 without its hidden FC layer of 120.
+:class:`TorchClassifier` wraps a ``torch.nn.Module`` factory behind the contract of the NumPy models
+(flat float64 parameter vectors); :func:`cnn`, :func:`same_cnn` and :func:`paper_cnn` build the
+Sheaf-FMTL CNNs (Table 2; §4.2's same-size CNN). PyTorch is imported lazily (``pip install
+'topofl[torch]'``). See docs/internals.md#topofl.models.torch_models for the numerics and the
+derivation of the CNNs from the paper's parameter and byte counts.
 """
 from __future__ import annotations
 
@@ -556,12 +496,12 @@ class CNNBuilder:
         return self.architecture.build(self.input_shape, self.n_classes)
 
 
-#: The three CNN sizes of Sheaf-FMTL (see the module docstring for the choices and counts).
+#: The three CNN sizes of Sheaf-FMTL (docs/internals.md#topofl.models.torch_models: the choices and counts).
 PAPER_ARCHITECTURES: dict[str, CNNArchitecture] = {
     "small": CNNArchitecture(convs=(ConvBlock(16, 3, padding=0, pool=3, pool_stride=2),)),
     "medium": CNNArchitecture(convs=(ConvBlock(24, 5, padding=2, pool=2), ConvBlock(48, 5, padding=2, pool=0))),
     "large": CNNArchitecture(convs=(ConvBlock(32, 3, pool=2), ConvBlock(64, 3, pool=2)), hidden=(120,)),
-    # §4.2's same-size CNN (34,826 parameters on 1×28×28; see the module docstring)
+    # §4.2's same-size CNN (34,826 parameters on 1×28×28; see docs/internals.md#topofl.models.torch_models)
     "same": CNNArchitecture(convs=(ConvBlock(32, 3, pool=2), ConvBlock(64, 3, pool=2))),
 }
 
@@ -630,7 +570,8 @@ def large_cnn(input_shape=MNIST_SHAPE, n_classes: int = 10, **kwargs) -> TorchCl
 
 def same_cnn(input_shape=MNIST_SHAPE, n_classes: int = 10, **kwargs) -> TorchClassifier:
     """§4.2's same-size CNN: conv3×3(32) → pool 2 → conv3×3(64) → pool 2 → FC (34,826 parameters on
-    1×28×28, 10 classes; the module docstring derives it from Table 4) (kwargs: see :func:`cnn`).
+    1×28×28, 10 classes; docs/internals.md#topofl.models.torch_models derives it from Table 4) (kwargs: see
+    :func:`cnn`).
     """
     return cnn("same", input_shape, n_classes, **kwargs)
 

@@ -1,26 +1,9 @@
 """Privacy-loss accounting of the DP mechanisms of :mod:`topofl.privacy.dp`, through Google's
 ``dp-accounting`` library (never a hand-rolled accountant).
 
-Two accountants of that library are offered:
-
-* ``"rdp"`` — Rényi DP (Mironov 2017) of the Poisson-subsampled Gaussian (Mironov, Talwar and
-  Zhang 2019), converted to (ε, δ); fast, a slightly loose upper bound;
-* ``"pld"`` — privacy-loss distributions (Koskela et al. 2020; Doroshenko et al. 2022), a
-  numerically tight (pessimistic) upper bound; slower for many compositions of a sampled event.
-
-Every function states its neighbouring relation. The library's default, *add or remove one
-record*, is the one of DP-FedAvg (McMahan et al. 2018, "Learning differentially private recurrent
-language models", ICLR): a record is a whole client, and the round's release is the Gaussian
-mechanism on a sum of clipped client deltas whose L2 sensitivity is the clip norm C, so the
-noise multiplier is z = σ / C. For a mechanism *without* subsampling, the (ε, δ) curve depends
-only on σ / Δ, where Δ is the L2 sensitivity under whichever relation the caller chose; a
-Gaussian release of standard deviation σ and sensitivity Δ is therefore accounted here as a
-``GaussianDpEvent(σ / Δ)`` (that is how :func:`gaussian_epsilon` and the ``"replace"`` adjacency
-of :func:`dp_fedavg_epsilon` are computed). The library's own ``REPLACE_ONE`` relation is not
-used: its RDP and PLD accountants disagree on what a Gaussian event's sensitivity is under it.
-
-The library is an optional dependency (``pip install 'topofl[privacy]'``) imported on first use;
-without it every function here raises an ``ImportError`` that says how to install it.
+The ``"rdp"`` and ``"pld"`` accountants of that library; every function states its neighbouring
+relation. The library is optional (``pip install 'topofl[privacy]'``), imported on first use.
+See docs/internals.md#topofl.privacy.accounting for the accountants and the relations.
 """
 from __future__ import annotations
 

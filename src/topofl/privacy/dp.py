@@ -1,36 +1,10 @@
 """Differential-privacy mechanisms of the two channels a pTopoFL client transmits (paper §3.6).
 
-Model updates — client-level DP-FedAvg (McMahan, Ramage, Talwar and Zhang 2018, "Learning
-differentially private recurrent language models", ICLR, Algorithm 1): each client's model
-delta Δ_k = θ_k − θ_sent is clipped to L2 norm ≤ C (:func:`clip_by_norm`), the server sums the
-clipped deltas, adds N(0, (z·C)² I) to the sum and divides by the *expected* number of
-participants q·N (the fixed-denominator estimator, so that the denominator reveals nothing),
-:func:`dp_fedavg_aggregate`. Adding or removing one client moves the sum by at most C, the
-per-round L2 sensitivity; the rounds are accounted by
-:func:`topofl.privacy.accounting.dp_fedavg_epsilon`. This is *central* DP: the server sees the
-clipped deltas; the guarantee covers everything the server releases (the models it broadcasts).
-
-Descriptors — the Gaussian mechanism on φ, applied by the client before sending
-(:func:`descriptor_mechanism`). Sensitivity bound, under client-level adjacency where the whole
-of a client's data may change (D → D'):
-
-1. Every entry of φ (``topofl.tda.descriptor``) is ≥ 0: counts β_j and n_j, entropies
-   (clamped at 0), amplitudes and Betti-curve values.
-2. :func:`bound_descriptor` projects φ onto K_B = {x ≥ 0, ‖x‖₂ ≤ B}: negatives to 0, then
-   scaling into the ball (the Euclidean projection onto K_B). A true descriptor is unchanged
-   by the first step, and by the second when ‖φ‖ ≤ B.
-3. For x, y ∈ K_B, ‖x − y‖² = ‖x‖² + ‖y‖² − 2⟨x, y⟩ ≤ 2B², since ⟨x, y⟩ ≥ 0. So
-   Δ₂ = sup ‖bound(φ(D)) − bound(φ(D'))‖ ≤ √2·B (:func:`descriptor_sensitivity`), for any
-   D, D' and any subsample — and it is attained (x = B·e₁, y = B·e₂); without step 1 it is 2B.
-
-:func:`descriptor_norm_bound` gives an a-priori ‖φ‖ for n points of diameter ≤ D (e.g.
-``scale="unit_box"``, D = √d): with B at least that, clipping never alters an honest φ. That
-bound is loose (≈ 1.4·10⁴ for the paper's n_sub = 80, L = 20), so in practice B is a smaller
-public choice and clipping trades bias for noise; the privacy guarantee holds for every B.
-
-These are pure functions over arrays: methods call them from their ``aggregate_fit`` (updates)
-and from the client's descriptor computation (descriptors), and report ε via
-:func:`privacy_report`.
+Model updates: client-level DP-FedAvg (McMahan et al. 2018, Algorithm 1), :func:`clip_by_norm` and
+:func:`dp_fedavg_aggregate` (central DP, fixed denominator). Descriptors: the Gaussian mechanism on φ,
+:func:`descriptor_mechanism`, after :func:`bound_descriptor` projects φ onto {x ≥ 0, ‖x‖₂ ≤ B}, which bounds
+its sensitivity by √2·B (:func:`descriptor_sensitivity`). Pure functions over arrays; ε via
+:func:`privacy_report`. See docs/internals.md#topofl.privacy.dp for the mechanisms and the sensitivity proof.
 """
 from __future__ import annotations
 
@@ -197,7 +171,7 @@ def dp_fedavg_aggregate(
 
 def bound_descriptor(phi: np.ndarray, radius: float) -> np.ndarray:
     """Euclidean projection of φ onto {x ≥ 0, ‖x‖₂ ≤ B}: negative entries to 0, then scaling into
-    the ball of radius B (module docstring, step 2). An honest descriptor is ≥ 0, so only the
+    the ball of radius B (docs/internals.md#topofl.privacy.dp, step 2). An honest descriptor is ≥ 0, so only the
     scaling can change it, and only when ‖φ‖ > B.
     """
     check_range("radius", radius, 0.0, low_open=True)
@@ -207,7 +181,7 @@ def bound_descriptor(phi: np.ndarray, radius: float) -> np.ndarray:
 
 def descriptor_sensitivity(radius: float) -> float:
     """Δ₂ = √2·B, the L2 sensitivity of :func:`bound_descriptor` (φ, B) when a client's whole data
-    may change (module docstring, step 3; tight).
+    may change (docs/internals.md#topofl.privacy.dp, step 3; tight).
     """
     check_range("radius", radius, 0.0, low_open=True)
     return math.sqrt(2.0) * radius
@@ -311,7 +285,7 @@ def descriptor_mechanism(
     phi : array of shape (m,)
         The client's descriptor (``topofl.tda.descriptor.descriptor``).
     radius : float
-        B > 0, a public constant (module docstring: :func:`descriptor_norm_bound` never clips).
+        B > 0, a public constant (docs/internals.md#topofl.privacy.dp: :func:`descriptor_norm_bound` never clips).
     epsilon, delta : float
         Privacy of this one release; δ in (0, 1).
     rng : numpy.random.Generator
@@ -343,23 +317,29 @@ class DPConfig(Config):
     descriptor channel is off unless ``descriptor_radius`` > 0.
     """
 
-    clip: float = hp(1.0, "C: L2 clip norm of each client's model delta (> 0)")
-    noise_multiplier: float = hp(1.0, "z: noise std on the sum of clipped deltas over C (> 0)")
-    delta: float = hp(1e-5, "δ of the reported (ε, δ), in (0, 1); conventionally < 1 / number of clients")
-    sampling_rate: float = hp(1.0, "q: probability that a client takes part in a round, in (0, 1] (Poisson sampling)")
-    accountant: str = hp("rdp", "accountant of dp-accounting: rdp | pld")
-    descriptor_radius: float = hp(0.0, "B: descriptors projected onto {x >= 0, ||x|| <= B} before noise (0: descriptors not privatised)")
+    clip: float = hp(1.0, "C: L2 clip norm of each client's model delta (> 0)", low=0.0, low_open=True)
+    noise_multiplier: float = hp(1.0, "z: noise std on the sum of clipped deltas over C (> 0)", low=0.0, low_open=True)
+    delta: float = hp(
+        1e-5, "δ of the reported (ε, δ), in (0, 1); conventionally < 1 / number of clients",
+        low=0.0, high=1.0, low_open=True, high_open=True,
+    )
+    sampling_rate: float = hp(
+        1.0, "q: probability that a client takes part in a round, in (0, 1] (Poisson sampling)",
+        low=0.0, high=1.0, low_open=True,
+    )
+    accountant: str = hp("rdp", "accountant of dp-accounting: rdp | pld", choices=("rdp", "pld"))
+    descriptor_radius: float = hp(
+        0.0, "B: descriptors projected onto {x >= 0, ||x|| <= B} before noise (0: descriptors not privatised)", low=0.0
+    )
     descriptor_epsilon: float = hp(1.0, "ε of each descriptor release (> 0; < 1 for the classic calibration)")
-    descriptor_method: str = hp("analytic", "calibration of the descriptor noise: analytic | classic")
+    descriptor_method: str = hp(
+        "analytic", "calibration of the descriptor noise: analytic | classic",
+        choices=GAUSSIAN_METHODS,
+    )
 
     def __post_init__(self) -> None:
-        check_range("clip", self.clip, 0.0, low_open=True)
-        check_range("noise_multiplier", self.noise_multiplier, 0.0, low_open=True)
-        check_range("delta", self.delta, 0.0, 1.0, low_open=True, high_open=True)
-        check_range("sampling_rate", self.sampling_rate, 0.0, 1.0, low_open=True)
-        check_choice("accountant", self.accountant, ("rdp", "pld"))
-        check_range("descriptor_radius", self.descriptor_radius, 0.0)
-        check_choice("descriptor_method", self.descriptor_method, GAUSSIAN_METHODS)
+        super().__post_init__()  # the declared bounds of every field
+        # descriptor_epsilon's upper bound depends on descriptor_method
         high = 1.0 if self.descriptor_method == "classic" else None
         check_range("descriptor_epsilon", self.descriptor_epsilon, 0.0, high, low_open=True, high_open=high is not None)
 

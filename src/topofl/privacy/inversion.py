@@ -1,35 +1,9 @@
 """Reconstruction attacks on the two channels a pTopoFL client transmits (empirical side of §3.6).
 
-The pTopoFL paper measures privacy by dimension counting — ρ of Eqs. 10–11 in
-:mod:`topofl.privacy.risk`. This module attacks the two channels instead, so that ρ can be read
-next to what an honest-but-curious server actually recovers.
-
-Model channel (binary logistic regression, ``theta = [w (d), b]``, the layout of
-:class:`topofl.models.linear.BinaryLogistic`). The gradient of the mean log-loss of a batch
-``(X, y)`` of ``B`` rows with the L2 penalty ``l2/2·||w||²`` is::
-
-    ∇_w = (1/B) Σ_i (σ(w·x_i + b) − y_i) x_i + l2·w,      ∇_b = (1/B) Σ_i (σ(w·x_i + b) − y_i)
-
-* one example (``B = 1``): ``x = (∇_w − l2·w) / ∇_b`` exactly, and the label is 1 iff
-  ``∇_b < 0`` (iDLG's sign rule, Zhao et al. 2020) — :func:`invert_single_gradient`;
-* a batch: DLG (Zhu et al. 2019) — optimise dummy inputs and soft labels until the gradients they
-  induce match the observed ones (:func:`dlg`), or, for a client that sends a model after local
-  training, until the update of ``steps`` full-batch gradient steps matches the observed update
-  (:func:`match_updates`, the unrolled attack of Geiping et al. 2020). The objective's gradient
-  is written out analytically (reverse mode through the steps) and minimised with SciPy's L-BFGS,
-  so the attack needs no autodiff library. One logistic gradient carries ``d + 1`` numbers about
-  ``B·d`` unknowns, so a batch is only identifiable from several observations at different
-  parameters (the rounds of a run), which both functions accept;
-* label counts: at ``w = 0`` (FedAvg's first broadcast) every prediction is ``σ(b)``, so
-  ``∇_b = σ(b) − ȳ`` gives the batch's number of positives exactly (:func:`infer_label_count`).
-
-Descriptor channel (the 48-d φ of :mod:`topofl.tda.descriptor`): φ is invariant under
-translations and rotations and is computed on an 80-point subsample, so no attack can recover the
-points themselves; an attacker holding a public pool of clouds returns the one whose descriptor is
-nearest (:func:`nearest_descriptor`), optionally rescaled by the ratio of H0 amplitudes
-(:func:`descriptor_scale_ratio`), and regresses summary statistics on φ over the pool
-(:func:`predict_statistics`). Errors are cloud-level: the Chamfer distance relative to the true
-cloud's RMS radius (:func:`relative_chamfer`).
+Model channel (binary logistic regression): :func:`invert_single_gradient`, :func:`dlg`,
+:func:`match_updates`, :func:`infer_label_count`. Descriptor channel: :func:`nearest_descriptor`,
+:func:`descriptor_scale_ratio`, :func:`predict_statistics`; errors by :func:`relative_chamfer`.
+See docs/internals.md#topofl.privacy.inversion for the formulas and what each attack can recover.
 """
 from __future__ import annotations
 
@@ -243,6 +217,8 @@ def match_updates(
     init: np.ndarray | None = None,
 ) -> Reconstruction:
     """Reconstruct a batch from model updates by matching them (DLG on updates; Zhu et al. 2019).
+
+    For a client that trains locally before sending, this is the unrolled attack of Geiping et al. 2020.
 
     The attacker knows the parameters it broadcast (``thetas``), the client's local rule
     (``steps`` full-batch gradient steps of size ``lr`` with L2 strength ``l2``: see

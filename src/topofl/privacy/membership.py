@@ -1,17 +1,8 @@
 """Membership inference by loss threshold (Yeom et al. 2018), on arrays of predictions.
 
-An attacker holding a model and a record guesses "member of the training set" when the model's
-loss on the record is at most a threshold τ. Its advantage is ``TPR − FPR`` (Yeom et al.,
-Definition 4); the best advantage over all thresholds is the one-sided two-sample
-Kolmogorov–Smirnov statistic ``sup_τ (F_members(τ) − F_nonmembers(τ))`` of the two loss
-distributions, which :func:`scipy.stats.ks_2samp` computes with an exact p-value for "no
-membership signal". Yeom et al.'s own attack uses the mean training loss as τ
-(:func:`advantage_at_threshold`), which needs no knowledge of who is a member.
-
-The best-threshold advantage is an optimistic (oracle) figure and is biased upwards on small
-samples: even without any signal its expectation is about ``√(π/8)·√((m + n)/(m·n))``
-(:func:`expected_null_advantage`); the AUC of the attack, 0.5 without signal, has no such bias.
-The functions take losses or predictions as arrays: training and data live elsewhere.
+:func:`loss_threshold_attack` gives the best-threshold advantage, its AUC and a KS test;
+:func:`advantage_at_threshold` Yeom et al.'s own attack; :func:`expected_null_advantage` the upward
+bias without signal. See docs/internals.md#topofl.privacy.membership.
 """
 from __future__ import annotations
 
@@ -124,6 +115,9 @@ def expected_null_advantage(n_members: int, n_nonmembers: int) -> float:
 
 def loss_threshold_attack(member_losses: np.ndarray, nonmember_losses: np.ndarray) -> MembershipResult:
     """The loss-threshold membership attack at its best threshold, with its AUC and a test.
+
+    The advantage is ``TPR − FPR`` (Yeom et al. 2018, Definition 4); its best value over all thresholds
+    is the one-sided two-sample KS statistic of the two loss distributions (:func:`scipy.stats.ks_2samp`).
 
     Parameters
     ----------

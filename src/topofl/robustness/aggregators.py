@@ -1,62 +1,10 @@
 """Robust aggregation rules: pure functions over the updates of a round.
 
-Every rule takes ``updates``, an array of shape ``(n, d)`` — one row per client, either its model
-or its model's change since the model the server sent (every rule but :func:`norm_clip` commutes
-with a common translation, so the two give the same aggregate) — and returns one vector of
-length ``d``. The rules and the papers they come from:
-
-================  ==========================================================  ==========
-name              rule                                                        weighted?
-================  ==========================================================  ==========
-``mean``          Σ_k s_k u_k, s = w / Σ w (FedAvg, McMahan et al. 2017)       yes
-``median``        coordinate-wise median (Yin et al. 2018, Def. 1)             no
-``trimmed_mean``  coordinate-wise β-trimmed mean (Yin et al. 2018, Def. 2)     no
-``krum``          the update of least Krum score (Blanchard et al. 2017, §4)   no
-``multi_krum``    the mean of the m updates of least score (idem, §5)          yes (*)
-``bulyan``        recursive Krum, then a coordinate-wise trimmed mean around   no
-                  the median (El Mhamdi et al. 2018, §4)
-``norm_clip``     each u_k − reference clipped to norm ≤ M, then the mean      yes
-                  (Sun et al. 2019, §4 "norm thresholding")
-``guarded_mean``  changes pointing against the coordinate-wise median change   yes
-                  left out, the rest clipped to c × their median norm, then
-                  the mean (:func:`guarded_mean`; the deployments' default)
-================  ==========================================================  ==========
-
-(*) Blanchard et al. average the m selected updates with equal weights; here they are averaged
-with their weights renormalised over the selection (FedAvg on the selected clients, as Flower's
-``MultiKrum`` does); with equal weights that is the paper's rule. The median, trimmed mean, Krum
-and Bulyan are defined without weights and ignore them: a client's declared size cannot buy it
-influence over them.
-
-:func:`robust_aggregate` dispatches by name and reports which updates entered the result
-(:class:`AggregateResult`). The rules that pick whole updates (Krum, Multi-Krum, Bulyan's first
-stage, and the guarded mean's direction check) leave the others out; the coordinate-wise rules
-and norm clipping leave no client out as a whole, so every index is ``selected``.
-
-**f from the round.** The defender rarely knows how many clients are hostile. With ``f = AUTO``
-(−1, the methods' default) Krum and Multi-Krum tolerate the most their condition n ≥ 2f + 3
-allows at the round's n, ⌊(n − 3)/2⌋, and Bulyan ⌊(n − 3)/4⌋ (:func:`auto_f`). The trimmed
-mean's β is a fraction already, so its ⌊β·n⌋ follows the round (β = 0.25: 2 of 8, 5 of 20); the
-most it could cut, ⌈n/2⌉ − 1 from each end, would make it the median, which is a rule of its own.
-The price of a larger f is statistical efficiency on clean rounds, which the attacks experiment measures.
-
-Differences from Flower's implementations (``flwr.serverapp.strategy``, 1.41), which the tests
-use as an independent oracle where the definitions coincide:
-
-* ``trimmed_mean`` cuts ⌊β·n⌋ values from each end as Flower does, but with 1e-9 of slack, so
-  that β = 0.29 with n = 100 cuts 29 values where Flower's ``int(0.29 * 100)`` cuts 28.
-* Krum's distances are ‖u_i − u_j‖² computed from the differences; Flower's ``MultiKrum`` uses
-  ‖u_i‖² + ‖u_j‖² − 2 u_i·u_j, which loses the small distances between large models to
-  cancellation. Krum refuses n < 2f + 3 (Blanchard et al.'s condition n > 2f + 2); Flower's
-  strategy clamps the neighbour count n − f − 2 to at least 1 and runs on any n.
-* Bulyan selects its θ = n − 2f updates by applying Krum recursively to the updates not yet
-  selected (El Mhamdi et al., Alg. 1; as Flower's older ``aggregate_bulyan`` does). Flower 1.41's
-  ``Bulyan`` strategy selects them in one pass, the θ updates of least Krum score over all n,
-  which is a different set in general. Inside the recursion the neighbour count |R| − f − 2 of
-  the remaining set R is clamped to at least 1 (as Flower does): it reaches f − 1 at the last
-  step, which is 0 for f = 1. With one neighbour the two updates of the closest pair tie; ties
-  go to the lower index here and in ``aggregate_bulyan``, while the strategy's Gram-form
-  distances break them by rounding.
+Mean, coordinate-wise median and trimmed mean, Krum, Multi-Krum, Bulyan, norm clipping and the guarded
+mean; :func:`robust_aggregate` dispatches by name and reports which updates entered the result
+(:class:`AggregateResult`), :func:`auto_f` the f a rule tolerates at the round's n.
+See docs/internals.md#topofl.robustness.aggregators for the rules, their papers and the differences
+from Flower's implementations.
 """
 from __future__ import annotations
 
@@ -401,9 +349,9 @@ def multi_krum(
 def bulyan(updates: np.ndarray | Sequence[np.ndarray], f: int) -> AggregateResult:
     """Bulyan over Krum (El Mhamdi et al. 2018, §4); unweighted by definition.
 
-    1. Selection: Krum is applied to the updates not yet selected, and its choice moved to the
-       selection, until θ = n − 2f are selected. At each step Krum's neighbour count is that of
-       the remaining set R, |R| − f − 2, clamped to at least 1.
+    1. Selection (El Mhamdi et al., Alg. 1): Krum is applied to the updates not yet selected, and
+       its choice moved to the selection, until θ = n − 2f are selected. At each step Krum's
+       neighbour count is that of the remaining set R, |R| − f − 2, clamped to at least 1.
     2. Aggregation: in each coordinate, the mean of the β = θ − 2f selected values closest to
        the selection's median in that coordinate.
 
@@ -617,7 +565,7 @@ def robust_aggregate(
     max_norm_ratio: float = math.inf,
     max_share: float = 1.0,
 ) -> AggregateResult:
-    """Aggregate a round's updates with rule ``name`` (see the module docstring).
+    """Aggregate a round's updates with rule ``name`` (see docs/internals.md#topofl.robustness.aggregators).
 
     Parameters
     ----------

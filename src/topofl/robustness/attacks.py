@@ -1,76 +1,10 @@
 """Hostile clients as wrappers of a method's client side (methods layer).
 
-:func:`attacked` wraps any server-based method (:class:`~topofl.federation.algorithm.Algorithm`)
-so that a chosen set of clients — the *adversaries* (:func:`choose_adversaries`) — misbehave from
-round ``start_round`` on. Everything the server does is the wrapped method's, unchanged, and so
-is everything an honest client does: an attack changes only what an adversary trains on or
-what it sends, and the server's checks and aggregation see only the messages (see the README's
-"Threat model and guarantees"). The wrapper is itself an ``Algorithm``, so it runs in every
-runtime (``topofl.simulate(..., attack=...)``, the experiment runner, Flower's ClientApp through
-the ``attack`` run-config key) and wrappers compose: ``attacked(attacked(m, label_flip), scaled)``
-is a model-replacement attack whose model was trained on flipped labels.
-
-Kinds (:data:`KINDS`) — θ_sent is the model the server sent the client (for IFCA the cluster
-model it chose, for SCAFFOLD the server model x), θ_k the model its honest local work gives:
-
-``label_flip``
-    trains on flipped training labels: ``flip_rate`` of the rows (fixed per client), binary
-    y → 1 − y, C classes y → C − 1 − y (Tolpegin et al. 2020, "Data poisoning attacks against
-    federated learning systems", ESORICS; Fang et al. 2020, USENIX Security). Test labels are
-    never touched. The scenarios' ``adversarial`` clients are the same attack baked into data.
-``feature_poison``
-    trains on ``feature_scale · X + shift`` (covariate corruption of the training features). It
-    is the data poisoning pTopoFL's detection is built for (paper §3.4: a poisoned client's
-    persistence diagram is anomalous): the descriptor is computed from these features, so a
-    scale changes it (every death time and both amplitudes scale by ``feature_scale``; Betti
-    curves and entropies are scale-free). A pure shift is invisible to persistent homology —
-    a Rips filtration depends only on distances — but not to the model or to pTopoFL's §3.2
-    augmentation (the centroid). With ``descriptor_scale="standard"`` or ``"unit_box"`` a
-    scale is invisible too.
-``sign_flip``
-    sends θ_sent − s·(θ_k − θ_sent), ``s = scale`` (the sign-flipping attack of Li et al. 2019,
-    "RSA: Byzantine-robust stochastic aggregation methods", AAAI).
-``scaled_replacement``
-    sends θ_sent + γ·(θ_k − θ_sent), ``γ = boost`` (model replacement, Bagdasaryan et al. 2020,
-    "How to backdoor federated learning", AISTATS: γ = n/η makes FedAvg's average the
-    attacker's model for n clients per round and server learning rate η; FedAvg here has η = 1,
-    so γ = n). Compose it with ``label_flip`` or ``feature_poison`` to boost a poisoned model.
-``gaussian_noise``
-    sends θ_sent + ε, ε ~ N(0, ``noise_std``² I), independent per client and round (the
-    Gaussian Byzantine update of Blanchard et al. 2017, "Machine learning with adversaries",
-    NeurIPS; Li et al. 2019).
-``descriptor_forgery``
-    trains on poisoned features (as ``feature_poison``) but sends the descriptor — and pTopoFL's
-    persistence diagrams beside it — of its clean data: what the same client would send were
-    it honest, computed by a shadow run of the method's client side on the clean data with the
-    honest generator and state. pTopoFL's §3.4 detection assumes the descriptor is honest;
-    this attack removes that assumption (the descriptor is self-reported). For a method that
-    sends no descriptor it is ``feature_poison``.
-``crude_forgery``
-    trains on poisoned features (as ``feature_poison``) and sends, instead of its descriptor, a
-    random non-negative vector of the same norm (|N(0, 1)| entries rescaled; drawn from the
-    attack's seed and the client): a forger who knows the descriptor's size and scale but not what
-    a real point cloud's descriptor looks like. It is the crude counterpart of
-    ``descriptor_forgery`` — the one pTopoFL's §3.4 detection is expected to catch.
-``collusion``
-    every adversary sends θ_sent + δ_r with one shared δ_r ~ N(0, ``noise_std``² I) drawn from
-    ``(seed, round)`` alone, so the colluders agree without communicating (coordinated
-    Byzantine clients, Blanchard et al. 2017 — identical vectors defeat Krum's nearest-neighbour
-    score; cf. Baruch et al. 2019, "A little is enough", NeurIPS). Adversaries sent the same
-    model (FedAvg and its kin) send identical parameters.
-``free_rider``
-    sends the model it received, unchanged (Fraboni et al. 2021, "Free-rider attacks on model
-    aggregation in federated learning", AISTATS; Lin et al. 2019).
-
-Every reply of an adversary is well-formed for its method (shapes, the example count it
-declared, the descriptor, pTopoFL's privacy metrics, SCAFFOLD's Δc recomputed from the altered
-Δy by option II, IFCA's cluster index), so the server's schema checks pass it; the norm bound
-(``max_update_ratio``) refuses an update only when the attack makes it huge by design (a large
-``boost``, ``noise_std`` or ``scale``; see the README). An adversary's own state (its personal
-model, SCAFFOLD's c_i) is what its local work left: the simulation still runs the local step of
-a free rider. The Local baseline sends nothing, so only the data attacks change it.
-
-The same attacks for the decentralised (peer) methods: :mod:`topofl.robustness.peer_attacks`.
+:func:`attacked` wraps any server-based method so that the clients :func:`choose_adversaries` picks misbehave
+from round ``start_round`` on, the server and honest clients unchanged (the wrapper is an ``Algorithm``; wrappers
+compose). A kind (:data:`KINDS`; :class:`AttackConfig`) alters what an adversary trains on (label flips, feature
+poisoning, descriptor forgeries) or sends (sign flip, scaled replacement, noise, collusion, free riding); peers:
+:mod:`topofl.robustness.peer_attacks`. See docs/internals.md#topofl.robustness.attacks for each kind and paper.
 """
 from __future__ import annotations
 
@@ -79,13 +13,13 @@ import dataclasses
 import logging
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from topofl._validation import check_choice, check_int, check_range
-from topofl.config import Config, hp
+from topofl._validation import check_int, check_range
+from topofl.config import Config, hp, parse_assignments
 from topofl.data.federation import ClientData
 from topofl.federation.algorithm import Algorithm, ClientContext
 from topofl.federation.messages import ClientUpdate, ServerMessage
@@ -93,7 +27,6 @@ from topofl.federation.pool import client_rng
 from topofl.federation.validation import ClientInfo, ReplySchema
 from topofl.limits import MAX_ROUNDS, MAX_SEED
 from topofl.models.base import Model
-from topofl.parsing import parse_assignments
 
 __all__ = ["KINDS", "AttackConfig", "AttackedAlgorithm", "attacked", "choose_adversaries", "parse_attack"]
 
@@ -132,32 +65,50 @@ class AttackConfig(Config):
     """A validated attack: its kind, who and when, and the parameters its kind reads.
 
     A parameter the kind does not read must keep its default (a ``ValueError`` names it), so a
-    misspelt or misplaced setting is never silently ignored. See the module docstring for each
-    kind and its paper.
+    misspelt or misplaced setting is never silently ignored. See
+    docs/internals.md#topofl.robustness.attacks for each kind and its paper.
     """
 
-    kind: str = field(metadata={"help": f"the attack: {', '.join(KINDS)}"})
-    fraction: float = hp(0.25, "fraction of the clients that are adversaries, in [0, 1) (floor(fraction·K) clients)")
-    start_round: int = hp(1, "first round in which the adversaries attack (>= 1; honest before)")
-    seed: int = hp(0, "seed of the choice of adversaries and of the attack's noise (shared by colluders)")
-    scale: float = hp(1.0, "sign_flip: s in θ_sent − s·(θ_k − θ_sent) (> 0)")
-    boost: float = hp(10.0, "scaled_replacement: γ in θ_sent + γ·(θ_k − θ_sent) (>= 1; Bagdasaryan et al.: γ = n/η)")
-    noise_std: float = hp(1.0, "gaussian_noise, collusion: σ of the noise sent as the update (> 0)")
-    feature_scale: float = hp(3.0, "feature_poison, descriptor_forgery: the training features are multiplied by this (> 0)")
-    shift: float = hp(0.0, "feature_poison, descriptor_forgery: then this is added to every training feature")
-    flip_rate: float = hp(1.0, "label_flip: fraction of the training labels flipped, in (0, 1]")
+    kind: str = hp(dataclasses.MISSING, f"the attack: {', '.join(KINDS)}", choices=KINDS)
+    fraction: float = hp(
+        0.25, "fraction of the clients that are adversaries, in [0, 1) (floor(fraction·K) clients)",
+        low=0.0, high=1.0, high_open=True,
+    )
+    start_round: int = hp(
+        1, "first round in which the adversaries attack (>= 1; honest before)",
+        low=1, high=MAX_ROUNDS, integer=True,
+    )
+    seed: int = hp(
+        0, "seed of the choice of adversaries and of the attack's noise (shared by colluders)",
+        low=0, high=MAX_SEED, integer=True,
+    )
+    scale: float = hp(
+        1.0, "sign_flip: s in θ_sent − s·(θ_k − θ_sent) (> 0)",
+        low=0.0, high=MAX_MAGNITUDE, low_open=True,
+    )
+    boost: float = hp(
+        10.0, "scaled_replacement: γ in θ_sent + γ·(θ_k − θ_sent) (>= 1; Bagdasaryan et al.: γ = n/η)",
+        low=1.0, high=MAX_MAGNITUDE,
+    )
+    noise_std: float = hp(
+        1.0, "gaussian_noise, collusion: σ of the noise sent as the update (> 0)",
+        low=0.0, high=MAX_MAGNITUDE, low_open=True,
+    )
+    feature_scale: float = hp(
+        3.0, "feature_poison, descriptor_forgery: the training features are multiplied by this (> 0)",
+        low=0.0, high=MAX_MAGNITUDE, low_open=True,
+    )
+    shift: float = hp(
+        0.0, "feature_poison, descriptor_forgery: then this is added to every training feature",
+        low=-MAX_MAGNITUDE, high=MAX_MAGNITUDE,
+    )
+    flip_rate: float = hp(
+        1.0, "label_flip: fraction of the training labels flipped, in (0, 1]",
+        low=0.0, high=1.0, low_open=True,
+    )
 
     def __post_init__(self) -> None:
-        check_choice("kind", self.kind, KINDS)
-        check_range("fraction", self.fraction, 0.0, 1.0, high_open=True)
-        check_int("start_round", self.start_round, 1, MAX_ROUNDS)
-        check_int("seed", self.seed, 0, MAX_SEED)
-        check_range("scale", self.scale, 0.0, MAX_MAGNITUDE, low_open=True)
-        check_range("boost", self.boost, 1.0, MAX_MAGNITUDE)
-        check_range("noise_std", self.noise_std, 0.0, MAX_MAGNITUDE, low_open=True)
-        check_range("feature_scale", self.feature_scale, 0.0, MAX_MAGNITUDE, low_open=True)
-        check_range("shift", self.shift, -MAX_MAGNITUDE, MAX_MAGNITUDE)
-        check_range("flip_rate", self.flip_rate, 0.0, 1.0, low_open=True)
+        super().__post_init__()  # the declared bounds of every field; the rules joining fields follow
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
         for name in defaults:
             if name not in _COMMON and name not in USES[self.kind] and getattr(self, name) != defaults[name]:
@@ -232,7 +183,8 @@ def choose_adversaries(client_ids: Iterable[int], fraction: float, seed: int = 0
 # ---- what an adversary trains on ---------------------------------------------------------------
 def flip_labels(y: np.ndarray, model: Model, rate: float, rng: np.random.Generator) -> np.ndarray:
     """``y`` with a ``rate`` fraction of its labels flipped (the first rows of one order drawn
-    from ``rng``): binary y → 1 − y, C classes y → C − 1 − y. Regression has no label to flip.
+    from ``rng``): binary y → 1 − y, C classes y → C − 1 − y (Tolpegin et al. 2020; Fang et al. 2020).
+    Regression has no label to flip.
     """
     if model.task == "regression":
         raise ValueError("attack kind='label_flip' needs a classification task; the model's task is 'regression'")
@@ -372,6 +324,12 @@ class AttackedAlgorithm(Algorithm):
         return self.inner.client_params(self._view(ctx), message)
 
     def client_fit(self, ctx: ClientContext, message: ServerMessage) -> ClientUpdate:
+        """The method's reply, or an attacking adversary's: a data kind's on its poisoned data (forged
+        descriptor: :meth:`_forge`, :meth:`_crude`), or θ sent as ``sign_flip`` θ_sent − s·(θ_k − θ_sent) (Li et
+        al. 2019), ``scaled_replacement`` θ_sent + γ·(θ_k − θ_sent) (Bagdasaryan et al. 2020), ``gaussian_noise``
+        θ_sent + ε (Blanchard et al. 2017), ``collusion`` θ_sent + δ_r shared by all (Blanchard et al. 2017;
+        Baruch et al. 2019) or ``free_rider`` θ_sent (Fraboni et al. 2021).
+        """
         if not self.attacks(ctx):
             return self.inner.client_fit(ctx, message)
         kind = self.attack.kind

@@ -1,60 +1,10 @@
 """Hostile peers: the attacks of :mod:`topofl.robustness.attacks` for the decentralised methods.
 
-:func:`attacked_peers` wraps any :class:`~topofl.decentralised.protocol.PeerAlgorithm`
-(Sheaf-FMTL, dFedU, D-PSGD, Local) so that the *adversaries* (usually
-:func:`~topofl.robustness.attacks.choose_adversaries` of the node ids) misbehave from iteration
-``start_round`` on. An honest node is the wrapped method's own node object, unchanged; an
-adversary's node wraps the method's node, so its own state (model, restriction maps) is what its
-honest — or, for a data kind, data-poisoned — local work gives, and only what it trains on or
-what it sends its neighbours is altered. The attack uses the same :class:`AttackConfig` as the
-server-based methods (``fraction`` is not read here: the adversaries are given).
-
-Every message a peer method sends is, per phase, one vector per neighbour — the *payload*:
-for Sheaf-FMTL (Ben Issaid, Vepakomma & Bennis, TMLR 2025) the projection
-P_ij θ_i (phase ``proj``, then P_ij θ_i^{k+1} in ``proj_new``), for dFedU (Dinh et al. 2022) and
-D-PSGD (Lian et al. 2017) the model θ_i; Local sends nothing. With p_k the honest payload of
-iteration k on one edge and phase, and p_{k−1} that of the previous iteration (p_0 := p_1, so
-the first iteration is honest whatever the kind):
-
-``label_flip``, ``feature_poison``
-    the node's local steps use a poisoned copy of its training data, exactly as for server
-    methods (:func:`~topofl.robustness.attacks.poisoned_data`); test data are never touched.
-``sign_flip``
-    sends p_{k−1} − s·(p_k − p_{k−1}), ``s = scale``. For a server method the reply is
-    θ_sent − s·(θ_k − θ_sent): the honest step from the model the local work started at,
-    reversed. A peer's local work of iteration k starts from its previous state, whose message
-    is p_{k−1}; so the peer analogue reverses the honest change of its message (for dFedU and
-    D-PSGD, θ_i^{k−1} − s·(θ_i^k − θ_i^{k−1}); Li et al. 2019, "RSA", AAAI; the decentralised
-    sign flip of Peng & Ling 2020, "Byzantine-robust decentralized stochastic optimization",
-    ICASSP). The reference is the *honest* p_{k−1}, not the message actually sent then: with
-    the latter each iteration would reflect the previous attack again and the message would
-    drift from the honest one by a factor (1 + s) per iteration — a divergence by construction,
-    where the server-side attack is the same bounded step every round.
-``scaled_replacement``
-    sends p_{k−1} + γ·(p_k − p_{k−1}), ``γ = boost``: the honest change boosted, the analogue of
-    θ_sent + γ·(θ_k − θ_sent) (Bagdasaryan et al. 2020, AISTATS) with the same reference.
-``gaussian_noise``
-    sends p_k + ε, ε ~ N(0, ``noise_std``² I) independent per (seed, iteration, node, phase,
-    neighbour) (Blanchard et al. 2017, NeurIPS). For a server method the noise replaces the
-    update, θ_sent + ε; a peer has no message the receiver already holds, so the noise is added
-    to the honest payload.
-``collusion``
-    sends p_k + δ with one δ ~ N(0, ``noise_std``² I) drawn from (seed, iteration, phase) alone
-    (its first d_ij entries when payloads differ in size), so every adversary adds the same
-    offset to every message of that phase without communicating (Blanchard et al. 2017; Baruch
-    et al. 2019, "A little is enough", NeurIPS).
-``free_rider``
-    resends, on each edge and phase, the first payload it ever sent there: it contributes no
-    progress yet keeps talking, the analogue of returning the received model unchanged
-    (Fraboni et al. 2021, AISTATS).
-
-``descriptor_forgery`` and ``crude_forgery`` forge pTopoFL's descriptor, which no peer method
-sends: they are refused with a ``ValueError``. A reply kind on Sheaf-FMTL needs
-``exchange="paper"`` (the compact exchange omits and reconstructs messages, so a payload is not
-one vector per edge and iteration). Every altered payload has the honest payload's shape, so the
-transport counts the same bits; iterations are counted by the node itself (one per call of
-``outgoing`` for the method's first phase), so the wrapper works under any coordinator that
-drives the :class:`~topofl.decentralised.protocol.PeerNode` protocol.
+:func:`attacked_peers` wraps any :class:`~topofl.decentralised.protocol.PeerAlgorithm` (Sheaf-FMTL, dFedU,
+D-PSGD, Local) so that the given adversaries misbehave from iteration ``start_round`` on, with the same
+:class:`~topofl.robustness.attacks.AttackConfig`: a data kind poisons what a node trains on, a reply kind alters
+its payload p_k (what it sends one neighbour in one phase) relative to the honest p_{k−1}; the descriptor
+forgeries are refused. See docs/internals.md#topofl.robustness.peer_attacks for each kind's formula and paper.
 """
 from __future__ import annotations
 
@@ -78,7 +28,7 @@ log = logging.getLogger(__name__)
 
 #: the data kinds that apply to peers (the forgeries alter a descriptor, which peers do not send)
 PEER_DATA_KINDS = ("label_flip", "feature_poison")
-#: the reply kinds, defined on the payload of each phase (module docstring)
+#: the reply kinds, defined on the payload of each phase (docs/internals.md#topofl.robustness.peer_attacks)
 PEER_REPLY_KINDS = ("sign_flip", "scaled_replacement", "gaussian_noise", "collusion", "free_rider")
 #: every kind :func:`attacked_peers` accepts
 PEER_KINDS = PEER_DATA_KINDS + PEER_REPLY_KINDS
@@ -117,7 +67,10 @@ class AttackedPeerNode(PeerNode):
         return self.round >= self.attack.start_round
 
     def outgoing(self, phase: str) -> dict[int, np.ndarray]:
-        """The inner node's payloads, altered by a reply kind while attacking (module docstring)."""
+        """The inner node's payloads, altered by a reply kind while attacking.
+
+        The kinds' payloads: :meth:`_alter`; see docs/internals.md#topofl.robustness.peer_attacks.
+        """
         self._check_phase(phase)
         if phase == self.phases[0]:
             self.round += 1
@@ -135,6 +88,12 @@ class AttackedPeerNode(PeerNode):
         return out
 
     def _alter(self, phase: str, j: int, honest: np.ndarray, prev: np.ndarray, first: np.ndarray) -> np.ndarray:
+        """The payload sent instead of the honest p_k = ``honest`` (p_{k−1} = ``prev``): ``sign_flip``
+        p_{k−1} − s·(p_k − p_{k−1}) (Li et al. 2019; Peng & Ling 2020), ``scaled_replacement``
+        p_{k−1} + γ·(p_k − p_{k−1}) (Bagdasaryan et al. 2020), ``gaussian_noise`` p_k + ε (Blanchard et al.
+        2017), ``collusion`` p_k + δ shared by all (Blanchard et al. 2017; Baruch et al. 2019) or ``free_rider``
+        the first payload (Fraboni et al. 2021).
+        """
         a, kind = self.attack, self.attack.kind
         if kind == "sign_flip":
             return prev - a.scale * (honest - prev)
@@ -233,7 +192,9 @@ class AttackedPeers(PeerAlgorithm):
 
 
 def attacked_peers(algorithm: PeerAlgorithm, attack: AttackConfig | str, adversaries: Iterable[int]) -> PeerAlgorithm:
-    """``algorithm`` with the nodes ``adversaries`` attacking as ``attack`` says (module docstring).
+    """``algorithm`` with the nodes ``adversaries`` attacking as ``attack`` says.
+
+    Each kind: docs/internals.md#topofl.robustness.peer_attacks.
 
     Parameters
     ----------

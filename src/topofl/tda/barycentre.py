@@ -1,30 +1,8 @@
 """Wasserstein barycentres (Fréchet means) of persistence diagrams, and distances to them.
 
-pTopoFL's Wasserstein-exponential weights (paper §1 and Eq. 12, the weights of Theorems 3.5 and
-3.9) need PD̄, a barycentre of the clients' diagrams: Theorem 3.2 proves that the Fréchet mean
-PD̄ ∈ argmin_D Σ_k λ_k W_p^p(D, PD_k) exists but does not say how it is computed ("in practice
-we compute an approximate barycenter in the finite-dimensional descriptor space", which is Eq. 6's
-centroid of normalised descriptors, not a diagram).
-
-Here PD̄ is the Fréchet mean of the diagrams for p = 2 with uniform λ_k = 1/K, computed for each
-homological dimension by the algorithm of Turner, Mileyko, Mukherjee and Harer (2014), "Fréchet
-means for distributions of persistence diagrams", Discrete & Computational Geometry 52(1),
-44–70, Algorithm 1: match the estimate optimally (W2, Euclidean ground metric) to every diagram,
-move each of its points to the mean of the points matched to it (a match to the diagonal counting
-as the point's projection onto it), add a point for every diagram point matched to the diagonal,
-and repeat until the matchings stop changing. It stops at a local minimum of the Fréchet energy
-(the energy is not convex). The implementation is GUDHI's
-(:func:`gudhi.wasserstein.barycenter.lagrangian_barycenter`, T. Lacombe, MIT licence), whose
-optimal matchings use POT (Flamary et al. 2021, JMLR 22(78)); its starting point, a random diagram
-by default, is fixed here to the first diagram given, so that a run is reproducible (pTopoFL
-passes its clients in id order). POT is imported on the first barycentre only: its import takes
-2–4 s on a 2-core machine (it loads torch when torch is installed), paid once per process.
-
-The distance of each diagram to the barycentre is then the exact p-Wasserstein distance of
-:func:`topofl.tda.distances.wasserstein` (L∞ ground metric, as pTopoFL's diagram clustering),
-summed over homological dimensions as :func:`~topofl.tda.distances.pairwise_diagram_distances`
-does. The barycentre is Turner's W2 mean whatever ``p``: it is the Fréchet mean with an algorithm
-of its own in the literature; for p ≠ 2 it is an approximation of the W_p one.
+PD̄ of pTopoFL's Eq. 12 (Theorem 3.2): :func:`frechet_mean` (Turner et al. 2014, Algorithm 1, through
+GUDHI), :func:`diagram_barycentre` per homological dimension, :func:`distances_to_barycentre`.
+See docs/internals.md#topofl.tda.barycentre for the algorithm, its caveats and its cost.
 """
 from __future__ import annotations
 
@@ -67,7 +45,7 @@ def frechet_mean(dgms: Sequence[np.ndarray]) -> np.ndarray:
 
 
 def diagram_barycentre(client_dgms: Sequence[Sequence[np.ndarray]]) -> list[np.ndarray]:
-    """The barycentre PD̄ of clients' diagrams: the :func:`frechet_mean` of each homological dimension.
+    """The barycentre PD̄ of clients' diagrams (Eq. 12, Theorem 3.2): the :func:`frechet_mean` of each dimension.
 
     Parameters
     ----------

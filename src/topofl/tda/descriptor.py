@@ -1,28 +1,8 @@
 """The pTopoFL client descriptor φ (paper §3.1, Eq. 5 and Appendix B).
 
-Layout (``n_thresholds = L``; ``m = 8 + 2L``, so 48 for the paper's L = 20)::
-
-    h0_betti, h1_betti              β_j: number of finite H_j pairs (Eq. 5 / App. B "total counts")
-    h0_entropy, h1_entropy          H_j = -Σ p_i log p_i, p_i = pers_i / Σ pers   (natural log)
-    h0_amplitude, h1_amplitude      A_j = (Σ pers_i²)^{1/2}
-    h0_n_persistent, h1_n_persistent  number of H_j pairs with persistence above the median
-    h0_curve_00 ... h0_curve_{L-1}  Betti curve of H0 at L thresholds
-    h1_curve_00 ... h1_curve_{L-1}  Betti curve of H1 at the same thresholds
-
-Reconciling the paper: Eq. 5 lists β0, β1, H0, H1, A0, A1 and two Betti curves, and §3.1 says
-"20 Betti-curve values per homological dimension plus 8 scalar statistics" (m = 48). Appendix B
-adds persistent-feature counts n0, n1 and total finite pair counts. The Betti numbers of a Rips
-filtration are only defined at a scale, so here β_j is the total number of finite H_j pairs (the
-Appendix-B count) and the two persistent counts complete the 8 scalars; this is also what the
-authors' public code transmits (in a different order).
-
-The thresholds run linearly from 0 to the 95th percentile of the H0 death values (Appendix B) and
-are shared by both curves; a feature is alive at t when birth <= t < death.
-
-Scaling: ``scale="none"`` (default) describes the points as given — the paper's PH(D_k). The
-authors' code z-scores each client's subsample first, which makes clients whose data differ only
-in spread indistinguishable; that choice is ``scale="standard"``. ``scale="unit_box"`` maps each
-feature of the subsample to [0, 1], for features in incomparable units.
+:func:`descriptor` computes the 48-dimensional φ of a point cloud (:class:`DescriptorLayout` names its
+entries); :func:`descriptor_problems` checks a received one. See docs/internals.md#topofl.tda.descriptor
+for the layout, how it reconciles the paper, and the ``scale`` options.
 """
 from __future__ import annotations
 
@@ -104,7 +84,7 @@ def subsample(X: np.ndarray, n_sub: int, rng: np.random.Generator) -> np.ndarray
 
 
 def scale_points(X: np.ndarray, scale: str) -> np.ndarray:
-    """Apply the descriptor's optional scaling (see module docstring).
+    """Apply the descriptor's optional scaling (see docs/internals.md#topofl.tda.descriptor).
 
     Both scalings are invariant to a global factor, so the points are first divided by a power of
     two (exact) that brings their spread near 1: means and variances of features near 1e300 or
@@ -168,7 +148,10 @@ def thresholds_for(dgm0: np.ndarray, n_thresholds: int) -> np.ndarray:
 
 
 def descriptor_from_diagrams(dgms: Sequence[np.ndarray], n_thresholds: int = DEFAULT_N_THRESHOLDS) -> np.ndarray:
-    """Assemble φ from canonical H0 and H1 diagrams (pure function; layout in module docstring)."""
+    """Assemble φ from canonical H0 and H1 diagrams (pure function).
+
+    The layout: docs/internals.md#topofl.tda.descriptor.
+    """
     d0, d1 = dgms[0], dgms[1] if len(dgms) > 1 else np.empty((0, 2))
     thresholds = thresholds_for(d0, n_thresholds)
     scalars = np.empty(len(_SCALARS))
@@ -228,7 +211,7 @@ def descriptor(
     seed : int or Generator
         Seed of the subsample.
     scale : {"none", "standard", "unit_box"}
-        Scaling of the subsample before PH (module docstring says why the default is "none").
+        Scaling of the subsample before PH (docs/internals.md#topofl.tda.descriptor says why the default is "none").
     return_diagrams : bool
         Also return the canonical diagrams ``[D0, D1]`` the descriptor was computed from.
 

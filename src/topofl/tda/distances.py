@@ -1,17 +1,7 @@
 """Distances between persistence diagrams and between descriptors.
 
-p-Wasserstein distances between diagrams of finite pairs (pTopoFL's optional clustering distance,
-paper Fig. 1 text), each point allowed to match the diagonal, are exact by default: the standard
-reduction of the optimal partial matching to a linear assignment problem on the points of both
-diagrams and one diagonal copy per point, solved by scipy's ``linear_sum_assignment``
-(:func:`wasserstein_exact`). With ``rel_error > 0`` gudhi's compiled Hera auction algorithm
-(``gudhi.hera.wasserstein_distance``, ``delta``) is used instead; it returns the cost of a
-matching, so a value in ``[W, (1 + rel_error) W]``. Hera at its own default, 1 %, was used before:
-on healthcare clients' diagrams it is up to 6e-3 (relative 5e-4) above the exact value, and the
-exact solver is faster there (``benchmarks/bench_wasserstein.py``). Bottleneck distances are
-gudhi's exact ones. The descriptor distance is the L2
-distance between l2-normalised descriptors used by pTopoFL's clustering (paper §3.3, Step 1:
-"pairwise Euclidean distance matrix on l2-normalised feature vectors").
+:func:`wasserstein` (exact by default), :func:`bottleneck`, :func:`descriptor_distance` (paper §3.3) and
+their pairwise forms. See docs/internals.md#topofl.tda.distances for the exact solver and Hera.
 """
 from __future__ import annotations
 

@@ -1,24 +1,8 @@
 """Per-sample TDA features for topology-augmented local training (paper §3.2).
 
-Each client appends four columns to its feature matrix:
-
-``centroid_distance``  ‖x − c‖₂ / s: the l2 distance of the sample to the client's topological
-                       centroid c (the mean of its training points), divided by the client's
-                       characteristic scale s (the median centroid distance of its training
-                       points), so the column is dimensionless whatever the descriptor scaling.
-``h0_entropy``,        the client's H0 and H1 persistence entropies, divided by log of the number
-``h1_entropy``         of pairs (so in [0, 1]); the same for every sample of the client.
-``betti0_median``      the H0 Betti number at the median filtration scale (the middle of the
-                       descriptor's threshold grid), as a fraction of the subsampled points.
-
-The paper names the four statistics but not their scaling; the scalings above keep every column
-O(1) so that one SGD step size serves raw and augmented features. The client-level columns act
-as a client-specific offset that a shared linear model can use.
-
-§3.2 is titled "Topology-Guided Sample Weighting", and the authors' paper-era code (the
-``framework/`` directory of MorillaLab/TopoFederatedL before June 2026) implements it as
-per-sample weights of the local loss, not as features: :func:`topological_sample_weights` is that
-rule, written from its description (pTopoFL's ``topo_features="sample_weight"``).
+:class:`TopoContext` appends four columns to a client's features (``centroid_distance``,
+``h0_entropy``, ``h1_entropy``, ``betti0_median``); :func:`topological_sample_weights` is §3.2 as
+sample weights. See docs/internals.md#topofl.tda.features for the scalings.
 """
 from __future__ import annotations
 
@@ -68,7 +52,7 @@ def topological_sample_weights(points: np.ndarray, dgm0: np.ndarray) -> np.ndarr
 
 @dataclass(frozen=True)
 class TopoContext:
-    """What a client needs to augment any of its samples: centroid, scale, client statistics."""
+    """What a client needs to augment any of its samples (paper §3.2): centroid, scale, client statistics."""
 
     centroid: np.ndarray
     scale: float

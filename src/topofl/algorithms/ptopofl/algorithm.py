@@ -1,39 +1,11 @@
 """pTopoFL (paper §3, Algorithm 1): personalised FL guided by persistent homology.
 
-Client: computes its descriptor φ_k (§3.1) when its data change (or on a schedule), augments its
-features with four TDA statistics (§3.2), trains locally from its cluster's personalised model and
-sends the model, n_k and — only when it changed — φ_k.
-
-Server: clusters clients once by descriptor distance (§3.3 Step 1), scores anomalies and trust
-(§3.4, Eq. 8), aggregates each cluster with n_k · exp(−‖φ̂_k − φ̂_C‖) · t_k weights (Eq. 6) — or, with
-``intra_aggregator``, by a robust rule of :mod:`topofl.robustness.aggregators` within each cluster —
-blends cluster models with the consensus (Eq. 7), tracks descriptor drift (§3.5, Eq. 9) and
-re-assigns drifted clients to their nearest cluster, optionally boosting their step size.
-
-Where the paper says two things, the other is an option (docs/ptopofl-options.md):
-``intra_weighting="wasserstein_exp"`` weights a cluster's members by Eq. 12's
-exp(−λ W_p(PD_k, PD̄)) instead of Eq. 6's, PD̄ the Fréchet mean of the cluster's diagrams
-(:mod:`topofl.tda.barycentre`); ``topo_features="sample_weight"`` is §3.2 as the authors'
-paper-era code implements it (per-sample loss weights) instead of the text's feature augmentation.
-``cluster_after`` and ``recluster_every`` cluster on descriptors of the *trained* model (with
-``descriptor_space="representation"``, the default for deep models) rather than once, on the
-untrained initial network's representation.
-
-Differential privacy (paper §3.6 made formal), both channels off by default:
-
-* updates — with ``dp_noise_multiplier`` > 0 each cluster is aggregated by DP-FedAvg (McMahan,
-  Ramage, Talwar and Zhang 2018, Algorithm 1; :func:`topofl.privacy.dp.dp_fedavg_aggregate`):
-  the members' changes from the models they were sent, clipped to ``dp_clip``, summed with
-  uniform weights (Eq. 6's weights depend on this round's private n_k and φ_k and are not used),
-  noised and divided by the cluster's size. Every client is in exactly one cluster, so a round is
-  one Gaussian release of sensitivity C about each client, as in DP-FedAvg; Eq. 7's blending is
-  post-processing. Every cluster is released every round, with or without participants.
-* descriptors — with ``descriptor_dp_radius`` B > 0 each client releases φ_k by the Gaussian
-  mechanism (:func:`topofl.privacy.dp.descriptor_mechanism`: projection onto {x >= 0, ‖x‖ <= B},
-  sensitivity √2·B, (``descriptor_dp_epsilon``, ``dp_delta``) per release) with its own private
-  noise, keeps the noisy φ (a resend is free: post-processing) and never sends diagrams.
-
-The server log of every DP round carries the accountant's ε (:func:`topofl.privacy.dp.privacy_report`).
+Client: descriptor φ_k (§3.1), four TDA features or sample weights (§3.2), local training from its cluster's
+model. Server: clustering by descriptor distance (§3.3), trust (§3.4, Eq. 8), per-cluster aggregation (Eq. 6,
+a robust rule, or Eq. 12's Wasserstein weights), blending with the consensus (Eq. 7) and drift tracking (§3.5,
+Eq. 9); optional DP of updates and of descriptors (§3.6). See
+docs/internals.md#topofl.algorithms.ptopofl.algorithm for the steps, the options where the paper says two
+things (docs/ptopofl-options.md) and the two DP channels.
 """
 from __future__ import annotations
 
@@ -44,13 +16,14 @@ from typing import Any, cast
 
 import numpy as np
 
-from topofl._validation import check_choice, check_int, check_range
 from topofl.algorithms.base import (
     AGGREGATOR_HELP,
     AGGREGATORS,
     Algorithm,
+    AlgorithmConfig,
     ClientContext,
-    RobustAggregationConfig,
+    DPAggregateConfig,
+    RobustRuleConfig,
     UpdateReputation,
     cap_shares,
     dp_server_rng,
@@ -90,118 +63,131 @@ _H0_ENTROPY, _H1_ENTROPY = LAYOUT.index("h0_entropy"), LAYOUT.index("h1_entropy"
 
 
 @dataclass(frozen=True)
-class PTopoFLConfig(RobustAggregationConfig):
+class PTopoFLConfig(DPAggregateConfig, RobustRuleConfig, AlgorithmConfig):
     """Hyper-parameters of pTopoFL; defaults are the paper's (Table 3) where it gives one."""
 
-    n_clusters: int = hp(2, "number of topology clusters M (paper: 2 for scenarios A/B)", space=ints(1, 4))
-    beta: float = hp(0.3, "inter-cluster blending β in [0, 1] (Eq. 7; 0 = pure cluster models, 1 = consensus)", space=floats(0.0, 1.0))
+    n_clusters: int = hp(
+        2, "number of topology clusters M (paper: 2 for scenarios A/B)",
+        low=1, integer=True, space=ints(1, 4),
+    )
+    beta: float = hp(
+        0.3, "inter-cluster blending β in [0, 1] (Eq. 7; 0 = pure cluster models, 1 = consensus)",
+        low=0.0, high=1.0, space=floats(0.0, 1.0),
+    )
     tau: float = hp(
-        2.0, "anomaly z-score threshold τ: clients with z > τ are reported as flagged (paper: 2.0; 1.8 in robustness runs); "
-        "it changes the models only with trust_gate='flagged'"
+        2.0, "anomaly z-score threshold τ: clients with z > τ are reported as flagged (paper: 2.0; 1.8 in robustness "
+        "runs); it changes the models only with trust_gate='flagged'",
+        low=0.0,
     )
     use_trust: bool = hp(True, "multiply aggregation weights by trust t_k (§3.4)", space=choice(True, False))
     trust_gate: str = hp(
-        "all", "apply t_k = exp(-max(z-1,0)) to 'all' clients (§3.4 as written: τ then only decides which clients are reported as "
-        "flagged, never the models) or only to 'flagged' ones, z > τ (τ <= 1 is then the same as 'all')"
+        "all", "apply t_k = exp(-max(z-1,0)) to 'all' clients (§3.4 as written: τ then only decides which clients are "
+        "reported as flagged, never the models) or only to 'flagged' ones, z > τ (τ <= 1 is then the same as 'all')",
+        choices=("all", "flagged"),
     )
-    trust_space: str = hp("raw", "descriptors used for δ_k: 'raw' φ (Eq. 8) or 'normalised' φ̂ (authors' code)")
+    trust_space: str = hp(
+        "raw", "descriptors used for δ_k: 'raw' φ (Eq. 8) or 'normalised' φ̂ (authors' code)",
+        choices=("raw", "normalised"),
+    )
     cluster_distance: str = hp(
-        "l2", "clustering distance: 'l2' on normalised φ (§3.3/reference code), 'wasserstein' or 'bottleneck' between diagrams (Fig. 1 text)"
+        "l2", "clustering distance: 'l2' on normalised φ (§3.3/reference code), 'wasserstein' or 'bottleneck' between "
+        "diagrams (Fig. 1 text)",
+        choices=CLUSTER_DISTANCES,
     )
-    wasserstein_p: float = hp(2.0, "order p of the Wasserstein clustering distance (>= 1)")
+    wasserstein_p: float = hp(2.0, "order p of the Wasserstein clustering distance (>= 1)", low=1.0)
     wasserstein_rel_error: float = hp(
-        0.0, "Wasserstein clustering distance: 0 = exact (assignment solver); > 0 = Hera's approximation, within (1 + this) x exact"
+        0.0, "Wasserstein clustering distance: 0 = exact (assignment solver); > 0 = Hera's approximation, within (1 + "
+        "this) x exact",
+        low=0.0,
     )
     augment: str = hp(
-        "auto",
-        "append the four per-sample TDA features to the local features (§3.2): auto (on for linear models, off for deep ones, "
-        "whose input is an image the features cannot be appended to) | on | off",
+        "auto", "append the four per-sample TDA features to the local features (§3.2): auto (on for linear models, off "
+        "for deep ones, whose input is an image the features cannot be appended to) | on | off",
+        choices=("auto", "on", "off"),
     )
-    n_sub: int = hp(0, "points subsampled per client for PH: 0 = auto (Table 3's 80 for linear models, §4.1's 200 for deep ones)")
+    n_sub: int = hp(
+        0, "points subsampled per client for PH: 0 = auto (Table 3's 80 for linear models, §4.1's 200 for deep ones)",
+        low=3, integer=True, also=(0,),
+    )
     descriptor_space: str = hp(
-        "auto",
-        "what φ describes: data (the client's features, §3.1) | representation (penultimate-layer activations of the model the "
-        "client holds, §4.1 C) | auto (representation for deep models, data otherwise)",
+        "auto", "what φ describes: data (the client's features, §3.1) | representation (penultimate-layer activations "
+        "of the model the client holds, §4.1 C) | auto (representation for deep models, data otherwise)",
+        choices=("auto", "data", "representation"),
     )
-    n_thresholds: int = hp(20, "Betti-curve resolution L (Table 3: 20, giving a 48-d descriptor)")
-    descriptor_scale: str = hp("none", "scaling before PH: none | standard (authors' code) | unit_box")
-    descriptor_every: int = hp(0, "recompute descriptors every N rounds with a fresh subsample (0: only when a client's data change)")
+    n_thresholds: int = hp(
+        20, "Betti-curve resolution L (Table 3: 20, giving a 48-d descriptor)",
+        low=1, high=1000, integer=True,
+    )
+    descriptor_scale: str = hp(
+        "none", "scaling before PH: none | standard (authors' code) | unit_box",
+        choices=SCALINGS,
+    )
+    descriptor_every: int = hp(
+        0, "recompute descriptors every N rounds with a fresh subsample (0: only when a client's data change)",
+        low=0, integer=True,
+    )
     drift_threshold: float = hp(
         0.1,
         "normalised drift Δ_k/‖φ_k^(1)‖ above which a client is re-clustered (Eq. 9); "
-        "with descriptor_every > 0 subsample noise alone reaches ~0.2, use ~0.25",
+        "with descriptor_every > 0 subsample noise alone reaches ~0.2, use ~0.25", low=0.0, low_open=True,
     )
     recluster_on_drift: bool = hp(True, "re-assign drifted clients to their nearest cluster (§3.5)")
-    drift_lr_boost: float = hp(1.0, "step-size multiplier for drifted clients (§3.5; 1 = off)")
-    alpha_c: float = hp(0.1, "compression factor α_c of the descriptor-risk proxy (Eq. 11)")
+    drift_lr_boost: float = hp(
+        1.0, "step-size multiplier for drifted clients (§3.5; 1 = off)",
+        low=0.0, high=100.0, low_open=True,
+    )
+    alpha_c: float = hp(0.1, "compression factor α_c of the descriptor-risk proxy (Eq. 11)", low=0.0, high=1.0)
     intra_aggregator: str = hp(
         "mean", "rule aggregating each cluster's models: mean = Eq. 6's weighted average; the robust rules ignore Eq. 6's "
-        "weights except multi_krum and norm_clip, which use them: " + AGGREGATOR_HELP
+        "weights except multi_krum and norm_clip, which use them: " + AGGREGATOR_HELP,
+        choices=AGGREGATORS,
     )
     descriptor_dp_radius: float = hp(
-        0.0, "descriptor DP: radius B >= 0 of the ball φ is projected onto before the Gaussian mechanism, a public constant "
-        "(0: descriptors sent as computed); needs cluster_distance='l2' (diagrams would leak)"
+        0.0, "descriptor DP: radius B >= 0 of the ball φ is projected onto before the Gaussian mechanism, a public "
+        "constant (0: descriptors sent as computed); needs cluster_distance='l2' (diagrams would leak)",
+        low=0.0,
     )
-    descriptor_dp_epsilon: float = hp(1.0, "descriptor DP: ε > 0 of each fresh descriptor release (δ = dp_delta; analytic Gaussian)")
+    descriptor_dp_epsilon: float = hp(
+        1.0, "descriptor DP: ε > 0 of each fresh descriptor release (δ = dp_delta; analytic Gaussian)",
+        low=0.0, low_open=True,
+    )
     # -- faithfulness options (docs/ptopofl-options.md); their defaults leave the results unchanged
     intra_weighting: str = hp(
         "eq6", "within-cluster weights: eq6 = n_k·exp(−‖φ̂_k − φ̂_C‖)·t_k (Eq. 6, Algorithm 1) | wasserstein_exp = "
-        "exp(−λ·W_p(PD_k, PD̄)) normalised (§1, Eq. 12), PD̄ the W2 Fréchet mean of the cluster's diagrams (Turner et al. 2014); "
-        "clients then send their diagrams", space=choice("eq6", "wasserstein_exp", tuned=False)
+        "exp(−λ·W_p(PD_k, PD̄)) normalised (§1, Eq. 12), PD̄ the W2 Fréchet mean of the cluster's diagrams (Turner et "
+        "al. 2014); clients then send their diagrams",
+        choices=INTRA_WEIGHTINGS, space=choice("eq6", "wasserstein_exp", tuned=False),
     )
     wasserstein_temperature: float = hp(
         1.0, "temperature λ > 0 of Eq. 12's weights, per unit of diagram distance (the paper gives no value)",
-        space=floats(0.1, 10.0, log=True, tuned=False)
+        low=0.0, high=1e6, low_open=True, space=floats(0.1, 10.0, log=True, tuned=False)
     )
     topo_features: str = hp(
-        "auto", "§3.2 mechanism: augment (the text: four TDA features appended to the input) | sample_weight (the authors' "
-        "paper-era code: per-sample weights exp(−‖x − x̄‖/A_0) of the local loss) | off | auto (follow augment)",
-        space=choice("auto", "sample_weight", "off", tuned=False)
+        "auto", "§3.2 mechanism: augment (the text: four TDA features appended to the input) | sample_weight (the "
+        "authors' paper-era code: per-sample weights exp(−‖x − x̄‖/A_0) of the local loss) | off | auto (follow "
+        "augment)",
+        choices=TOPO_FEATURES, space=choice("auto", "sample_weight", "off", tuned=False),
     )
     cluster_after: int = hp(
-        0, "warm-up: rounds 1..N train one FedAvg-like group; clients then recompute φ on the model they receive and the first "
-        "clustering happens in round N + 1 (0: at the first round, on the initial model)"
+        0, "warm-up: rounds 1..N train one FedAvg-like group; clients then recompute φ on the model they receive and "
+        "the first clustering happens in round N + 1 (0: at the first round, on the initial model)",
+        low=0, integer=True,
     )
     recluster_every: int = hp(
-        0, "every N rounds after a clustering, clients recompute φ on the model they receive and the server clusters again "
-        "from scratch (0: never; §3.3 clusters once)"
+        0, "every N rounds after a clustering, clients recompute φ on the model they receive and the server clusters "
+        "again from scratch (0: never; §3.3 clusters once)",
+        low=0, integer=True,
     )
 
     def __post_init__(self) -> None:
-        super().__post_init__()
-        check_int("n_clusters", self.n_clusters, 1)
-        check_range("beta", self.beta, 0.0, 1.0)
-        check_range("tau", self.tau, 0.0)
-        check_choice("trust_gate", self.trust_gate, ("all", "flagged"))
-        check_choice("trust_space", self.trust_space, ("raw", "normalised"))
-        check_choice("cluster_distance", self.cluster_distance, CLUSTER_DISTANCES)
-        check_range("wasserstein_p", self.wasserstein_p, 1.0)
-        check_range("wasserstein_rel_error", self.wasserstein_rel_error, 0.0)
-        if isinstance(self.augment, bool):  # True/False as earlier releases spelled it
+        if isinstance(self.augment, bool):  # True/False as earlier releases spelled it (before the bounds are checked)
             object.__setattr__(self, "augment", "on" if self.augment else "off")
-        check_choice("augment", self.augment, ("auto", "on", "off"))
-        check_choice("descriptor_space", self.descriptor_space, ("auto", "data", "representation"))
-        if self.n_sub != 0:
-            check_int("n_sub", self.n_sub, 3)
-        check_int("n_thresholds", self.n_thresholds, 1, 1000)
-        check_choice("descriptor_scale", self.descriptor_scale, SCALINGS)
-        check_int("descriptor_every", self.descriptor_every, 0)
-        check_range("drift_threshold", self.drift_threshold, 0.0, low_open=True)
-        check_range("drift_lr_boost", self.drift_lr_boost, 0.0, 100.0, low_open=True)
-        check_range("alpha_c", self.alpha_c, 0.0, 1.0)
-        check_choice("intra_aggregator", self.intra_aggregator, AGGREGATORS)
+        super().__post_init__()  # the declared bounds of every field; the rules joining fields follow
         self.check_dp_rule("intra_aggregator", self.intra_aggregator)
-        check_range("descriptor_dp_radius", self.descriptor_dp_radius, 0.0)
-        check_range("descriptor_dp_epsilon", self.descriptor_dp_epsilon, 0.0, low_open=True)
-        check_choice("intra_weighting", self.intra_weighting, INTRA_WEIGHTINGS)
-        check_range("wasserstein_temperature", self.wasserstein_temperature, 0.0, 1e6, low_open=True)
-        check_choice("topo_features", self.topo_features, TOPO_FEATURES)
         clash = {"on": ("sample_weight", "off"), "off": ("augment", "sample_weight")}.get(self.augment, ())
         if self.topo_features in clash:
             raise ValueError(f"topo_features={self.topo_features!r} contradicts augment={self.augment!r}; set one of them "
                              "(augment='auto' defers to topo_features)")
-        check_int("cluster_after", self.cluster_after, 0)
-        check_int("recluster_every", self.recluster_every, 0)
         if self.intra_weighting == "wasserstein_exp" and self.dp_descriptors:
             raise ValueError("intra_weighting='wasserstein_exp' cannot be combined with descriptor_dp_radius > 0: Eq. 12 needs the "
                              "persistence diagrams, which would be sent without noise; use intra_weighting='eq6'")
@@ -294,7 +280,7 @@ class PTopoFL(Algorithm):
         features of each client's data — and drift tracks the data, not the training, unless
         ``cluster_after``/``recluster_every`` ask for descriptors of the trained model (``refresh``).
 
-        With ``descriptor_dp_radius`` > 0 the stored (and sent) φ is the Gaussian mechanism's
+        With ``descriptor_dp_radius`` > 0 (§3.6) the stored (and sent) φ is the Gaussian mechanism's
         release (:func:`~topofl.privacy.dp.descriptor_mechanism`), drawn from a generator of the
         client's own seed and a private tag — not the subsample's, which a server knowing the
         seeds could replay — fresh for every recomputation; ``ctx.state["dp_releases"]`` counts
@@ -347,6 +333,9 @@ class PTopoFL(Algorithm):
         return augmented
 
     def client_fit(self, ctx: ClientContext, message: ServerMessage) -> ClientUpdate:
+        """The client step of Algorithm 1: φ_k (§3.1) when due, local training from the cluster model on the
+        §3.2-augmented (or -weighted) data, then the model, n_k and — only when it changed — φ_k.
+        """
         self.ensure_descriptor(ctx, message.params, refresh=bool(message.config.get("refresh_descriptor", False)))
         st = ctx.state
         X = self.client_features(ctx, ctx.data.X_train)
@@ -656,6 +645,7 @@ class PTopoFL(Algorithm):
         return out
 
     def _assign_nearest(self, cid: int) -> int:
+        """The cluster whose centroid of normalised descriptors is nearest to client ``cid``'s (§3.5 re-assignment)."""
         others = {k: v for k, v in self.labels.items() if k != cid}
         cents = maths.cluster_centroids(self.phi, others) or maths.cluster_centroids(self.phi, self.labels)
         return maths.nearest_cluster(normalise_rows(self.phi[cid])[0], cents)
@@ -678,6 +668,7 @@ class PTopoFL(Algorithm):
         return drift, moved
 
     def _trust(self) -> tuple[dict[int, float], dict[int, float], list[int]]:
+        """Trust t_k, anomaly z-scores and flagged clients from the descriptors (§3.4, Eq. 8), per client id."""
         ids = sorted(self.phi)
         Phi = np.vstack([self.phi[i] for i in ids])
         if self.config.trust_space == "normalised":
@@ -693,6 +684,9 @@ class PTopoFL(Algorithm):
         )
 
     def aggregate_fit(self, rnd: int, updates: list[ClientUpdate]) -> dict[str, Any]:
+        """The server step of Algorithm 1: clustering (§3.3), drift and re-assignment (§3.5, Eq. 9), trust
+        (§3.4, Eq. 8), each cluster's aggregate (Eq. 6, Eq. 12, a robust rule or DP-FedAvg) and the blend (Eq. 7).
+        """
         for u in updates:
             if u.descriptor is not None:
                 new = np.asarray(u.descriptor, dtype=np.float64)

@@ -1,16 +1,8 @@
 """FEMNIST in LEAF's JSON format (Caldas et al. 2018): one client per writer.
 
-LEAF (github.com/TalwalkarLab/leaf, ``data/femnist``) writes ``train/*.json`` and ``test/*.json``
-after its own per-writer split; each file holds::
-
-    {"users": ["f0000_14", ...], "num_samples": [n, ...],
-     "user_data": {"f0000_14": {"x": [[784 pixel values], ...], "y": [class ids 0..61, ...]}, ...}}
-
-A writer is one client (the natural ``by_group`` split), keeping LEAF's train/test split of that
-writer. Pixels are floats in [0, 1]; LEAF stores dark strokes on a white background (1.0), so by
-default (``invert="auto"``) images whose mean exceeds 0.5 are inverted to MNIST's bright strokes on
-black, which the CNNs here assume. Nothing is downloaded: point ``root`` at LEAF's output directory
-(the one holding ``train/`` and ``test/``).
+:func:`load_femnist` reads LEAF's ``train/*.json`` and ``test/*.json`` from ``root`` (nothing is
+downloaded), keeps LEAF's per-writer train/test split and, by default, inverts images to bright strokes
+on black. See docs/internals.md#topofl.data.loaders.femnist for the file format and the inversion rule.
 """
 from __future__ import annotations
 

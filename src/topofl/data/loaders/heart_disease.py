@@ -1,24 +1,9 @@
 """The UCI Heart Disease cohorts of four hospitals: a real, naturally federated clinical benchmark.
 
-Cleveland (303 patients), Hungary (294), Switzerland (123) and VA Long Beach (200); 13 clinical
-features; label: diagnosis ``num > 0`` (FLamby's Fed-Heart-Disease uses the same four sites as
-four clients). The four "processed" files of the UCI repository and their README (provenance,
-licence CC BY 4.0, the principal investigators to name, checksums) ship in
-``topofl/data/builtin/heart-disease/``; ``root=`` reads another copy of the same files.
-
-Missing values — the sites measured different things: Switzerland recorded no cholesterol (its
-``chol`` is 0, meaning "not measured", and is read as missing), Hungary, Switzerland and VA lack
-most of ``slope``, ``ca`` and ``thal``. Policy (documented, one option each):
-
-* ``imputation="median"`` — each site fills a missing value with the median of *its own*
-  training rows (no site sees another's data; the test rows never inform it); a column a site
-  never observed is filled with 0 and flagged by its indicator;
-* ``indicators=True`` — one 0/1 column per feature that is missing anywhere in the cohort, so a
-  model can tell an imputed value from a measured one (the same columns at every site);
-* ``standardise`` — ``"federated"`` (z-scores from pooled per-site counts, means and centred
-  sums of squares, as a federation would compute them), ``"per_client"`` or ``"none"``.
-
-Each hospital is split into its own train and test part, stratified by label and seeded.
+:func:`load_heart_disease`: Cleveland, Hungary, Switzerland and VA Long Beach, one client each; the files
+ship in ``topofl/data/builtin/heart-disease/``. Missing values are handled by documented options
+(``imputation``, ``indicators``, ``standardise``), each site using only its own training rows.
+See docs/internals.md#topofl.data.loaders.heart_disease for the cohorts and the missing-value policy.
 """
 from __future__ import annotations
 
@@ -125,7 +110,7 @@ def load_heart_disease(
     test_fraction : float
         Share of each site's patients held out for testing, in (0, 1).
     imputation : {"median"}
-        Each site's own training medians (see the module docstring).
+        Each site's own training medians (see docs/internals.md#topofl.data.loaders.heart_disease).
     indicators : bool
         Append a missing-value indicator per feature that is missing anywhere in the cohort.
     standardise : {"federated", "per_client", "none"}

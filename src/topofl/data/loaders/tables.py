@@ -1,25 +1,10 @@
-"""Your own tabular data: one CSV with a site column, a directory with one CSV or NPZ per site, or
-a pandas DataFrame (:meth:`Federation.from_dataframe`) — each site a client, split into train and test with a seed.
+"""Your own tabular data, each site a client, split into train and test with a seed.
 
-Every cell is checked where it enters: a missing column, an empty cell, a non-numeric feature, a
-single site or labels that are not classes give a ``ValueError`` naming the file, column and line.
-Labels follow :meth:`Federation.from_arrays`: classes 0..C−1 are inferred; anything else needs
-``task`` (``binary`` also takes {−1, +1}; ``regression``) or ``classes``.
-
-What is refused rather than guessed:
-
-* header names: duplicates (after stripping surrounding whitespace), an unnamed column (pandas'
-  index written without ``index=False``), the site column also being the label column, more than
-  :data:`MAX_COLUMNS` columns (refused before any row is read);
-* cells: empty, not a number (``1_000`` included, which Python would read as 1000), NaN or ±inf,
-  or a magnitude above :data:`MAX_ABS_VALUE` (1e15) — features and labels alike;
-* a table of more than :data:`MAX_VALUES` numbers, a field longer than the CSV reader's limit
-  (131,072 characters), a file that is not UTF-8 text;
-* in a directory of site files: CSV files whose sets of column names differ (files whose columns
-  are the same but in another order are aligned by name to the first CSV file's order), NPZ files
-  with another number of features, two files naming the same site.
-
-A UTF-8 byte-order mark (Excel's "CSV UTF-8") is stripped.
+:func:`load_table` reads one CSV with a site column or a directory with one CSV or NPZ per site
+(:func:`read_sites`); a pandas DataFrame goes through :meth:`Federation.from_dataframe`. Every cell is
+checked where it enters; what cannot be read unambiguously is refused with a ``ValueError`` naming the
+file, column and line, never guessed.
+See docs/internals.md#topofl.data.loaders.tables for what is refused and the bounds.
 """
 from __future__ import annotations
 

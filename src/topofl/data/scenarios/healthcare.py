@@ -1,31 +1,10 @@
 """Scenario A — healthcare (pTopoFL paper §4.1): 8 hospitals, 20 features (10 informative),
 60–250 patients, mortality prevalence 10–45 %, 2 adversarial hospitals with label flips.
 
-The generator follows the paper's description, built so that the methods can differ; it is not the
-authors' paper-era generator (that one is the scenario ``paper-healthcare``,
-:mod:`topofl.data.scenarios.paper_era`):
-
-* **Sub-populations.** Hospitals belong to ``n_groups`` sub-populations (default 2) that differ in
-  *case-mix* — group 0 patients form one broad full-dimensional cloud, the other groups' patients
-  are driven by a few correlated comorbidity factors (a low-dimensional structure plus noise), so
-  their point clouds have different intrinsic dimension and shape, which persistent homology sees
-  — and in the *decision rule*: each group's risk direction has cosine ``rule_similarity`` with a
-  shared one. A single global model must compromise; a per-group model need not.
-* **Control: ``geometry``.** In this default (``"coupled"``) a hospital's case-mix geometry is
-  that of its rule group, so persistent homology can see who shares a rule — by construction.
-  ``"independent"`` draws each hospital's geometry independently of its rule group (same group
-  sizes), ``"shared"`` gives every hospital the same geometry: the scenarios where pTopoFL's
-  premise (topology predicts the task) does not hold (``topofl experiment controls``).
-* **Hospital effects.** Each hospital adds its own feature shift and scale jitter.
-* **Labels.** y ~ Bernoulli(σ(signal · ⟨w_g, x_informative⟩ + b_k)) with b_k set so the expected
-  prevalence of hospital k is its drawn rate; ``signal`` sets the difficulty.
-* **Poisoning.** Adversarial hospitals have ``flip_rate`` of their *training* labels flipped;
-  test labels stay clean.
-
-Calibration (``tests/data/test_scenarios.py`` checks it): with the defaults, a logistic
-regression trained on all hospitals' pooled (partly poisoned) training data scores a pooled test
-AUC of 0.86 on average over seeds 0–9 (per seed 0.82–0.92). The ceiling comes from the two
-groups' conflicting rules (``rule_similarity``) and the label noise (``signal``).
+Built from the paper's description so that the methods can differ (the authors' own generator is
+:mod:`topofl.data.scenarios.paper_era`): hospitals in sub-populations that differ in case-mix geometry and in
+decision rule, the ``geometry`` control, hospital effects and flipped training labels. See
+docs/internals.md#topofl.data.scenarios.healthcare for the generator and its calibration.
 """
 from __future__ import annotations
 
@@ -40,7 +19,10 @@ from topofl.data.scenarios.common import check_size, flip_labels, intercept_for_
 
 @dataclass(frozen=True)
 class HealthcareConfig:
-    """Parameters of the healthcare scenario (module docstring); validated at construction."""
+    """Parameters of the healthcare scenario; validated at construction.
+
+    What each does: docs/internals.md#topofl.data.scenarios.healthcare.
+    """
 
     n_clients: int = 8
     n_features: int = 20
@@ -91,7 +73,10 @@ def _case_mix(group: int, n: int, loadings: np.ndarray, noise: float, rng: np.ra
 
 
 def make_healthcare(seed: int = 0, **overrides) -> Federation:
-    """The healthcare federation (see module docstring); every parameter can be overridden."""
+    """The healthcare federation of pTopoFL paper §4.1, Scenario A; every parameter can be overridden.
+
+    The generator: docs/internals.md#topofl.data.scenarios.healthcare.
+    """
     from topofl.data.scenarios.common import build_config
 
     cfg = build_config(HealthcareConfig, overrides)

@@ -1,33 +1,10 @@
 """The authors' paper-era synthetic data (pTopoFL paper §4.1, Scenarios A and B, as generated for Table 1).
 
-These generators follow, draw for draw, the ``framework/data.py`` of the authors' repository as it
-was when the paper's Table 1 was produced (MorillaLab/TopoFederatedL, before the ``framework/``
-directory was deleted on 2026-06-06; last version at commit c027eae). They are our own code,
-written from a reading of that code: one legacy ``numpy.random.RandomState(seed)`` stream per
-scenario, consumed in the same order, plus scikit-learn's ``make_classification`` with the same
-arguments, so that the same seed (the paper's is 42) gives the same arrays to the last bit.
-
-**Healthcare (Scenario A).** A pool of 10,000 points from ``make_classification`` (20 features:
-10 informative, 4 redundant; 2 classes; 2 % label noise; class separation 1). Hospital ``k``
-draws its size from ``randint(60, 250)`` (so 60–249), a mortality rate from a shuffled
-``linspace(0.10, 0.45, K)``, a feature shift ``N(0, 0.5²)`` and per-feature scale ``U(0.7, 1.4)``,
-then resamples (with replacement) ``int(n · rate)`` positive and the rest negative pool points;
-positives get ``x · scale + shift``, negatives ``x · scale + 0.3 · shift``. An adversarial
-hospital has ``int(0.3 · n)`` labels flipped *before* its split, so its test labels are poisoned
-too. The local test set is ``max(30, int(0.2 · n))`` points drawn at random; the rest train.
-Features are left unscaled (each method z-scores with its client's own training statistics).
-
-**Benchmark (Scenario B).** 5,000 points from ``make_classification`` with 5 classes (12
-informative features, 4 redundant, one cluster per class) collapsed to binary (class ≥ 2).
-Client ``k`` draws a positive fraction ``U(0.1, 0.9)``, resamples 500 points (with replacement)
-at that balance, adds ``N(0, 0.3²)`` noise to every feature and keeps the first 80 % (after a
-shuffle) for training. All clients share one feature distribution: the heterogeneity is label skew.
-
-Both generators also drew a shared "global" test set that Table 1 never scores; the healthcare
-one draws it *before* the hospitals, so the draw is made (and discarded) to keep the stream
-aligned, the benchmark one after them, so it is skipped.
-
-How these differ from our ``healthcare`` and ``benchmark`` scenarios: docs/paper-protocol.md.
+:func:`paper_healthcare_clients` and :func:`paper_benchmark_clients` follow, draw for draw, the authors'
+``framework/data.py`` (MorillaLab/TopoFederatedL before 2026-06-06, last at commit c027eae) — our own code,
+written from a reading of it — so that the paper's seed 42 gives the same arrays to the last bit. See
+docs/internals.md#topofl.data.scenarios.paper_era for each scenario's draws; how they differ from our
+``healthcare`` and ``benchmark`` scenarios: docs/paper-protocol.md.
 """
 from __future__ import annotations
 
@@ -45,7 +22,8 @@ PUBLISHED_SEED = 42
 @dataclass(frozen=True)
 class PaperHealthcareConfig:
     """The authors' paper-era Scenario A: ``n_clients`` hospitals, ``adversarial`` ones with a
-    ``flip_fraction`` of all their labels (train and test) flipped (module docstring).
+    ``flip_fraction`` of all their labels (train and test) flipped
+    (docs/internals.md#topofl.data.scenarios.paper_era).
     """
 
     n_clients: int = 8
@@ -70,7 +48,9 @@ class PaperBenchmarkConfig:
 
 
 def paper_healthcare_clients(seed: int = PUBLISHED_SEED, **overrides: object) -> list[ClientData]:
-    """Scenario A's hospitals as the paper-era code generated them (module docstring).
+    """Scenario A's hospitals (pTopoFL paper §4.1) as the paper-era code generated them.
+
+    The draws: docs/internals.md#topofl.data.scenarios.paper_era.
 
     Parameters
     ----------
@@ -122,9 +102,10 @@ def paper_healthcare_clients(seed: int = PUBLISHED_SEED, **overrides: object) ->
 
 
 def paper_benchmark_clients(seed: int = PUBLISHED_SEED, **overrides: object) -> list[ClientData]:
-    """Scenario B's clients as the paper-era code generated them (module docstring): raw features,
-    float labels 0/1 and ``meta["positive_fraction"]``; ``seed`` and ``overrides`` (fields of
-    :class:`PaperBenchmarkConfig`) as for :func:`paper_healthcare_clients`.
+    """Scenario B's clients (pTopoFL paper §4.1) as the paper-era code generated them
+    (docs/internals.md#topofl.data.scenarios.paper_era): raw features, float labels 0/1 and
+    ``meta["positive_fraction"]``; ``seed`` and ``overrides`` (fields of :class:`PaperBenchmarkConfig`) as
+    for :func:`paper_healthcare_clients`.
     """
     from sklearn.datasets import make_classification
 

@@ -1,31 +1,10 @@
 """Sheaf-FMTL (Ben Issaid, Vepakomma, Bennis, TMLR 2025), Algorithm 1, as node-local state.
 
-    θ_i ← θ_i − α (∇f_i(θ_i; ξ) + λ Σ_j P_ijᵀ (P_ij θ_i − P_ji θ_j))           (Eq. 27)
-    P_ij ← P_ij − ηλ (P_ij θ_i⁺ − P_ji θ_j⁺) θ_i⁺ᵀ                               (Eq. 28)
-
-All peers in parallel, the stochastic gradient taken at the same iterate as the coupling term.
-Messages per directed edge and iteration, ``exchange``:
-
-* ``"paper"`` (default; Algorithm 1 as written): two exchanges of d_ij numbers, P_ij^k θ_i^k
-  before the model step (phase ``proj``) and P_ij^k θ_i^{k+1} before the map step (``proj_new``).
-* ``"compact"``: one exchange of d_ij + 1 numbers, P_ij^k θ_i^{k+1} and c_i = ‖θ_i^{k+1}‖² (as the
-  maps store θ), in ``proj_new``. The first exchange is redundant: Eq. 28 makes
-  P_ij^{k+1} = P_ij^k − u_ij θ_i^{k+1}ᵀ with u_ij = ηλ (P_ij^k θ_i^{k+1} − P_ji^k θ_j^{k+1}), so
-      P_ij^{k+1} θ_i^{k+1} = P_ij^k θ_i^{k+1} − u_ij c_i,
-  and neighbour j knows both terms of u_ij (one it received, the other it sent), so it rebuilds
-  next iteration's first message (:func:`~topofl.decentralised.sheaf.maths.carried_projection`)
-  — the very arithmetic node i itself uses to carry that projection over, so the iterates are
-  bit-for-bit those of ``"paper"``. Phase ``proj`` then carries a message only where the sender
-  cannot vouch for that value: the first iteration (P_ij^0 θ_i^0) and after its maps were
-  re-compressed (``on_budget="recompress"``). Behind a relay that echoes a dropped neighbour's
-  edge, the edge is zeroed from the dropped node's next ``proj_new`` on (one phase later than
-  with ``"paper"``, during which the last rebuilt projection is used).
-
-``local_steps > 1`` reproduces the public code's habit of several local mini-batch steps per
-coupling step (which weakens the coupling by that factor); it is an option, not the default. The
-maths is in :mod:`~topofl.decentralised.sheaf.maths`, the maps' storage (dense, or compact and
-exact) in :mod:`~topofl.decentralised.sheaf.maps`, the initial maps in
-:mod:`~topofl.decentralised.sheaf.initial`.
+:class:`SheafNode` takes one node's model step (Eq. 27) and map step (Eq. 28); :class:`SheafFMTL` sets the
+nodes up. ``exchange="paper"`` sends Algorithm 1's two projections per edge and iteration, ``"compact"`` one
+(and ‖θ_i^{k+1}‖²), from which the neighbour rebuilds the other: the same iterates, bit for bit. The maths is in
+:mod:`~topofl.decentralised.sheaf.maths`, the maps in :mod:`~topofl.decentralised.sheaf.maps`. See
+docs/internals.md#topofl.decentralised.sheaf.algorithm for the update equations and the compact exchange.
 """
 from __future__ import annotations
 
@@ -36,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from topofl._validation import check_choice, check_int, check_range
 from topofl.config import floats, hp
 from topofl.decentralised.protocol import NodeSpec, Peer, PeerAlgorithm, PeerConfig, PeerNode
 from topofl.decentralised.sheaf import maths
@@ -50,38 +28,37 @@ if TYPE_CHECKING:  # networkx is imported where a graph is built or checked (laz
 class SheafConfig(PeerConfig):
     """Hyper-parameters of Sheaf-FMTL: coupling λ, map step η, edge spaces, initial maps and their storage."""
 
-    lam: float = hp(0.001, "sheaf-Laplacian strength λ (paper Table 1: 0.001 for R-MNIST)", space=floats(1e-5, 0.1, log=True))
-    eta: float = hp(0.05, "restriction-map step size η (>= 0; 0 keeps the maps fixed); Theorem 1 needs η < 2/(λ·D²)", space=floats(1e-3, 0.5, log=True))
-    gamma: float = hp(0.03, "edge-space fraction γ in (0, 1]: d_ij = floor(γ·min(d_i, d_j)) (tuned on request)", space=floats(0.01, 1.0, log=True, tuned=False))
-    map_init: str = hp("gaussian", "initial maps: gaussian (paper) | shared (both ends of an edge start from the same N(0, σ²) map) | uniform | "
-                       "orthogonal | identity_noise | scaled_identity | sparse_sign (compact-capable)")
-    map_scale: float = hp(1.0, "σ of the initial maps (gaussian/orthogonal scale, uniform half-width, noise sd; √a for scaled_identity)")
-    maps: str = hp("auto", "storage: dense | compact (exact low-rank form; needs map_init=sparse_sign) | auto (dense when it fits)")
-    memory_budget: float = hp(2e9, "bytes the restriction maps may use (auto picks dense only below min(budget, dense_limit)); compact "
-                              "maps that would outgrow it within the run's rounds are refused up front, naming the bytes needed")
-    dense_limit: float = hp(5e8, "largest dense map storage auto mode accepts, in bytes")
-    on_budget: str = hp("error", "when compact maps would outgrow the budget: error | recompress (opt-in, approximate)")
-    recompress_rank: int = hp(8, "rank kept by recompress (approximate once the history rank exceeds it)")
-    local_steps: int = hp(1, "mini-batch steps per coupling step (1 = Algorithm 1; >1 = public code's variant)")
-    map_precision: str = hp("float64", "storage of compact map factors: float64 (exact to rounding) | float32 (half the memory, float32-accurate)")
-    exchange: str = hp("paper", "messages per directed edge and iteration: paper (Algorithm 1: P_ij θ_i^k, then P_ij θ_i^(k+1); 2·d_ij floats) "
-                       "| compact (P_ij θ_i^(k+1) and ‖θ_i^(k+1)‖², d_ij + 1 floats; identical iterates)")
+    lam: float = hp(0.001, "sheaf-Laplacian strength λ (paper Table 1: 0.001 for R-MNIST)", low=0.0,
+                    space=floats(1e-5, 0.1, log=True))
+    eta: float = hp(0.05, "restriction-map step size η (>= 0; 0 keeps the maps fixed); Theorem 1 needs η < 2/(λ·D²)",
+                    low=0.0, space=floats(1e-3, 0.5, log=True))
+    gamma: float = hp(0.03, "edge-space fraction γ in (0, 1]: d_ij = floor(γ·min(d_i, d_j)) (tuned on request)",
+                      low=0.0, high=1.0, low_open=True, space=floats(0.01, 1.0, log=True, tuned=False))
+    map_init: str = hp("gaussian", "initial maps: gaussian (paper) | shared (both ends of an edge start from the same "
+                       "N(0, σ²) map) | uniform | orthogonal | identity_noise | scaled_identity | sparse_sign "
+                       "(compact-capable)", choices=INITS)
+    map_scale: float = hp(1.0, "σ of the initial maps (gaussian/orthogonal scale, uniform half-width, noise sd; √a for "
+                          "scaled_identity)", low=0.0, low_open=True)
+    maps: str = hp("auto", "storage: dense | compact (exact low-rank form; needs map_init=sparse_sign) | auto (dense "
+                   "when it fits)", choices=("auto", "dense", "compact"))
+    memory_budget: float = hp(2e9, "bytes the restriction maps may use (auto picks dense only below min(budget, "
+                              "dense_limit)); compact maps that would outgrow it within the run's rounds are refused "
+                              "up front, naming the bytes needed", low=0.0, low_open=True)
+    dense_limit: float = hp(5e8, "largest dense map storage auto mode accepts, in bytes", low=0.0)
+    on_budget: str = hp("error", "when compact maps would outgrow the budget: error | recompress (opt-in, approximate)",
+                        choices=("error", "recompress"))
+    recompress_rank: int = hp(8, "rank kept by recompress (approximate once the history rank exceeds it)", low=1,
+                              integer=True)
+    local_steps: int = hp(1, "mini-batch steps per coupling step (1 = Algorithm 1; >1 = public code's variant)", low=1,
+                          high=10_000, integer=True)
+    map_precision: str = hp("float64", "storage of compact map factors: float64 (exact to rounding) | float32 (half "
+                            "the memory, float32-accurate)", choices=("float64", "float32"))
+    exchange: str = hp("paper", "messages per directed edge and iteration: paper (Algorithm 1: P_ij θ_i^k, then P_ij "
+                       "θ_i^(k+1); 2·d_ij floats) | compact (P_ij θ_i^(k+1) and ‖θ_i^(k+1)‖², d_ij + 1 floats; "
+                       "identical iterates)", choices=("paper", "compact"))
 
     def __post_init__(self) -> None:
-        super().__post_init__()
-        check_range("lam", self.lam, 0.0)
-        check_range("eta", self.eta, 0.0)
-        check_range("gamma", self.gamma, 0.0, 1.0, low_open=True)
-        check_choice("map_init", self.map_init, INITS)
-        check_range("map_scale", self.map_scale, 0.0, low_open=True)
-        check_choice("maps", self.maps, ("auto", "dense", "compact"))
-        check_range("memory_budget", self.memory_budget, 0.0, low_open=True)
-        check_range("dense_limit", self.dense_limit, 0.0)
-        check_choice("on_budget", self.on_budget, ("error", "recompress"))
-        check_int("recompress_rank", self.recompress_rank, 1)
-        check_int("local_steps", self.local_steps, 1, 10_000)
-        check_choice("map_precision", self.map_precision, ("float64", "float32"))
-        check_choice("exchange", self.exchange, ("paper", "compact"))
+        super().__post_init__()  # the declared bounds of every field; the rule joining two fields follows
         if self.maps == "compact" and self.map_init != "sparse_sign":
             raise ValueError(f"maps='compact' needs map_init='sparse_sign' (a compactly stored initial map); got map_init={self.map_init!r}")
 
@@ -120,8 +97,9 @@ class SheafNode(PeerNode):
         return value
 
     def outgoing(self, phase: str) -> dict[int, np.ndarray]:
-        """``proj``: the blocks of P_ij θ_i^k (compact exchange: only when not carried over, see the
-        module docstring); ``proj_new``: the blocks of P_ij^k θ_i^{k+1} (compact: and ‖θ_i^{k+1}‖²).
+        """``proj``: the blocks of P_ij θ_i^k (compact exchange: only when not carried over, see
+        docs/internals.md#topofl.decentralised.sheaf.algorithm); ``proj_new``: the blocks of P_ij^k θ_i^{k+1}
+        (compact: and ‖θ_i^{k+1}‖²).
         """
         self._check_phase(phase)
         theta, compact = self.peer.theta, self.config.exchange == "compact"
@@ -154,7 +132,7 @@ class SheafNode(PeerNode):
             self.map_step(np.concatenate([x[:-1] for x in parts]))
 
     def _rebuild(self, parts: list[np.ndarray]) -> None:
-        """Compact exchange: P_ji^{k+1} θ_j^{k+1} = q − u c (:func:`maths.carried_projection`), with q =
+        """Compact exchange: P_ji^{k+1} θ_j^{k+1} = q − u c (Eq. 28; :func:`maths.carried_projection`), q =
         P_ji^k θ_j^{k+1} and c as received and u = ηλ (q − P_ij^k θ_i^{k+1}) as neighbour j's maps store it.
         """
         c, own = self.config, self._blocks(self._pending(self._proj_new, "proj_new"))

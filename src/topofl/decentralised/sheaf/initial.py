@@ -1,26 +1,9 @@
-"""Initial restriction maps of Sheaf-FMTL (paper §4.1: "initialized randomly from a normal
-distribution with a mean of 0 and a variance of 1"; Appendix G, Table 6, compares others).
+"""Initial restriction maps of Sheaf-FMTL (paper §4.1; Appendix G, Table 6, compares others).
 
-Node i's maps P_ij⁰ (d_ij × d_i), one block per neighbour j, are stacked into one matrix.
-
-* ``gaussian`` — N(0, σ²) entries, independently at both ends of an edge (the paper's, σ = 1).
-* ``shared`` — both ends of an edge start from the *same* random map: edge (i, j) draws one
-  Gaussian matrix G_e of d_ij × max(d_i, d_j) N(0, σ²) entries from a seed shared by the edge,
-  ``SeedSequence([edge_seed, min(i, j), max(i, j)])`` (``edge_seed`` is in every node's
-  :class:`~topofl.decentralised.spec.NodeSpec`), and each end keeps the columns its model has:
-  P_ij⁰ = G_e[:, :d_i], P_ji⁰ = G_e[:, :d_j]. Each node draws it locally, with no message; with
-  equal model sizes P_ij⁰ = P_ji⁰, and with different sizes the maps agree on the first
-  min(d_i, d_j) coordinates while every column keeps the N(0, σ²) scale of ``gaussian``
-  (so the step-size conditions are those of the paper's maps). d_ij = d_ji always holds
-  (d_ij = ⌊γ·min(d_i, d_j)⌋).
-* ``uniform`` (U(−σ, σ)), ``orthogonal`` (orthonormal rows times σ), ``identity_noise`` (the first
-  d_ij rows of I plus N(0, σ²) noise) and ``scaled_identity`` (σ·I, needs d_ij = d_i; σ = √a
-  with η = 0 gives dFedU with coupling λ·a).
-* ``sparse_sign`` — the only compactly stored one: in each block, column c holds one entry s_c·σ
-  at row h(c), h and s drawn from the seed (a CountSketch; E[PᵀP] = σ² I).
-
-A zero initial map is refused (paper Remark 3: its gradient would stay zero and no interaction
-would ever be learnt).
+:func:`initial_maps` stacks node i's maps P_ij⁰ into one matrix, of kind ``gaussian`` (the paper's),
+``shared``, ``uniform``, ``orthogonal``, ``identity_noise``, ``scaled_identity`` or the compact
+``sparse_sign`` (:class:`StackedSparseSign`); a zero map is refused (paper Remark 3).
+See docs/internals.md#topofl.decentralised.sheaf.initial for each kind.
 """
 from __future__ import annotations
 
@@ -74,7 +57,8 @@ class StackedSparseSign:
 
 def shared_maps(spec: NodeSpec, sizes: Sequence[int], scale: float) -> np.ndarray:
     """Node ``spec.node``'s stacked ``shared`` initial maps: for each neighbour j, the first d_i
-    columns of the edge's d_ij × max(d_i, d_j) N(0, σ²) matrix (module docstring).
+    columns of the edge's d_ij × max(d_i, d_j) N(0, σ²) matrix
+    (docs/internals.md#topofl.decentralised.sheaf.initial).
     """
     blocks = []
     for j, d_j, d_e in zip(spec.neighbours, spec.neighbour_dims, sizes, strict=True):
@@ -87,6 +71,9 @@ def initial_maps(
     kind: str, sizes: Sequence[int], d_i: int, scale: float, rng: np.random.Generator, spec: NodeSpec | None = None
 ) -> np.ndarray | StackedSparseSign:
     """Node i's stacked initial maps: a dense array, or a :class:`StackedSparseSign`.
+
+    ``gaussian`` is the paper's initialisation (§4.1: N(0, 1) entries); Appendix G, Table 6, compares
+    others (docs/internals.md#topofl.decentralised.sheaf.initial).
 
     ``rng`` is the node's own generator (every kind but ``shared``); ``shared`` needs the node's
     ``spec`` (neighbours, their sizes and the edge seed) instead.

@@ -1,31 +1,9 @@
 """Restriction maps of Sheaf-FMTL, dense or exactly compact (issue 4, item 10).
 
-Node i holds its maps P_ij (d_ij × d_i) for every neighbour j; they are stacked into one block
-matrix P_i = [P_ij₁; P_ij₂; …] of (Σ_j d_ij) × d_i rows, so that projecting θ_i onto every edge
-space, back-projecting the residuals and updating all maps are one operation each per node.
-
-Every update of Algorithm 1 (paper Eq. 28) is rank one,
-    P_ij ← P_ij − ηλ r_ij θ_i^{k+1}ᵀ,   r_ij = P_ij θ_i^{k+1} − P_ji θ_j^{k+1},
-and its right factor θ_i^{k+1} is the same for all of node i's maps. After t updates,
-    P_i = P⁰_i − Uᵀ V,
-with V (t × d_i) node i's iterates and U (t × Σ_j d_ij) the scaled residuals ηλ r_ij. With a
-compactly stored P⁰ this is exact, not an approximation, and costs
-O(nnz(P⁰) + t·(Σ_j d_ij + d_i)) memory per node instead of Σ_j d_ij·d_i.
-
-Per iteration each node projects θ^k (first exchange), back-projects the residuals (Eq. 27),
-projects θ^{k+1} (second exchange) and updates its maps (Eq. 28). The first projection is free:
-after P ← P − u vᵀ with v = θ^{k+1}, the projection P^{k+1} θ^{k+1} = P^k θ^{k+1} − u (vᵀv) follows
-exactly from the second exchange's P^k θ^{k+1} (:func:`~topofl.decentralised.sheaf.maths.carried_projection`),
-so :meth:`NodeMaps.update` carries the last projection over and :meth:`NodeMaps.project` returns
-it while its argument is unchanged (dense and compact maps alike); :attr:`NodeMaps.products`
-counts the projections actually computed. The same identity lets a neighbour rebuild that
-projection from the second exchange (``exchange="compact"`` in
-:mod:`~topofl.decentralised.sheaf.algorithm`): :meth:`NodeMaps.stored` and
-:meth:`NodeMaps.carry_scale` are the two factors of the carried term as the maps store them.
-The dense rank-one update runs in place, block by block, with no temporary of the maps' size.
-
-The initial maps (dense, or the compact CountSketch ``sparse_sign``) are in
-:mod:`~topofl.decentralised.sheaf.initial`.
+:class:`NodeMaps` holds node i's maps P_ij stacked into one block matrix, so that projecting, back-projecting
+(Eq. 27) and the rank-one update (Eq. 28) are one operation each per node; compactly stored maps keep
+P_i = P⁰_i − Uᵀ V exactly. See docs/internals.md#topofl.decentralised.sheaf.maps for the algebra, the
+carried projection and the memory cost.
 """
 from __future__ import annotations
 
@@ -111,7 +89,9 @@ def _rank_one_update(P: np.ndarray, u: np.ndarray, v: np.ndarray) -> None:
 
 
 class NodeMaps:
-    """All of one node's restriction maps, stacked; dense or compact (module docstring).
+    """All of one node's restriction maps, stacked; dense or compact.
+
+    The algebra: docs/internals.md#topofl.decentralised.sheaf.maps.
 
     ``precision`` sets the storage type of the compact low-rank factors: float64 (default; the
     compact iterates equal the dense ones to rounding, ~1e-12) or float32 (half the memory; the
@@ -174,7 +154,7 @@ class NodeMaps:
         return cast(np.ndarray, y)
 
     def back_project(self, y: np.ndarray) -> np.ndarray:
-        """Σ_j P_ijᵀ y_j for stacked y."""
+        """Σ_j P_ijᵀ y_j for stacked y (the back-projection of the residuals in Eq. 27)."""
         if not self.compact:
             return cast(np.ndarray, np.einsum("ij,i->j", self.P, y))
         return cast(np.ndarray, self.P0.apply_t(y) - self._V.rmatvec(self._U.matvec(y)))
