@@ -32,8 +32,8 @@ _LAZY = {
     "save_models": "topofl.models.io",
 }
 
-__all__ = ["Federation", "Job", "Result", "TrainingWarning", "load_models", "make_scenario", "run", "save_models", "simulate",
-           "simulate_decentralised", "__version__"]
+__all__ = ["Federation", "Job", "Result", "TrainingWarning", "load_models", "make_scenario", "run", "save_models",
+           "simulate", "simulate_decentralised", "__version__"]
 
 
 def __getattr__(name: str) -> Any:

@@ -30,7 +30,8 @@ def load_job_data(job: Job) -> Any:
     if job.family == "server":
         if not isinstance(data, Federation):
             if not (hasattr(data, "clients") and hasattr(data, "task")):
-                raise ValueError(f"data must be a Federation or a registered data source for {job.method}; got {type(data).__name__}")
+                raise ValueError(f"data must be a Federation or a registered data source for {job.method}; "
+                                 f"got {type(data).__name__}")
             data = Federation(data.clients, data.task, data.n_classes, name=job.data_name)
         return data.with_validation(job.validation, job.seed) if job.validation else data
     data = peer_data(data)
@@ -65,7 +66,8 @@ def peer_data(clients: Any, task: str | None = None, n_classes: int | None = Non
         task, inferred, mapping = resolve_labels([c.y_train for c in data] + [c.y_test for c in data])
         n_classes = n_classes or inferred
         if mapping is not None:
-            data = [ClientData(c.X_train, mapping(c.y_train), c.X_test, mapping(c.y_test), c.client_id, c.meta) for c in data]
+            data = [ClientData(c.X_train, mapping(c.y_train), c.X_test, mapping(c.y_test), c.client_id, c.meta)
+                    for c in data]
     return LoadedData(list(data), task, int(n_classes or 2), name)
 
 
@@ -93,7 +95,8 @@ def run(
         Peer methods: score the clients every ``eval_every`` iterations (and after the last).
     """
     if job.family == "paper":
-        raise ValueError(f"{job.method} is the authors' paper-era protocol: run it with topofl experiment paper-protocol")
+        raise ValueError(f"{job.method} is the authors' paper-era protocol: "
+                         "run it with topofl experiment paper-protocol")
     if algorithm is None:
         algorithm = (build_server if job.family == "server" else build_peer)(job.method, job.hyperparameters)
     data = load_job_data(job)
@@ -102,14 +105,15 @@ def run(
     return _run_peers(job, algorithm, data, on_round, eval_every)
 
 
-def _run_server(job: Job, algorithm: Algorithm, federation: Federation, on_round: OnRound | None, progress: bool) -> Result:
+def _run_server(job: Job, algorithm: Algorithm, federation: Federation, on_round: OnRound | None,
+                progress: bool) -> Result:
     if job.attack != "":
         from topofl.robustness.attacks import attacked, parse_attack
 
         config = parse_attack(job.attack)
         algorithm = attacked(algorithm, config, config.adversaries(federation.client_ids))
-    return run_federation(federation, algorithm, job.rounds, job.seed, client_fraction=job.client_fraction, on_round=on_round,
-                          progress=progress, model=job.model, device=job.device)
+    return run_federation(federation, algorithm, job.rounds, job.seed, client_fraction=job.client_fraction,
+                          on_round=on_round, progress=progress, model=job.model, device=job.device)
 
 
 def _run_peers(job: Job, algorithm: Any, data: Any, on_round: OnRound | None, eval_every: int) -> Result:
@@ -117,15 +121,16 @@ def _run_peers(job: Job, algorithm: Any, data: Any, on_round: OnRound | None, ev
 
     from topofl.decentralised import make_graph, run_decentralised
 
-    g = job.graph if isinstance(job.graph, nx.Graph) else make_graph(job.graph, len(data.clients), seed=job.seed, **job.graph_params)
+    g = job.graph if isinstance(job.graph, nx.Graph) else make_graph(job.graph, len(data.clients), seed=job.seed,
+                                                                     **job.graph_params)
     if job.attack != "":
         from topofl.robustness.attacks import parse_attack
         from topofl.robustness.peer_attacks import attacked_peers
 
         config = parse_attack(job.attack)
         algorithm = attacked_peers(algorithm, config, config.adversaries(range(g.number_of_nodes())))
-    models = peer_models(per_client(job.model, len(data.clients)), data.clients, data.task, data.n_classes, algorithm.config.l2,
-                         job.device)
+    models = peer_models(per_client(job.model, len(data.clients)), data.clients, data.task, data.n_classes,
+                         algorithm.config.l2, job.device)
 
     def report(result: Result, row: dict[str, Any]) -> None:
         if on_round is not None and "accuracy" in row:
@@ -201,8 +206,9 @@ def simulate(
         if hyperparameters:
             raise ValueError("pass hyper-parameters either in the Algorithm's config or as keywords, not both")
         algorithm, method = method, _registered_name(method)
-    job = Job(method=method, data=federation, hyperparameters=hyperparameters, model="linear" if model is None else model,
-              rounds=rounds, seed=seed, client_fraction=client_fraction, attack=attack or "", device=device)
+    job = Job(method=method, data=federation, hyperparameters=hyperparameters,
+              model="linear" if model is None else model, rounds=rounds, seed=seed, client_fraction=client_fraction,
+              attack=attack or "", device=device)
     return run(job, on_round=on_round, progress=progress, algorithm=algorithm)
 
 
@@ -216,7 +222,7 @@ def _registered_name(algorithm: Algorithm) -> str:
     return "fedavg"  # a user's own Algorithm subclass runs in the server family's runtime
 
 
-def simulate_decentralised(
+def simulate_decentralised(  # noqa: PLR0913 (public API: the keyword options of a decentralised simulation)
     clients: Any,
     method: str = "sheaf",
     rounds: int = DEFAULT_ROUNDS,
@@ -272,4 +278,5 @@ def peer_models(spec: Any, clients: Any, task: str, n_classes: int, l2: float, d
         raise ValueError(f"model lists {len(specs)} models for {len(clients)} clients")
     if all(is_linear(s) for s in specs):
         return None
-    return [build_model(s, task=task, n_features=c.n_features, n_classes=n_classes, l2=l2, device=device) for s, c in zip(specs, clients, strict=True)]
+    return [build_model(s, task=task, n_features=c.n_features, n_classes=n_classes, l2=l2, device=device)
+            for s, c in zip(specs, clients, strict=True)]

@@ -140,7 +140,8 @@ def _acquire(lock: Path, directory: Path, what: str, busy: str, hint: str) -> in
     except BlockingIOError:
         holder = _holder(fd)
         os.close(fd)
-        raise DirectoryLockedError(f"{_named(what, directory)}: {busy} (process {holder or '?'} holds {lock}); {hint}") from None
+        raise DirectoryLockedError(f"{_named(what, directory)}: {busy} (process {holder or '?'} holds {lock}); "
+                                   f"{hint}") from None
     except BaseException:
         os.close(fd)
         raise

@@ -32,7 +32,8 @@ app = typer.Typer(
 )
 
 
-@app.command(cls=ui.WithHyperparameters, short_help="Compare methods over seeds on a scenario: a table of scores, results in a directory.")
+@app.command(cls=ui.WithHyperparameters,
+             short_help="Compare methods over seeds on a scenario: a table of scores, results in a directory.")
 @ui.friendly_errors
 @ui.with_options(*ui.JOB_OPTIONS, "overwrite", "verbose")
 def compare(out: Optional[Path] = ui.OutOpt, **options: Any) -> None:
@@ -40,13 +41,16 @@ def compare(out: Optional[Path] = ui.OutOpt, **options: Any) -> None:
     seeds; each seed's value is the mean over clients of each client's score with the model it
     would use), pooled AUC and convergence round; writes DIR/rounds.csv and DIR/summary.csv.
 
-    With no flags: the healthcare comparison of every server-based method, seeds 0-9, 15 rounds, into results/compare-healthcare/.
+    With no flags: the healthcare comparison of every server-based method, seeds 0-9, 15 rounds, \
+into results/compare-healthcare/.
 
     Peer-to-peer methods (sheaf, dfedu, dpsgd, local-peers) run on --graph and join the same table.
 
-    --robust-defaults runs every method with the deployments' Byzantine-robust defaults (what a Flower deployment applies).
+    --robust-defaults runs every method with the deployments' Byzantine-robust defaults \
+(what a Flower deployment applies).
 
-    DIR must be new or empty: a second comparison into the same DIR needs --overwrite (or another --out); so does starting an interrupted one again.
+    DIR must be new or empty: a second comparison into the same DIR needs --overwrite (or another --out); \
+so does starting an interrupted one again.
     """
     o = ui.Options(**options)
     ui.setup_logging(o.verbose)
@@ -70,10 +74,12 @@ def compare(out: Optional[Path] = ui.OutOpt, **options: Any) -> None:
 
         rows = run_compare(jobs, out, on_round=tick)
     ui.console.print(ui.summary_table(rows, f"{first.data_name}: {n_seeds} seeds × {first.rounds} rounds"))
-    ui.console.print(f"[dim]{time.perf_counter() - t0:.1f} s · results in {out}/ (rounds.csv, curves.csv, summary.csv, server_log.jsonl, config.json)[/]")
+    ui.console.print(f"[dim]{time.perf_counter() - t0:.1f} s · results in {out}/ "
+                     "(rounds.csv, curves.csv, summary.csv, server_log.jsonl, config.json)[/]")
 
 
-def _methods_and_seeds(o: Any, default_seeds: str, every_server_method: bool = False, one: bool = False) -> tuple[dict, list[str], Any]:
+def _methods_and_seeds(o: Any, default_seeds: str, every_server_method: bool = False,
+                       one: bool = False) -> tuple[dict, list[str], Any]:
     """The config file, the methods and the seeds a command's options (over its ``--config`` file) select.
 
     ``one``: a command that runs one method with one seed (``run``, ``flower``); a list is then an error.
@@ -100,7 +106,9 @@ def _methods_and_seeds(o: Any, default_seeds: str, every_server_method: bool = F
 
 
 def tune_settings(o: Any, file: dict | None = None) -> TuneSettings:
-    """The :class:`~topofl.experiments.tuning.TuneSettings` of the tuning flags (over a config file's ``[tuning]`` table)."""
+    """The :class:`~topofl.experiments.tuning.TuneSettings` of the tuning flags (over a config file's
+    ``[tuning]`` table).
+    """
     from topofl.experiments.tuning import DEFAULT_TRIALS, DEFAULT_VALIDATION, TuneSettings
 
     table = dict((file or {}).get("tuning", {}))
@@ -115,19 +123,26 @@ def tune_settings(o: Any, file: dict | None = None) -> TuneSettings:
     return TuneSettings(
         trials=resolve(o.trials, table, "trials", DEFAULT_TRIALS),
         validation=resolve(o.validation_fraction, table, "validation_fraction", DEFAULT_VALIDATION),
-        metric=resolve(o.tune_metric, table, "metric", "auto"), seeds=tuple(parse_seeds(seeds)) if seeds is not None else None,
-        params=tuple(params) if params is not None else None, sampler_seed=resolve(o.sampler_seed, table, "sampler_seed", 0),
+        metric=resolve(o.tune_metric, table, "metric", "auto"),
+        seeds=tuple(parse_seeds(seeds)) if seeds is not None else None,
+        params=tuple(params) if params is not None else None,
+        sampler_seed=resolve(o.sampler_seed, table, "sampler_seed", 0),
     )
 
 
-@app.command(cls=ui.WithHyperparameters, short_help="Tune every method with the same budget on validation splits, then compare tuned and default.")
+@app.command(cls=ui.WithHyperparameters,
+             short_help="Tune every method with the same budget on validation splits, then compare tuned and "
+             "default.")
 @ui.friendly_errors
 @ui.with_options("methods", "seeds", *ui.DATA_OPTIONS, *ui.TUNING_OPTIONS, "verbose")
 def tune(
     reference: Optional[str] = ui.ReferenceOpt,
     out: Optional[Path] = ui.TuneOutOpt,
-    jobs: int = typer.Option(min(2, os.cpu_count() or 1), "--jobs", "-j", help="Runs executed in parallel (processes)."),
-    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted tuning: finished runs are reused, the trials come out the same."),
+    jobs: int = typer.Option(min(2, os.cpu_count() or 1), "--jobs", "-j",
+                             help="Runs executed in parallel (processes)."),
+    resume: bool = typer.Option(False, "--resume",
+                                help="Continue an interrupted tuning: finished runs are reused, the trials come out "
+                                "the same."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Delete the results in --out first and start again."),
     **options: Any,
 ) -> None:
@@ -142,7 +157,14 @@ def tune(
     """
     o = ui.Options(**options)
     ui.setup_logging(o.verbose)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     from topofl._validation import check_int
     from topofl.experiments.compare import validate_jobs
@@ -156,12 +178,13 @@ def tune(
     file, method_list, seeds = _methods_and_seeds(o, "0-9", every_server_method=True)
     specs = [j.with_(experiment="tune") for j in jobs_from_options(o, file, method_list, seeds)]
     if specs[0].client_fraction != 1.0:
-        raise ValueError(f"topofl tune runs every client every round; the config file sets client_fraction={specs[0].client_fraction}")
+        raise ValueError("topofl tune runs every client every round; the config file sets "
+                         f"client_fraction={specs[0].client_fraction}")
     chosen = list(dict.fromkeys(j.method for j in specs))
     peers = [m for m in chosen if family(m) == "peer"]
     if peers:
-        raise ValueError(f"topofl tune compares server-based methods on a scenario; {', '.join(peers)} is peer-to-peer: tune it "
-                         "through its experiment, e.g. topofl experiment sheaf-digits --tuned")
+        raise ValueError(f"topofl tune compares server-based methods on a scenario; {', '.join(peers)} "
+                         "is peer-to-peer: tune it through its experiment, e.g. topofl experiment sheaf-digits --tuned")
     validate_jobs(specs)
     settings = tune_settings(o, file)
     ref = reference or ("ptopofl" if "ptopofl" in chosen else chosen[0])
@@ -171,8 +194,9 @@ def tune(
     with results_lock(out):  # held from the clearing on: a second writer is refused before anything is deleted
         if overwrite:
             clear_directory(out)
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
-                      console=ui.err_console, transient=False, disable=not ui.err_console.is_terminal) as bar:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      TimeRemainingColumn(), console=ui.err_console, transient=False,
+                      disable=not ui.err_console.is_terminal) as bar:
             task = bar.add_task("tuning", total=total_runs(specs, settings))
             tune_comparison(specs, out, settings, reference=ref, resume=resume, jobs=jobs,
                             on_run=lambda what: bar.update(task, advance=1, description=what))
@@ -215,31 +239,37 @@ def run(out: Optional[Path] = ui.OutOpt, save_models: Optional[Path] = ui.SaveMo
 @app.command(short_help="Run one of the papers' experiments, or all of them and the report.")
 @ui.friendly_errors
 @ui.with_options(*ui.TUNING_OPTIONS, *ui.DATA_OPTIONS, "client_fraction", "graph", "graph_param", "robust_defaults")
-def experiment(
+def experiment(  # noqa: PLR0913 (a typer command: its parameters are the command's options)
     name: str = typer.Argument(
         ...,
-        help="pTopoFL: comparison, robustness, continual, privacy, ablation, diagrams, deep (CNNs, Table 2), all (the paper's, "
-        "controls and heart-disease, + report). Controls and real data: controls, heart-disease; the paper's own protocol (Table 1 "
-        "exactly, and its control): paper-protocol. Security and privacy: attacks, "
-        "privacy-attacks, privacy-dp. Sheaf-FMTL: sheaf-digits, sheaf-school (real data), sheaf-centralised, sheaf-hetero, sheaf-topology, "
-        "sheaf-init, sheaf-mnist (CNNs), sheaf-all.",
+        help="pTopoFL: comparison, robustness, continual, privacy, ablation, diagrams, deep (CNNs, Table 2), all "
+        "(the paper's, controls and heart-disease, + report). Controls and real data: controls, heart-disease; the "
+        "paper's own protocol (Table 1 exactly, and its control): paper-protocol. Security and privacy: attacks, "
+        "privacy-attacks, privacy-dp. Sheaf-FMTL: sheaf-digits, sheaf-school (real data), sheaf-centralised, "
+        "sheaf-hetero, sheaf-topology, sheaf-init, sheaf-mnist (CNNs), sheaf-all.",
     ),
     seeds: Optional[str] = typer.Option(
-        None, "--seeds", help="Seeds: 0-9, 0,3,7, or 0-4,10 (default: 0-9 for pTopoFL experiments, 0-4 — the paper's five runs — "
-                               "for Sheaf-FMTL ones; 0-2 for deep, sheaf-mnist and attacks --quick)."
+        None, "--seeds", help="Seeds: 0-9, 0,3,7, or 0-4,10 (default: 0-9 for pTopoFL experiments, 0-4 — the "
+                              "paper's five runs — for Sheaf-FMTL ones; 0-2 for deep, sheaf-mnist and attacks --quick)."
     ),
     out: Path = ui.ExperimentsOutOpt,
-    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted experiment: skip finished runs, redo partial ones."),
+    resume: bool = typer.Option(False, "--resume",
+                                help="Continue an interrupted experiment: skip finished runs, redo partial ones."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Delete earlier results of this experiment first."),
-    jobs: int = typer.Option(min(2, os.cpu_count() or 1), "--jobs", "-j", help="Runs executed in parallel (processes)."),
-    quick: bool = typer.Option(False, "--quick", help="The budget that fits about 15 minutes on 2 cores (experiments deep, sheaf-mnist, attacks)."),
+    jobs: int = typer.Option(min(2, os.cpu_count() or 1), "--jobs", "-j",
+                             help="Runs executed in parallel (processes)."),
+    quick: bool = typer.Option(False, "--quick",
+                               help="The budget that fits about 15 minutes on 2 cores (experiments deep, sheaf-mnist, "
+                               "attacks)."),
     smoke: bool = typer.Option(
-        False, "--smoke", help="A smoke-test budget (deep, sheaf-mnist: a few rounds on a few hundred digits; attacks: one share, three attacks, 3 rounds)."
+        False, "--smoke", help="A smoke-test budget (deep, sheaf-mnist: a few rounds on a few hundred digits; "
+        "attacks: one share, three attacks, 3 rounds)."
     ),
     data_root: Optional[Path] = ui.DataRootOpt,
     tuned: bool = typer.Option(
-        False, "--tuned", help="Also tune every setting with the same budget on validation splits and re-run the experiment with the chosen "
-        "values into DIR/NAME-tuned (tuned − default paired, Holm-adjusted); the defaults go to DIR/NAME as usual."
+        False, "--tuned", help="Also tune every setting with the same budget on validation splits and re-run the "
+        "experiment with the chosen values into DIR/NAME-tuned (tuned − default paired, Holm-adjusted); the defaults "
+        "go to DIR/NAME as usual."
     ),
     verbose: bool = ui.VerboseOpt,
     **options: Any,
@@ -252,7 +282,14 @@ def experiment(
     experiment keeps its methods): the results then go to DIR/NAME-custom, and config.json says what changed.
     """
     ui.setup_logging(verbose)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     from topofl._validation import check_int
     from topofl.experiments.driver import GROUPS, default_seeds, experiment_names, run_experiment, total_runs
@@ -271,10 +308,9 @@ def experiment(
     if o.tuning_flags() and not tuned:
         raise ValueError(f"{', '.join(o.tuning_flags())} go with --tuned")
     if tuned and o.robust_defaults:
-        raise ValueError("--robust-defaults and --tuned exclude each other (tune with -p aggregator=guarded_mean instead)")
-    overrides, adjust = ui.experiment_overrides(o)
-    if tuned and adjust is not None:
-        raise ValueError(f"--tuned tunes the experiment as planned; leave out {', '.join(sorted(overrides))} (or tune without them)")
+        raise ValueError("--robust-defaults and --tuned exclude each other "
+                         "(tune with -p aggregator=guarded_mean instead)")
+    overrides, adjust = _experiment_overrides(o, names, seed_list, profile, root, tuned)
     if tuned:
         settings = tune_settings(o)
         if name in GROUPS:
@@ -283,30 +319,77 @@ def experiment(
         return
     prepare_out(out)
     t0 = time.perf_counter()
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
-                  console=ui.err_console, transient=False) as bar:
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TimeRemainingColumn(), console=ui.err_console, transient=False) as bar:
         task = bar.add_task("runs", total=max(1, total_runs(names, seed_list, profile, root)))
         for n in names:
             bar.update(task, description=f"{n}")
 
             def tick(spec, done) -> None:
-                bar.update(task, advance=1, description=f"{spec.experiment}: {spec.label or spec.method} seed {spec.seed}")
+                bar.update(task, advance=1,
+                           description=f"{spec.experiment}: {spec.label or spec.method} seed {spec.seed}")
 
-            exp_dir = run_experiment(n, seed_list, out, resume=resume, overwrite=overwrite, jobs=jobs, on_done=tick, profile=profile,
-                                     data_root=root, robust_defaults=bool(o.robust_defaults), adjust=adjust,
-                                     overrides=overrides)
+            exp_dir = run_experiment(n, seed_list, out, resume=resume, overwrite=overwrite, jobs=jobs, on_done=tick,
+                                     profile=profile, data_root=root, robust_defaults=bool(o.robust_defaults),
+                                     adjust=adjust, overrides=overrides)
             ui.console.print(f"[green]✓[/] {n}: results in {exp_dir}/")
-            for line in json.loads((exp_dir / "manifest.json").read_text()).get("console", []):  # the experiment's headline numbers
+            # the experiment's headline numbers
+            for line in json.loads((exp_dir / "manifest.json").read_text()).get("console", []):
                 ui.console.print(line, markup=False, highlight=False, soft_wrap=True)
     if name in GROUPS:
         ui.console.print(f"report: {build_report(out)}")
     ui.console.print(f"[dim]{time.perf_counter() - t0:.1f} s[/]")
 
 
-def _run_tuned(name: str, seeds: Sequence[int], out: Path, settings: TuneSettings, resume: bool, overwrite: bool, jobs: int, profile: str,
-               root: str | None) -> None:
-    """``topofl experiment NAME --tuned``: the defaults into OUT/NAME, the tuned experiment into OUT/NAME-tuned, then the report."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+def _experiment_overrides(o: Any, names: Sequence[str], seeds: Sequence[int], profile: str, root: str | None,
+                          tuned: bool) -> tuple[dict[str, Any], Any]:
+    """``experiment``'s data, model and hyper-parameter options as changes of its planned jobs
+    (:func:`topofl.cli_common.experiment_overrides`), every changed job checked before the first run starts.
+    """
+    overrides, adjust = ui.experiment_overrides(o)
+    if adjust is None:
+        return overrides, None
+    if tuned:
+        raise ValueError(f"--tuned tunes the experiment as planned; leave out {', '.join(sorted(overrides))} "
+                         "(or tune without them)")
+    from topofl.experiments.driver import plan_for
+
+    for n in names:
+        _check_jobs(adjust(plan_for(n, seeds, profile, root)))
+    return overrides, adjust
+
+
+def _check_jobs(jobs: Sequence[Any]) -> None:
+    """Build every method of ``jobs`` with its hyper-parameters and load every data source they name (first
+    seed): a bad value is a ``ValueError`` naming it before anything runs.
+    """
+    from topofl.api import load_job_data
+    from topofl.methods import build
+
+    seen: set[str] = set()
+    for job in jobs:
+        if job.family == "paper":
+            continue
+        key = repr((job.method, sorted(job.hyperparameters.items()), job.data, sorted(job.data_params.items())))
+        if key not in seen:
+            seen.add(key)
+            build(job.method, job.hyperparameters)
+            load_job_data(job)
+
+
+def _run_tuned(name: str, seeds: Sequence[int], out: Path, settings: TuneSettings, resume: bool, overwrite: bool,
+               jobs: int, profile: str, root: str | None) -> None:
+    """``topofl experiment NAME --tuned``: the defaults into OUT/NAME, the tuned experiment into OUT/NAME-tuned,
+    then the report.
+    """
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     from topofl.experiments.driver import clear_directory, plan_for
     from topofl.experiments.report import build_report
@@ -320,11 +403,12 @@ def _run_tuned(name: str, seeds: Sequence[int], out: Path, settings: TuneSetting
         if overwrite:
             for d in (out / name, out / f"{name}-tuned"):
                 clear_directory(d)
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
-                      console=ui.err_console, transient=False) as bar:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      TimeRemainingColumn(), console=ui.err_console, transient=False) as bar:
             task = bar.add_task(name, total=total_runs(specs, settings))
             tuned_dir = run_tuned_experiment(name, seeds, out, settings, resume=resume, jobs=jobs, profile=profile,
-                                             data_root=root, on_run=lambda what: bar.update(task, advance=1, description=what))
+                                             data_root=root,
+                                             on_run=lambda what: bar.update(task, advance=1, description=what))
     ui.console.print(f"[green]✓[/] {name}: defaults in {out / name}/, tuned in {tuned_dir}/")
     ui.print_tuning(tuned_dir)
     ui.console.print(f"report: {build_report(out)}")
@@ -367,8 +451,10 @@ def scenarios() -> None:
 def flower(
     nodes: Optional[int] = typer.Option(None, "--nodes", help="Virtual SuperNodes (default: the scenario's clients)."),
     out: Optional[Path] = ui.FlowerOutOpt,
-    pooled_metrics: bool = typer.Option(False, "--pooled-metrics", help="Clients also send test labels and scores (pooled AUC)."),
-    cpus_per_node: float = typer.Option(1.0, "--cpus-per-node", help="Ray CPUs per ClientApp (1 runs two at once on 2 cores)."),
+    pooled_metrics: bool = typer.Option(False, "--pooled-metrics",
+                                        help="Clients also send test labels and scores (pooled AUC)."),
+    cpus_per_node: float = typer.Option(1.0, "--cpus-per-node",
+                                        help="Ray CPUs per ClientApp (1 runs two at once on 2 cores)."),
     resume: Optional[Path] = ui.FlowerResumeOpt,
     verbose: bool = ui.VerboseOpt,
     **options: Any,
@@ -378,7 +464,8 @@ def flower(
     Takes the options of run (one method, one seed; peer-to-peer methods are relayed between the nodes).
     The server checkpoints its state after every round into the run's directory; --resume RUN_DIR
     continues a run that was killed. Like a deployment, the run uses the Byzantine-robust defaults
-    (the guarded mean, shares capped at 0.3) unless --param sets the field or --papers-rules is given. Exits 1 with the reason when the run fails.
+    (the guarded mean, shares capped at 0.3) unless --param sets the field or --papers-rules is given. \
+Exits 1 with the reason when the run fails.
     Needs the flower extra: pip install "topofl[flower]". For real sites see examples/flower-app.
     """
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -393,9 +480,11 @@ def flower(
     o = ui.Options(**options)
     if resume is not None:
         given = [f"--{k.replace('_', '-')}" for k, v in options.items() if v not in (None, [])]
-        given += [flag for flag, value in (("--out", out), ("--pooled-metrics", pooled_metrics or None)) if value is not None]
+        given += [flag for flag, value in (("--out", out), ("--pooled-metrics", pooled_metrics or None))
+                  if value is not None]
         if given:
-            raise ValueError(f"--resume continues a run in its own directory with its own settings; leave out {', '.join(given)}")
+            raise ValueError("--resume continues a run in its own directory with its own settings; "
+                             f"leave out {', '.join(given)}")
         run_dir = resume.resolve()
         settings, out = FlowerSettings(resume_dir=run_dir.name), run_dir.parent
     else:
@@ -403,7 +492,8 @@ def flower(
         (job,) = jobs_from_options(replace(o, robust_defaults=False), *_methods_and_seeds(o, "0", one=True))
         if out is not None:
             prepare_out(out)
-        settings = FlowerSettings(job=job, pooled_metrics=pooled_metrics, out_dir="." if out else "", robust_defaults=robust)
+        settings = FlowerSettings(job=job, pooled_metrics=pooled_metrics, out_dir="." if out else "",
+                                  robust_defaults=robust)
     started = time.perf_counter()
     try:
         history = simulate_flower(settings, nodes, cpus_per_node=cpus_per_node, verbose=verbose, results_root=out)

@@ -39,7 +39,9 @@ err_console = Console(stderr=True)
 
 
 def hyperparameter_epilog() -> str:
-    """Every method's hyper-parameters with their defaults, for the end of ``run``/``compare --help`` (markup escaped)."""
+    """Every method's hyper-parameters with their defaults, for the end of ``run``/``compare --help``
+    (markup escaped).
+    """
     from topofl.methods import REGISTRY
 
     lines = ["Hyper-parameters (-p KEY=VALUE, or -p METHOD.KEY=VALUE for one method); `topofl methods` explains each:"]
@@ -53,7 +55,8 @@ class WithHyperparameters(TyperCommand):
     that help is shown (the registry imports every method).
     """
 
-    def format_help(self, ctx: Any, formatter: Any) -> None:  # click's Context and HelpFormatter (typer vendors click from 0.2x)
+    # ctx, formatter: click's Context and HelpFormatter (typer vendors click from 0.2x)
+    def format_help(self, ctx: Any, formatter: Any) -> None:
         if not self.epilog:
             self.epilog = hyperparameter_epilog()
         super().format_help(ctx, formatter)
@@ -87,7 +90,8 @@ def with_options(*names: str) -> Callable[[Callable[..., Any]], Callable[..., An
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
         sig = inspect.signature(fn)
         own = [p for p in sig.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
-        extra = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=SHARED_OPTIONS[n][1], annotation=SHARED_OPTIONS[n][0])
+        extra = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=SHARED_OPTIONS[n][1],
+                                   annotation=SHARED_OPTIONS[n][0])
                  for n in names]
         fn.__signature__ = sig.replace(parameters=[*own, *extra])  # type: ignore[attr-defined]
         return fn
@@ -97,79 +101,101 @@ def with_options(*names: str) -> Callable[[Callable[..., Any]], Callable[..., An
 
 def setup_logging(verbose: bool) -> None:
     """Log warnings (debug messages with ``--verbose``) as one line each."""
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
 
 
-ScenarioOpt = typer.Option(None, "--scenario", help="Scenario (default: healthcare); `topofl scenarios` lists them all.")
+ScenarioOpt = typer.Option(None, "--scenario",
+                           help="Scenario (default: healthcare); `topofl scenarios` lists them all.")
 RoundsOpt = typer.Option(None, "--rounds", "-r", help="Communication rounds (default 15).")
 OutOpt = typer.Option(
     None, "--out", "-o",
-    help="Directory for rounds.csv, curves.csv, summary.csv, server_log.jsonl, config.json (compare's default: results/compare-SCENARIO); "
-    "it must be new or empty unless --overwrite.",
+    help="Directory for rounds.csv, curves.csv, summary.csv, server_log.jsonl, config.json (compare's default: "
+    "results/compare-SCENARIO); it must be new or empty unless --overwrite.",
 )
 OverwriteOpt = typer.Option(
     False, "--overwrite",
-    help="Write into a non-empty --out directory, replacing the results of an earlier run there (other files are left alone).",
+    help="Write into a non-empty --out directory, replacing the results of an earlier run there (other files are left "
+    "alone).",
 )
-ParamOpt = typer.Option(None, "--param", "-p", help="Hyper-parameter KEY=VALUE (repeatable); METHOD.KEY=VALUE targets one method.")
+ParamOpt = typer.Option(None, "--param", "-p",
+                        help="Hyper-parameter KEY=VALUE (repeatable); METHOD.KEY=VALUE targets one method.")
 ScenParamOpt = typer.Option(
-    None, "--scenario-param", "-s", help="Scenario parameter KEY=VALUE (repeatable), e.g. flip_rate=0.5; `topofl scenarios` lists them."
+    None, "--scenario-param", "-s",
+    help="Scenario parameter KEY=VALUE (repeatable), e.g. flip_rate=0.5; `topofl scenarios` lists them."
 )
 ConfigOpt = typer.Option(
     None, "--config", "-c",
-    help=escape("TOML file with any of: scenario, method(s), seed(s), rounds, client_fraction, model, graph, [scenario_params], "
-                "[graph_params], [hyperparameters]; flags override it, and its settings of methods not selected are ignored."),
+    help=escape("TOML file with any of: scenario, method(s), seed(s), rounds, client_fraction, model, graph, "
+                "[scenario_params], [graph_params], [hyperparameters]; flags override it, and its settings of methods "
+                "not selected are ignored."),
 )
-FractionOpt = typer.Option(None, "--client-fraction", help="Fraction of clients selected per round, in (0, 1] (default 1).")
+FractionOpt = typer.Option(None, "--client-fraction",
+                           help="Fraction of clients selected per round, in (0, 1] (default 1).")
 RobustOpt = typer.Option(
     None, "--robust-defaults/--papers-rules", help="Give every method the deployments' Byzantine-robust defaults "
-    "(topofl.deployment_defaults.DEPLOYMENT_DEFAULTS: the guarded mean, shares capped at 0.3) wherever no -p sets the field, or "
-    "the papers' rules (the default of run, compare and experiment; flower, like a deployment, defaults to the robust ones)."
+    "(topofl.deployment_defaults.DEPLOYMENT_DEFAULTS: the guarded mean, shares capped at 0.3) wherever no -p sets the "
+    "field, or the papers' rules (the default of run, compare and experiment; flower, like a deployment, defaults to "
+    "the robust ones)."
 )
-VerboseOpt = typer.Option(False, "--verbose", "-v", help="Log debug messages (and the config file's settings that were ignored).")
+VerboseOpt = typer.Option(False, "--verbose", "-v",
+                          help="Log debug messages (and the config file's settings that were ignored).")
 GraphOpt = typer.Option(
     None, "--graph",
     help="Communication graph of peer-to-peer methods (sheaf, dfedu, dpsgd, local-peers): "
     "erdos_renyi (default), watts_strogatz, barabasi_albert, complete, ring, star.",
 )
-GraphParamOpt = typer.Option(None, "--graph-param", "-g", help="Graph parameter KEY=VALUE (repeatable), e.g. p=0.3 for erdos_renyi.")
+GraphParamOpt = typer.Option(None, "--graph-param", "-g",
+                             help="Graph parameter KEY=VALUE (repeatable), e.g. p=0.3 for erdos_renyi.")
 ModelOpt = typer.Option(
     None, "--model",
-    help="Model every client trains: linear (default), cnn-small, cnn-same, cnn-medium, cnn-large, convnet2, resnet18, mlp, "
-    "or package.module:factory (a torch.nn.Module); `topofl models` lists them.",
+    help="Model every client trains: linear (default), cnn-small, cnn-same, cnn-medium, cnn-large, convnet2, resnet18, "
+    "mlp, or package.module:factory (a torch.nn.Module); `topofl models` lists them.",
 )
 DataOpt = typer.Option(
     None, "--data",
-    help="Your own data: a CSV file with a site column (one client per site), or a directory with one CSV or NPZ (X, y) per site.",
+    help="Your own data: a CSV file with a site column (one client per site), or a directory with one CSV or NPZ "
+    "(X, y) per site.",
 )
 SiteColumnOpt = typer.Option(None, "--site-column", help="--data: the column naming each row's site (default: site).")
 LabelColumnOpt = typer.Option(None, "--label-column", help="--data: the label column (default: y).")
 SaveModelsOpt = typer.Option(
     None, "--save-models",
-    help="Directory for the trained models: DIR/METHOD-seedK.npz with every client's final model and the server's (topofl.load_models).",
+    help="Directory for the trained models: DIR/METHOD-seedK.npz with every client's final model and the server's "
+    "(topofl.load_models).",
 )
 FlowerParamOpt = typer.Option(None, "--param", "-p", help="Hyper-parameter KEY=VALUE (repeatable).")
 FlowerOutOpt = typer.Option(
-    None, "--out", "-o", help="Directory; the run writes rounds.csv, curves.csv, failures.jsonl and result.json into a fresh DIR/run-<id>/."
+    None, "--out", "-o", help="Directory; the run writes rounds.csv, curves.csv, failures.jsonl and result.json into a "
+    "fresh DIR/run-<id>/."
 )
 FlowerResumeOpt = typer.Option(
-    None, "--resume", help="Continue the unfinished run in RUN_DIR (DIR/run-<id> of an earlier --out DIR) after its last "
-    "checkpointed round, with its own settings (the options above are then ignored)."
+    None, "--resume", help="Continue the unfinished run in RUN_DIR (DIR/run-<id> of an earlier --out DIR) after its "
+    "last checkpointed round, with its own settings (the options above are then ignored)."
 )
-ReferenceOpt = typer.Option(None, "--reference", help="The method every other one is compared with (default ptopofl, else the first).")
-TuneOutOpt = typer.Option(None, "--out", "-o", help="Directory (default results/tune-SCENARIO); new or empty unless --resume or --overwrite.")
-TrialsOpt = typer.Option(None, "--trials", help="Tuning: trials per method and setting, the same for every method (default 30; trial 0 = the defaults).")
+ReferenceOpt = typer.Option(None, "--reference",
+                            help="The method every other one is compared with (default ptopofl, else the first).")
+TuneOutOpt = typer.Option(None, "--out", "-o", help="Directory (default results/tune-SCENARIO); new or empty unless "
+                          "--resume or --overwrite.")
+TrialsOpt = typer.Option(None, "--trials", help="Tuning: trials per method and setting, the same for every method "
+                         "(default 30; trial 0 = the defaults).")
 TuneParamsOpt = typer.Option(
     None, "--tune-params",
-    help="Tuning: comma-separated hyper-parameters to tune (default: each method's declared search space, less what the experiment varies "
-    "between its settings; `topofl methods`).",
+    help="Tuning: comma-separated hyper-parameters to tune (default: each method's declared search space, less what "
+    "the experiment varies between its settings; `topofl methods`).",
 )
-TuneSeedsOpt = typer.Option(None, "--tune-seeds", help="Tuning: seeds the trials are scored on (default: the same seeds; see the README).")
-ValidationOpt = typer.Option(None, "--validation-fraction", help="Tuning: share of each client's training data held out for validation (default 0.25).")
-SamplerSeedOpt = typer.Option(None, "--sampler-seed", help="Tuning: seed of the TPE sampler (default 0); another seed gives another equally fair tuning.")
-TuneMetricOpt = typer.Option(None, "--tune-metric", help="Tuning: the validation metric trials are scored by (auto, auc, accuracy, pooled_auc, mse, r2).")
-DataRootOpt = typer.Option(None, "--data-root", help="Real CIFAR-10 pickles or LEAF FEMNIST JSON (experiment deep): the paper's protocol.")
-ExperimentsOutOpt = typer.Option(Path("results/experiments"), "--out", "-o", help="Directory; each experiment writes into DIR/NAME/.")
+TuneSeedsOpt = typer.Option(None, "--tune-seeds",
+                            help="Tuning: seeds the trials are scored on (default: the same seeds; see the README).")
+ValidationOpt = typer.Option(None, "--validation-fraction", help="Tuning: share of each client's training data held "
+                             "out for validation (default 0.25).")
+SamplerSeedOpt = typer.Option(None, "--sampler-seed", help="Tuning: seed of the TPE sampler (default 0); another seed "
+                              "gives another equally fair tuning.")
+TuneMetricOpt = typer.Option(None, "--tune-metric", help="Tuning: the validation metric trials are scored by "
+                             "(auto, auc, accuracy, pooled_auc, mse, r2).")
+DataRootOpt = typer.Option(None, "--data-root", help="Real CIFAR-10 pickles or LEAF FEMNIST JSON (experiment deep): "
+                           "the paper's protocol.")
+ExperimentsOutOpt = typer.Option(Path("results/experiments"), "--out", "-o",
+                                 help="Directory; each experiment writes into DIR/NAME/.")
 ReportDirArg = typer.Argument(Path("results/experiments"), help="Experiments directory (as given to --out).")
 
 
@@ -180,21 +206,26 @@ def p_text(p: float) -> str:
     return "p<0.001" if p < 0.001 else f"p={p:.3f}"
 
 
-SeedsOpt = typer.Option(None, "--seeds", "--seed", help="Seeds: 0-9, 0,3,7, or 0-4,10 (compare's default 0-9; run: one seed, default 0).")
+SeedsOpt = typer.Option(None, "--seeds", "--seed",
+                        help="Seeds: 0-9, 0,3,7, or 0-4,10 (compare's default 0-9; run: one seed, default 0).")
 MethodsOpt = typer.Option(
     None, "--methods", "--method", "-m",
-    help="Comma-separated methods (compare's default: every server-based method; run: one, default ptopofl); `topofl methods` lists them.",
+    help="Comma-separated methods (compare's default: every server-based method; run: one, default ptopofl); "
+    "`topofl methods` lists them.",
 )
 #: options several commands take, declared once: name -> (type, typer option); see :func:`with_options`
 SHARED_OPTIONS: dict[str, tuple[Any, Any]] = {
     "methods": (Optional[str], MethodsOpt),
-    "scenario": (Optional[str], ScenarioOpt), "data": (Optional[Path], DataOpt), "site_column": (Optional[str], SiteColumnOpt),
-    "label_column": (Optional[str], LabelColumnOpt), "seeds": (Optional[str], SeedsOpt), "rounds": (Optional[int], RoundsOpt),
-    "param": (Optional[list[str]], ParamOpt), "scenario_param": (Optional[list[str]], ScenParamOpt), "config": (Optional[Path], ConfigOpt),
-    "model": (Optional[str], ModelOpt), "client_fraction": (Optional[float], FractionOpt), "graph": (Optional[str], GraphOpt),
-    "graph_param": (Optional[list[str]], GraphParamOpt), "overwrite": (bool, OverwriteOpt), "verbose": (bool, VerboseOpt),
-    "robust_defaults": (Optional[bool], RobustOpt),
-    "trials": (Optional[int], TrialsOpt), "tune_params": (Optional[str], TuneParamsOpt), "tune_seeds": (Optional[str], TuneSeedsOpt),
+    "scenario": (Optional[str], ScenarioOpt), "data": (Optional[Path], DataOpt),
+    "site_column": (Optional[str], SiteColumnOpt), "label_column": (Optional[str], LabelColumnOpt),
+    "seeds": (Optional[str], SeedsOpt), "rounds": (Optional[int], RoundsOpt),
+    "param": (Optional[list[str]], ParamOpt), "scenario_param": (Optional[list[str]], ScenParamOpt),
+    "config": (Optional[Path], ConfigOpt), "model": (Optional[str], ModelOpt),
+    "client_fraction": (Optional[float], FractionOpt), "graph": (Optional[str], GraphOpt),
+    "graph_param": (Optional[list[str]], GraphParamOpt), "overwrite": (bool, OverwriteOpt),
+    "verbose": (bool, VerboseOpt), "robust_defaults": (Optional[bool], RobustOpt),
+    "trials": (Optional[int], TrialsOpt), "tune_params": (Optional[str], TuneParamsOpt),
+    "tune_seeds": (Optional[str], TuneSeedsOpt),
     "validation_fraction": (Optional[float], ValidationOpt), "tune_metric": (Optional[str], TuneMetricOpt),
     "sampler_seed": (Optional[int], SamplerSeedOpt),
 }
@@ -210,11 +241,14 @@ def _tuning_flags(self: Any) -> list[str]:
 #: the shared options a command received, by name (those it does not take keep their defaults):
 #: a frozen dataclass built from :data:`SHARED_OPTIONS`, so that each option is declared once
 Options: Any = dataclasses.make_dataclass(
-    "Options", [(name, typ, dataclasses.field(default=opt.default)) for name, (typ, opt) in SHARED_OPTIONS.items()], frozen=True,
-    namespace={"tuning_flags": _tuning_flags, "__doc__": "The shared options a command received (see :func:`with_options`)."},
+    "Options", [(name, typ, dataclasses.field(default=opt.default)) for name, (typ, opt) in SHARED_OPTIONS.items()],
+    frozen=True,
+    namespace={"tuning_flags": _tuning_flags,
+               "__doc__": "The shared options a command received (see :func:`with_options`)."},
 )
 #: the options of a run on a scenario or the user's data (run, compare, tune, flower, experiment)
-DATA_OPTIONS = ("scenario", "data", "site_column", "label_column", "rounds", "param", "scenario_param", "config", "model")
+DATA_OPTIONS = ("scenario", "data", "site_column", "label_column", "rounds", "param", "scenario_param", "config",
+                "model")
 #: the options that describe jobs, the same for ``run`` and ``compare`` (and, but for --overwrite, ``flower``)
 JOB_OPTIONS = ("methods", "seeds", *DATA_OPTIONS, "client_fraction", "graph", "graph_param", "robust_defaults")
 
@@ -240,12 +274,15 @@ def summary_table(rows: list[dict[str, Any]], title: str) -> Table:
     """
     regression = bool(rows) and "mse_mean" in rows[0]
     key_p = f"{'mse' if regression else 'auc'}_vs_fedavg_p"
-    n_cmp = sum(1 for r in rows if r.get(key_p, float("nan")) == r.get(key_p, float("nan")))  # finite p-values (NaN != NaN)
-    caption = (f"Δ vs FedAvg: paired over seeds (± half the 95 % t-interval, seeds won/lost); p: paired t-test, Holm-adjusted over the "
-               f"{n_cmp} comparisons with FedAvg; * p < 0.05" if n_cmp else None)
+    # finite p-values (NaN != NaN)
+    n_cmp = sum(1 for r in rows if r.get(key_p, float("nan")) == r.get(key_p, float("nan")))
+    caption = ("Δ vs FedAvg: paired over seeds (± half the 95 % t-interval, seeds won/lost); p: paired t-test, "
+               f"Holm-adjusted over the {n_cmp} comparisons with FedAvg; * p < 0.05" if n_cmp else None)
     table = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
-    cols = (("method", "MSE (mean ± std)", "RMSE", "R² (mean ± std)", "ΔMSE vs FedAvg (Holm p)", "conv. round", "s/run") if regression else
-            ("method", "AUC (mean ± std)", "accuracy (mean ± std)", "ΔAUC vs FedAvg (Holm p)", "pooled AUC", "conv. round", "s/run"))
+    cols = (("method", "MSE (mean ± std)", "RMSE", "R² (mean ± std)", "ΔMSE vs FedAvg (Holm p)", "conv. round", "s/run")
+            if regression else
+            ("method", "AUC (mean ± std)", "accuracy (mean ± std)", "ΔAUC vs FedAvg (Holm p)", "pooled AUC",
+             "conv. round", "s/run"))
     for col in cols:
         table.add_column(col, justify="right" if col != "method" else "left")
     key = "mse_mean" if regression else "auc_mean"
@@ -254,11 +291,11 @@ def summary_table(rows: list[dict[str, Any]], title: str) -> Table:
     for r in rows:
         name = f"[bold]{r['method']}[/]" if r["method"] == best and len(rows) > 1 else r["method"]
         if regression:
-            cells = (f"{r['mse_mean']:.4g} ± {r['mse_std']:.2g}", f"{r['rmse_mean']:.4g}", f"{r['r2_mean']:.3f} ± {r['r2_std']:.3f}",
-                     paired_cell(r, "mse"))
+            cells = (f"{r['mse_mean']:.4g} ± {r['mse_std']:.2g}", f"{r['rmse_mean']:.4g}",
+                     f"{r['r2_mean']:.3f} ± {r['r2_std']:.3f}", paired_cell(r, "mse"))
         else:
-            cells = (f"{r['auc_mean']:.3f} ± {r['auc_std']:.3f}", f"{r['accuracy_mean']:.3f} ± {r['accuracy_std']:.3f}", paired_cell(r),
-                     f"{r['pooled_auc_mean']:.3f}")
+            cells = (f"{r['auc_mean']:.3f} ± {r['auc_std']:.3f}", f"{r['accuracy_mean']:.3f} ± {r['accuracy_std']:.3f}",
+                     paired_cell(r), f"{r['pooled_auc_mean']:.3f}")
         table.add_row(name, *cells, f"{r['convergence_round_mean']:.1f}", f"{r['seconds_per_run']:.2f}")
     return table
 
@@ -272,8 +309,8 @@ def print_wrapped(text: str, width: int, indent: str, subsequent: str | None = N
     """Print ``text`` as one paragraph wrapped at ``width`` columns, verbatim (no markup)."""
     import textwrap
 
-    wrapped = textwrap.fill(" ".join(text.split()), width, initial_indent=indent, subsequent_indent=subsequent or indent,
-                            break_on_hyphens=False)
+    wrapped = textwrap.fill(" ".join(text.split()), width, initial_indent=indent,
+                            subsequent_indent=subsequent or indent, break_on_hyphens=False)
     console.print(wrapped, markup=False, highlight=False, soft_wrap=True)
 
 
@@ -293,9 +330,10 @@ def print_methods() -> None:
     from topofl.methods import REGISTRY
 
     width = text_width()
-    print_wrapped("Methods (server: a server aggregates; peer: neighbours on a --graph, no server), each hyper-parameter "
-                   "with its default; set one with -p KEY=VALUE, or -p METHOD.KEY=VALUE for one method. [tune: ...] is the "
-                   "search space `topofl tune` explores (tune on request: only with --tune-params).", width, "")
+    print_wrapped("Methods (server: a server aggregates; peer: neighbours on a --graph, no server), each "
+                  "hyper-parameter with its default; set one with -p KEY=VALUE, or -p METHOD.KEY=VALUE for one method. "
+                  "[tune: ...] is the search space `topofl tune` explores (tune on request: only with --tune-params).",
+                  width, "")
     for name, m in REGISTRY.items():
         console.print()
         console.print(f"[bold]{escape(name)}[/] ({m.family})", highlight=False)
@@ -311,7 +349,8 @@ def print_models() -> None:
     """The registered models, in a table."""
     from topofl.models.registry import MODELS
 
-    table = Table(title=escape("models (PyTorch ones need the torch extra: pip install 'topofl[torch]')"), title_justify="left")
+    table = Table(title=escape("models (PyTorch ones need the torch extra: pip install 'topofl[torch]')"),
+                  title_justify="left")
     table.add_column("model")
     table.add_column("what it is")
     for name, text in MODELS.items():
@@ -326,13 +365,14 @@ def print_scenarios() -> None:
     from topofl.data.scenarios import DESCRIPTIONS, SCENARIOS
 
     width = text_width()
-    print_wrapped("Scenarios (--scenario NAME), each with its parameters and their defaults; override one with -s KEY=VALUE.",
-                   width, "")
+    print_wrapped("Scenarios (--scenario NAME), each with its parameters and their defaults; override one with "
+                  "-s KEY=VALUE.", width, "")
     for name, (_, cfg) in SCENARIOS.items():
         console.print()
         console.print(f"[bold]{escape(name)}[/]", highlight=False)
         print_wrapped(DESCRIPTIONS[name], width, "  ")
-        print_wrapped(", ".join(f"{f.name}={as_typed(f.default)}" for f in dataclasses.fields(cfg)), width, "  -s ", "     ")
+        print_wrapped(", ".join(f"{f.name}={as_typed(f.default)}" for f in dataclasses.fields(cfg)), width, "  -s ",
+                      "     ")
 
 
 def as_dict(row: Any) -> dict[str, Any]:
@@ -351,8 +391,8 @@ class RoundTable:
 
     def add(self, history: Any, s: Any) -> None:
         """``on_round`` callback: one row of a round's summary."""
-        self.table.add_row(str(s.round), f"{s.auc:.3f}", f"{s.accuracy:.3f}", f"{s.pooled_auc:.3f}", f"{s.bytes_up / 1024:.1f}",
-                           f"{s.bytes_down / 1024:.1f}")
+        self.table.add_row(str(s.round), f"{s.auc:.3f}", f"{s.accuracy:.3f}", f"{s.pooled_auc:.3f}",
+                           f"{s.bytes_up / 1024:.1f}", f"{s.bytes_down / 1024:.1f}")
 
     def done(self, method: str, seed: int, history: Any) -> None:
         """``on_run_done`` callback: keep the run's history."""
@@ -365,8 +405,8 @@ class RoundTable:
         if "clusters" in log:
             console.print(f"clusters: {log['clusters']}  flagged: {log['flagged']}  re-clustered: {log['reclustered']}")
         f = self.history.final
-        console.print(f"[bold]final[/] AUC {f['auc']:.3f} ± {f['auc_std']:.3f} (mean ± std over clients), accuracy {f['accuracy']:.3f}, "
-                      f"pooled AUC {f['pooled_auc']:.3f}")
+        console.print(f"[bold]final[/] AUC {f['auc']:.3f} ± {f['auc_std']:.3f} (mean ± std over clients), "
+                      f"accuracy {f['accuracy']:.3f}, pooled AUC {f['pooled_auc']:.3f}")
         return self.history
 
 
@@ -386,6 +426,74 @@ def print_flower(history: Any, title: str, seconds: float) -> None:
                   + (f"; results in {history.out_dir}/" if history.out_dir else ""))
 
 
+#: the columns of tuning_summary.csv shown under headings of their own (any other column leads each row)
+_SUMMARY_COLUMNS = ("method", "trials", "failed", "metric", "validation_default", "validation_best", "best_trial",
+                    "chosen", "defaults", "space", "seconds_per_trial", "tuning_seeds")
+#: the columns of tuned_vs_default.csv and paired.csv shown under headings of their own (any other column, and
+#: ``tuning`` and ``geometry``, leads each row)
+_PAIRED_COLUMNS = ("method", "reference", "metric", "tuned", "n_seeds", "diff_mean", "ci_low", "ci_high", "tuned_wins",
+                   "tuned_losses", "reference_wins", "other_wins", "p_value", "p_holm", "n_comparisons")
+#: the paired tables :func:`print_tuning` prints where their file exists: (file stem, title, method column's heading)
+_PAIRED_TABLES = (("tuned_vs_default", "Tuned − default on the test splits (paired over seeds)", "method"),
+                  ("paired", "Reference − method on the test splits (paired over seeds)", "method"))
+
+
+def _number(v: str, fmt: str = ".3f") -> str:
+    """A CSV cell formatted as a number with ``fmt``: ``–`` for NaN or an empty cell, other text as it is."""
+    try:
+        x = float(v)
+    except ValueError:
+        return v or "–"
+    return "–" if x != x else format(x, fmt)
+
+
+def _star(p: str) -> str:
+    """``*`` for a p-value cell below 0.05, else nothing."""
+    try:
+        return "*" if float(p) < 0.05 else ""
+    except ValueError:
+        return ""
+
+
+def _tuning_summary_table(summary: list[dict[str, str]]) -> Table:
+    """The table of each setting's chosen values and validation scores (the rows of tuning_summary.csv)."""
+    extra = [c for c in (summary[0] if summary else {}) if c not in _SUMMARY_COLUMNS]
+    table = Table(title="Tuning (validation splits; trial 0 = defaults)", title_justify="left")
+    for col in (*extra, "method", "default", "best", "trial", "chosen values", "s/trial"):
+        table.add_column(col, justify="left" if col in (*extra, "method", "chosen values") else "right")
+    for r in summary:
+        table.add_row(*(r[c] for c in extra), r["method"], _number(r["validation_default"]),
+                      _number(r["validation_best"]), r["best_trial"], escape(r["chosen"]),
+                      _number(r["seconds_per_trial"], ".2f"))
+    return table
+
+
+def _warn_failed_tunings(summary: list[dict[str, str]]) -> None:
+    """Warn (on stderr) about the settings whose every trial failed."""
+    doomed = [r for r in summary if r["trials"] == r["failed"]]
+    if doomed:
+        err_console.print(f"[bold red]Warning:[/] every trial failed for {len(doomed)} setting(s) "
+                          f"({escape(', '.join(r['method'] for r in doomed[:4]))}): "
+                          "their 'tuned' runs are the defaults, untested; trials.csv says why.", highlight=False)
+
+
+def _paired_table(rows: list[dict[str, str]], title: str, sign: str) -> Table:
+    """The table of paired differences on the test splits (the rows of tuned_vs_default.csv or paired.csv)."""
+    lead = [c for c in (rows[0] if rows else {}) if c in ("tuning", "geometry") or c not in _PAIRED_COLUMNS]
+    t = Table(title=title, title_justify="left", caption="p: paired t-test; Holm: adjusted over the comparisons of "
+              "one family; * Holm p < 0.05", caption_justify="left")
+    for col in (*lead, sign, "metric", "difference (95 % CI)", "won/lost", "p", "Holm p"):
+        t.add_column(col, justify="left" if col in (*lead, sign, "metric") else "right")
+    for r in rows:
+        won = f"{r.get('tuned_wins', r.get('reference_wins'))}/{r.get('tuned_losses', r.get('other_wins'))}"
+        name = r["method"] + (" (defaults kept)" if r.get("tuned") == "defaults kept" else "")
+        t.add_row(*(r[c] for c in lead), name, r["metric"],
+                  f"{_number(r['diff_mean'], '+.3f')} ({_number(r['ci_low'], '+.3f')}, "
+                  f"{_number(r['ci_high'], '+.3f')})", won, _number(r["p_value"]),
+                  _number(r["p_holm"]) + _star(r["p_holm"]))
+    return t
+
+
 def print_tuning(out: Path) -> None:
     """What ``topofl tune`` and ``experiment --tuned`` print: each setting's chosen values and
     validation scores, then tuned − default and (``tune``) reference − method on the test splits,
@@ -393,53 +501,14 @@ def print_tuning(out: Path) -> None:
     """
     from topofl.experiments.results import read_csv
 
-    def f(v: str, fmt: str = ".3f") -> str:
-        try:
-            x = float(v)
-        except ValueError:
-            return v or "–"
-        return "–" if x != x else format(x, fmt)
-
-    def star(p: str) -> str:
-        try:
-            return "*" if float(p) < 0.05 else ""
-        except ValueError:
-            return ""
-
     summary = read_csv(out / "tuning_summary.csv") if (out / "tuning_summary.csv").exists() else []
-    extra = [c for c in (summary[0] if summary else {}) if c not in (
-        "method", "trials", "failed", "metric", "validation_default", "validation_best", "best_trial", "chosen", "defaults", "space",
-        "seconds_per_trial", "tuning_seeds")]
-    table = Table(title="Tuning (validation splits; trial 0 = defaults)", title_justify="left")
-    for col in (*extra, "method", "default", "best", "trial", "chosen values", "s/trial"):
-        table.add_column(col, justify="left" if col in (*extra, "method", "chosen values") else "right")
-    for r in summary:
-        table.add_row(*(r[c] for c in extra), r["method"], f(r["validation_default"]), f(r["validation_best"]), r["best_trial"],
-                      escape(r["chosen"]), f(r["seconds_per_trial"], ".2f"))
-    console.print(table)
-    doomed = [r for r in summary if r["trials"] == r["failed"]]
-    if doomed:
-        err_console.print(f"[bold red]Warning:[/] every trial failed for {len(doomed)} setting(s) ({escape(', '.join(r['method'] for r in doomed[:4]))}): "
-                          "their 'tuned' runs are the defaults, untested; trials.csv says why.", highlight=False)
-    for stem, title, sign in (("tuned_vs_default", "Tuned − default on the test splits (paired over seeds)", "method"),
-                              ("paired", "Reference − method on the test splits (paired over seeds)", "method")):
+    console.print(_tuning_summary_table(summary))
+    _warn_failed_tunings(summary)
+    for stem, title, sign in _PAIRED_TABLES:
         path = out / f"{stem}.csv"
         if not path.exists():
             continue
-        rows = read_csv(path)
-        lead = [c for c in (rows[0] if rows else {}) if c in ("tuning", "geometry") or c not in (
-            "method", "reference", "metric", "tuned", "n_seeds", "diff_mean", "ci_low", "ci_high", "tuned_wins", "tuned_losses", "reference_wins",
-            "other_wins", "p_value", "p_holm", "n_comparisons")]
-        t = Table(title=title, title_justify="left", caption="p: paired t-test; Holm: adjusted over the comparisons of one family; "
-                  "* Holm p < 0.05", caption_justify="left")
-        for col in (*lead, sign, "metric", "difference (95 % CI)", "won/lost", "p", "Holm p"):
-            t.add_column(col, justify="left" if col in (*lead, sign, "metric") else "right")
-        for r in rows:
-            won = f"{r.get('tuned_wins', r.get('reference_wins'))}/{r.get('tuned_losses', r.get('other_wins'))}"
-            name = r["method"] + (" (defaults kept)" if r.get("tuned") == "defaults kept" else "")
-            t.add_row(*(r[c] for c in lead), name, r["metric"], f"{f(r['diff_mean'], '+.3f')} ({f(r['ci_low'], '+.3f')}, "
-                      f"{f(r['ci_high'], '+.3f')})", won, f(r["p_value"]), f(r["p_holm"]) + star(r["p_holm"]))
-        console.print(t)
+        console.print(_paired_table(read_csv(path), title, sign))
 
 
 log = logging.getLogger(__name__)
@@ -461,7 +530,8 @@ def method_hyperparameters(methods: Sequence[str], flat: Mapping[str, Any]) -> d
         if "." in key:
             method, name = key.split(".", 1)
             if method not in out:
-                raise ValueError(f"hyper-parameter {key!r} names method {method!r}, which is not selected ({', '.join(methods)})")
+                raise ValueError(f"hyper-parameter {key!r} names method {method!r}, which is not selected "
+                                 f"({', '.join(methods)})")
             out[method][name] = value
             continue
         targets = [m for m in methods if key in get_method(m).config.field_help()]
@@ -475,7 +545,8 @@ def method_hyperparameters(methods: Sequence[str], flat: Mapping[str, Any]) -> d
 
 #: Largest config file :func:`load_toml` reads (a run/compare file is a few hundred bytes).
 MAX_CONFIG_BYTES = 1_000_000
-#: Deepest nesting of tables and arrays a config file may have (the layout needs 3: ``[hyperparameters.METHOD]`` with a list value).
+#: Deepest nesting of tables and arrays a config file may have (the layout needs 3: ``[hyperparameters.METHOD]``
+#: with a list value).
 MAX_CONFIG_DEPTH = 16
 
 
@@ -503,7 +574,8 @@ def load_toml(path: Path) -> dict[str, Any]:
     try:
         size = path.stat().st_size
         if size > MAX_CONFIG_BYTES:
-            raise ValueError(f"{where} is larger than {MAX_CONFIG_BYTES:,} bytes ({size:,}); a run/compare config is a few lines")
+            raise ValueError(f"{where} is larger than {MAX_CONFIG_BYTES:,} bytes ({size:,}); "
+                             "a run/compare config is a few lines")
         with path.open("rb") as fh:
             raw = fh.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:
@@ -513,19 +585,22 @@ def load_toml(path: Path) -> dict[str, Any]:
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise ValueError(f"{where} is not UTF-8 text (byte {exc.start} is {raw[exc.start:exc.start + 1]!r}); save it as UTF-8") from None
+        raise ValueError(f"{where} is not UTF-8 text (byte {exc.start} is {raw[exc.start:exc.start + 1]!r}); "
+                         "save it as UTF-8") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"{where} is not valid TOML: {str(exc).splitlines()[0] if str(exc) else exc!r}") from None
     except RecursionError:
-        raise ValueError(f"{where} nests deeper than TOML can be read here; at most {MAX_CONFIG_DEPTH} levels of tables and arrays") from None
+        raise ValueError(f"{where} nests deeper than TOML can be read here; "
+                         f"at most {MAX_CONFIG_DEPTH} levels of tables and arrays") from None
     depth = _nesting(data) - 1  # the document itself is no level
     if depth > MAX_CONFIG_DEPTH:
         raise ValueError(f"{where} nests {depth} levels deep; at most {MAX_CONFIG_DEPTH} levels of tables and arrays")
     unknown = sorted(set(data) - set(CONFIG_KEYS))
     if unknown:
-        shown = ", ".join(k if len(k) <= 40 else k[:30] + "..." for k in unknown[:12]) + (" ..." if len(unknown) > 12 else "")
+        shown = (", ".join(k if len(k) <= 40 else k[:30] + "..." for k in unknown[:12])
+                 + (" ..." if len(unknown) > 12 else ""))
         raise ValueError(f"{where} has unknown key(s) {shown}; known: {', '.join(sorted(CONFIG_KEYS))}")
     for key, value in data.items():
         expected, ok = CONFIG_KEYS[key]
@@ -569,9 +644,11 @@ CONFIG_KEYS: dict[str, tuple[str, Any]] = {
     "methods": ("a list of method names, e.g. methods = [\"ptopofl\", \"fedavg\"]",
                 lambda v: isinstance(v, list) and bool(v) and all(isinstance(m, str) for m in v)),
     "seed": ("an integer", _is_int),
-    "model": ("a model name such as \"cnn-small\" or \"package.module:factory\"", lambda v: isinstance(v, str) and bool(v)),
+    "model": ("a model name such as \"cnn-small\" or \"package.module:factory\"",
+              lambda v: isinstance(v, str) and bool(v)),
     "seeds": ("a string such as \"0-9\", an integer or a list of integers",
-              lambda v: isinstance(v, str) or _is_int(v) or (isinstance(v, list) and bool(v) and all(_is_int(x) for x in v))),
+              lambda v: isinstance(v, str) or _is_int(v)
+              or (isinstance(v, list) and bool(v) and all(_is_int(x) for x in v))),
     "rounds": ("an integer", _is_int),
     "client_fraction": ("a number in (0, 1]", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)),
     "graph": ("a graph kind, e.g. graph = \"ring\"", lambda v: isinstance(v, str) and bool(v)),
@@ -608,7 +685,8 @@ def _drop_unselected(methods: Sequence[str], flat: Mapping[str, Any], source: st
             method, name = "", key
         if method:
             if method not in REGISTRY:
-                raise ValueError(f"{source}: hyper-parameter {key!r} names unknown method {method!r}; available: {', '.join(available())}")
+                raise ValueError(f"{source}: hyper-parameter {key!r} names unknown method {method!r}; "
+                                 f"available: {', '.join(available())}")
             if method not in methods:
                 log.info("%s: %s ignored (method %s is not selected)", source, key, method)
                 continue
@@ -722,8 +800,8 @@ def experiment_overrides(o: Any) -> tuple[dict[str, Any], Callable[[list[Job]], 
             changes[name] = value
     graph_params = {**dict(file.get("graph_params", {})), **parse_assignments(o.graph_param or [], "--graph-param")}
     flat = {**flatten_hyperparameters(file.get("hyperparameters", {})), **parse_assignments(o.param or [], "--param")}
-    said = {**changes, **({"data_params": params} if params else {}), **({"graph_params": graph_params} if graph_params else {}),
-            **({"hyperparameters": flat} if flat else {})}
+    said = {**changes, **({"data_params": params} if params else {}),
+            **({"graph_params": graph_params} if graph_params else {}), **({"hyperparameters": flat} if flat else {})}
     if not said:
         return {}, None
 
@@ -754,11 +832,12 @@ def check_out_is_free(path: Path, overwrite: bool, flag: str = "--out") -> None:
     path = Path(path)
     if overwrite or not path.is_dir():
         return
-    entries = sorted(p.name for p in path.iterdir() if p.name != LOCK_NAME)  # a lock file left by a finished run holds no results
+    # a lock file left by a finished run holds no results
+    entries = sorted(p.name for p in path.iterdir() if p.name != LOCK_NAME)
     if entries:
         shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
-        raise ValueError(f"{flag} {str(path)!r} already holds files ({shown}); pass --overwrite to replace the results in it, "
-                         "or choose another directory")
+        raise ValueError(f"{flag} {str(path)!r} already holds files ({shown}); "
+                         "pass --overwrite to replace the results in it, or choose another directory")
 
 
 def prepare_out(path: Path, flag: str = "--out") -> Path:

@@ -50,7 +50,8 @@ class Space:
                 raise ValueError(f"a choice space needs at least two distinct options; got {self.choices!r}")
             return
         if not (self.low < self.high) or (self.log and self.low <= 0):
-            raise ValueError(f"a {self.kind} space needs low < high (and low > 0 on a log scale); got [{self.low}, {self.high}]")
+            raise ValueError(f"a {self.kind} space needs low < high (and low > 0 on a log scale); "
+                             f"got [{self.low}, {self.high}]")
         if self.kind == "int" and not (float(self.low).is_integer() and float(self.high).is_integer()):
             raise ValueError(f"an int space needs integer bounds; got [{self.low}, {self.high}]")
 

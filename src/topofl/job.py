@@ -28,9 +28,10 @@ _LEGACY_DATA_NAMES = {"rotated-digits": "digits", "rotated-mnist": "mnist"}
 
 #: the names files and run configs have always used for a job's fields (``config.json``, Flower's run config
 #: and checkpoints): name in files → :class:`Job` field
-FILE_NAMES = {"method": "method", "scenario": "data", "scenario_params": "data_params", "rounds": "rounds", "seed": "seed",
-              "hyperparameters": "hyperparameters", "client_fraction": "client_fraction", "graph": "graph",
-              "graph_params": "graph_params", "model": "model", "device": "device", "attack": "attack"}
+FILE_NAMES = {"method": "method", "scenario": "data", "scenario_params": "data_params", "rounds": "rounds",
+              "seed": "seed", "hyperparameters": "hyperparameters", "client_fraction": "client_fraction",
+              "graph": "graph", "graph_params": "graph_params", "model": "model", "device": "device",
+              "attack": "attack"}
 
 
 def _frozen_mapping(name: str, value: Any) -> dict[str, Any]:
@@ -172,7 +173,8 @@ class Job:
         """
         d = self.as_dict()
         out: dict[str, Any] = {
-            "experiment": d["experiment"], "scenario": _LEGACY_DATA_NAMES.get(d["data"], d["data"]), "method": d["method"],
+            "experiment": d["experiment"], "scenario": _LEGACY_DATA_NAMES.get(d["data"], d["data"]),
+            "method": d["method"],
             "seed": d["seed"], "rounds": d["rounds"], "label": d["label"], "hyperparameters": d["hyperparameters"],
             "scenario_params": d["data_params"], "setting": d["setting"],
             "graph": {"kind": d["graph"], **d["graph_params"]} if self.family == "peer" else {},
@@ -202,7 +204,8 @@ class Job:
             del legacy["validation"]
         text = json.dumps(legacy, sort_keys=True, default=_plain)
         setting = "_".join(f"{k}{v}" for k, v in self.setting.items())
-        slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{legacy['scenario']}_{self.label or self.method}_{setting}_s{self.seed}")
+        slug = re.sub(r"[^A-Za-z0-9_.-]+", "-",
+                      f"{legacy['scenario']}_{self.label or self.method}_{setting}_s{self.seed}")
         return f"{slug.strip('-')}_{hashlib.sha1(text.encode()).hexdigest()[:8]}"
 
     @classmethod
@@ -228,5 +231,6 @@ def _plain(o: Any) -> Any:
 
 def _attack_spec(attack: Any) -> str:
     """An ``AttackConfig`` as its ``kind:key=value,...`` spec (non-default values only)."""
-    values = {k: v for k, v in asdict(attack).items() if k != "kind" and v != type(attack).__dataclass_fields__[k].default}
+    values = {k: v for k, v in asdict(attack).items()
+              if k != "kind" and v != type(attack).__dataclass_fields__[k].default}
     return attack.kind + (":" + ",".join(f"{k}={v}" for k, v in sorted(values.items())) if values else "")

@@ -59,25 +59,32 @@ class Method:
 
 
 _SERVER = (
-    (PTopoFL, "pTopoFL (the pTopoFL paper): clients send persistent-homology descriptors of their data; the server clusters "
-              "them, weights each cluster's average by topological similarity and trust, and each client uses its cluster's model."),
-    (FedAvg, "FedAvg (McMahan et al. 2017): one global model, the sample-size-weighted average of the clients' local models."),
-    (FedProx, "FedProx (Li et al. 2020): FedAvg whose local objective adds a proximal term mu/2 |theta - theta_global|^2."),
-    (Scaffold, "SCAFFOLD (Karimireddy et al. 2020): FedAvg with control variates that correct the clients' drift (option II)."),
+    (PTopoFL, "pTopoFL (the pTopoFL paper): clients send persistent-homology descriptors of their data; the server "
+              "clusters them, weights each cluster's average by topological similarity and trust, and each client "
+              "uses its cluster's model."),
+    (FedAvg, "FedAvg (McMahan et al. 2017): one global model, the sample-size-weighted average of the clients' local "
+             "models."),
+    (FedProx, "FedProx (Li et al. 2020): FedAvg whose local objective adds a proximal term "
+              "mu/2 |theta - theta_global|^2."),
+    (Scaffold, "SCAFFOLD (Karimireddy et al. 2020): FedAvg with control variates that correct the clients' drift "
+               "(option II)."),
     (PFedMe, "pFedMe (Dinh et al. 2020): a personal model per client, regularised towards its copy of the global "
              "model (Moreau envelope); clients are scored with their personal model."),
     (Ditto, "Ditto (Li et al. 2021): a FedAvg global model plus a personal model per client trained with a pull "
             "towards the global one; clients are scored with their personal model."),
     (PerFedAvg, "Per-FedAvg (Fallah et al. 2020): MAML-style FedAvg; each client adapts the global model with one "
                 "gradient step on its own data before use."),
-    (IFCA, "IFCA (Ghosh et al. 2020): k cluster models; each client trains and uses the one with the lowest loss on its data."),
+    (IFCA, "IFCA (Ghosh et al. 2020): k cluster models; each client trains and uses the one with the lowest loss on "
+           "its data."),
     (LocalOnly, "Local-only baseline: every client trains its own model; nothing is communicated."),
 )
 _PEER = (
-    (SheafFMTL, "Sheaf-FMTL (Ben Issaid et al. 2025): neighbours exchange projections of their models (of any sizes) onto "
-                "learned edge spaces and pull them into agreement there; multi-task, no server."),
-    (DFedU, "dFedU (Dinh et al. 2022): each peer takes a local gradient step plus a pull towards its neighbours' models."),
-    (DPSGD, "D-PSGD (Lian et al. 2017): gossip averaging with the neighbours (Metropolis weights), then a local SGD step."),
+    (SheafFMTL, "Sheaf-FMTL (Ben Issaid et al. 2025): neighbours exchange projections of their models (of any sizes) "
+                "onto learned edge spaces and pull them into agreement there; multi-task, no server."),
+    (DFedU, "dFedU (Dinh et al. 2022): each peer takes a local gradient step plus a pull towards its neighbours' "
+            "models."),
+    (DPSGD, "D-PSGD (Lian et al. 2017): gossip averaging with the neighbours (Metropolis weights), then a local SGD "
+            "step."),
     (LocalPeers, "Local-only peer baseline: every peer of the graph trains alone; nothing is sent."),
 )
 
@@ -125,7 +132,8 @@ def canonical(name: str) -> str:
     """
     if str(name).startswith(PAPER_PREFIX):
         if str(name)[len(PAPER_PREFIX):] not in PAPER_METHODS:
-            raise ValueError(f"unknown paper-protocol method {name!r}; available: {', '.join(PAPER_PREFIX + m for m in PAPER_METHODS)}")
+            raise ValueError(f"unknown paper-protocol method {name!r}; "
+                             f"available: {', '.join(PAPER_PREFIX + m for m in PAPER_METHODS)}")
         return str(name)
     return get(name).name
 
@@ -155,5 +163,6 @@ def build_family(name: str, wanted: str, hyperparameters: Mapping[str, Any] | No
     m = get(name)
     if m.family != wanted:
         kind = {"server": "server-based", "peer": "decentralised (peer-to-peer)"}
-        raise ValueError(f"{name!r} is a {kind[m.family]} method; this needs a {kind[wanted]} one: {', '.join(available(wanted))}")
+        raise ValueError(f"{name!r} is a {kind[m.family]} method; this needs a {kind[wanted]} one: "
+                         f"{', '.join(available(wanted))}")
     return build(name, hyperparameters)

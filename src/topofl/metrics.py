@@ -98,6 +98,7 @@ def pooled_scores(task: str, y: np.ndarray, scores: np.ndarray) -> dict[str, flo
     """Pooled AUC and accuracy (MSE and R² for regression) of concatenated test labels and scores."""
     if task == "regression":
         pooled_r = regression_scores(y, scores)
-        return {"pooled_auc": float("nan"), "pooled_accuracy": float("nan"), "pooled_mse": pooled_r["mse"], "pooled_r2": pooled_r["r2"]}
+        return {"pooled_auc": float("nan"), "pooled_accuracy": float("nan"), "pooled_mse": pooled_r["mse"],
+                "pooled_r2": pooled_r["r2"]}
     pred = (scores >= 0.5).astype(float) if task == "binary" else np.argmax(scores, axis=1).astype(float)
     return {"pooled_auc": auc_score(task, y, scores), "pooled_accuracy": float(np.mean(pred == y))}

@@ -201,9 +201,9 @@ def test_every_server_method_trains_a_torch_model_unchanged(images, method, mode
 
 @pytest.fixture(scope="module")
 def rotated():
-    from topofl.experiments.decentralised_run import load_peer_data
+    from topofl.data.sources import load
 
-    return load_peer_data("mnist", 0, {"n_clients": 6, "samples_per_client": 30})
+    return load("rotated-mnist", 0, {"n_clients": 6, "samples_per_client": 30})
 
 
 @pytest.mark.parametrize("method", topofl.methods.available("peer"))

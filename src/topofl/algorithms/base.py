@@ -30,17 +30,19 @@ from topofl.robustness.aggregators import (
 )
 
 __all__ = [
-    "AGGREGATORS", "Algorithm", "AlgorithmConfig", "ClientContext", "DPAggregateConfig", "RobustRuleConfig", "cap_shares",
-    "dp_server_rng",
-    "UpdateReputation", "excluded_ids", "hp", "robust_entries", "round_change_stats", "personal_rng", "robust_round", "weighted_average",
+    "AGGREGATORS", "Algorithm", "AlgorithmConfig", "ClientContext", "DPAggregateConfig", "RobustRuleConfig",
+    "cap_shares", "dp_server_rng",
+    "UpdateReputation", "excluded_ids", "hp", "robust_entries", "round_change_stats", "personal_rng",
+    "robust_round", "weighted_average",
 ]
 
 log = logging.getLogger(__name__)
 
 #: the help text of a method's choice of aggregation rule (``aggregator``, ``intra_aggregator``)
 AGGREGATOR_HELP = (
-    "mean (the weighted average) | median, trimmed_mean (coordinate-wise; Yin et al. 2018) | krum, multi_krum (Blanchard et al. 2017) | "
-    "bulyan (El Mhamdi et al. 2018) | norm_clip (Sun et al. 2019) | guarded_mean (opposed changes left out, the rest clipped to "
+    "mean (the weighted average) | median, trimmed_mean (coordinate-wise; Yin et al. 2018) | "
+    "krum, multi_krum (Blanchard et al. 2017) | bulyan (El Mhamdi et al. 2018) | norm_clip (Sun et al. 2019) | "
+    "guarded_mean (opposed changes left out, the rest clipped to "
     "guard_clip × the median norm, then the mean; the deployments' default); see topofl.robustness.aggregators"
 )
 
@@ -128,8 +130,8 @@ class DPAggregateConfig(Config):
         return self.dp_noise_multiplier > 0
 
     def dp_descriptor_fields(self) -> tuple[float, float]:
-        """``(descriptor_radius, descriptor_epsilon)`` of :class:`~topofl.privacy.dp.DPConfig`: (0, 1), the descriptor channel
-        off (pTopoFL overrides it).
+        """``(descriptor_radius, descriptor_epsilon)`` of :class:`~topofl.privacy.dp.DPConfig`: (0, 1), the
+        descriptor channel off (pTopoFL overrides it).
         """
         return 0.0, 1.0
 
@@ -144,15 +146,16 @@ class DPAggregateConfig(Config):
         if not self.dp_updates:
             return None
         radius, epsilon = self.dp_descriptor_fields()
-        return DPConfig(clip=self.dp_clip, noise_multiplier=self.dp_noise_multiplier, delta=self.dp_delta, sampling_rate=1.0,
-                        accountant=self.dp_accountant, descriptor_radius=radius, descriptor_epsilon=epsilon)
+        return DPConfig(clip=self.dp_clip, noise_multiplier=self.dp_noise_multiplier, delta=self.dp_delta,
+                        sampling_rate=1.0, accountant=self.dp_accountant, descriptor_radius=radius,
+                        descriptor_epsilon=epsilon)
 
     def check_dp_rule(self, field: str, rule: str) -> None:
         """``ValueError`` naming ``field`` and ``dp_noise_multiplier`` when DP is on and ``rule`` is not the mean."""
         if self.dp_updates and rule != "mean":
             raise ValueError(
-                f"{field}={rule!r} cannot be combined with dp_noise_multiplier={self.dp_noise_multiplier!r}: client-level DP "
-                f"(DP-FedAvg) adds noise to the clipped sum of the updates and needs {field}='mean'"
+                f"{field}={rule!r} cannot be combined with dp_noise_multiplier={self.dp_noise_multiplier!r}: "
+                f"client-level DP (DP-FedAvg) adds noise to the clipped sum of the updates and needs {field}='mean'"
             )
 
 
@@ -166,7 +169,8 @@ class UpdateReputation:
 
     def history(self, client_ids: Sequence[int]) -> np.ndarray:
         """``(sum, count)`` rows for ``client_ids`` (zeros for a client not yet scored)."""
-        return np.array([self.totals.get(int(c), (0.0, 0)) for c in client_ids], dtype=np.float64).reshape(len(client_ids), 2)
+        return np.array([self.totals.get(int(c), (0.0, 0)) for c in client_ids],
+                        dtype=np.float64).reshape(len(client_ids), 2)
 
     def record(self, client_ids: Sequence[int], result: AggregateResult) -> None:
         """Add the round's cosines of ``result`` (rows in ``client_ids`` order; NaN ones skipped)."""
@@ -258,7 +262,8 @@ def robust_round(
     need = required_updates(rule, config.byzantine_f)
     m = config.multi_krum_m
     if n < need:
-        note = f"{rule} with byzantine_f={config.byzantine_f} needs at least {need} updates; got {n}: coordinate-wise median used"
+        note = (f"{rule} with byzantine_f={config.byzantine_f} needs at least {need} updates; got {n}: "
+                "coordinate-wise median used")
         rule = "median"
     elif rule == "multi_krum" and m > n:
         note = f"multi_krum_m={m} exceeds the round's {n} updates: m={n} used"
@@ -274,9 +279,9 @@ def robust_round(
     history = reputation.history(client_ids) if tracked and reputation is not None and client_ids is not None else None
     result = robust_aggregate(rule, np.vstack(vectors), weights, reference=reference, f=config.byzantine_f,
                               trim_fraction=config.trim_fraction, clip_norm=config.clip_norm, m=m,
-                              min_cosine=config.guard_min_cosine, clip_multiplier=config.guard_clip, direction=direction,
-                              norm_scale=norm_scale, history=history, max_norm_ratio=config.guard_max_norm,
-                              max_share=config.max_client_weight)
+                              min_cosine=config.guard_min_cosine, clip_multiplier=config.guard_clip,
+                              direction=direction, norm_scale=norm_scale, history=history,
+                              max_norm_ratio=config.guard_max_norm, max_share=config.max_client_weight)
     if tracked and reputation is not None and client_ids is not None:
         reputation.record(client_ids, result)
     return result, note
@@ -325,7 +330,8 @@ def dp_server_rng(rng: np.random.Generator) -> np.random.Generator:
     """
     seq = rng.bit_generator.seed_seq
     if not isinstance(seq, np.random.SeedSequence):
-        raise ValueError(f"the server generator must be seeded by a numpy SeedSequence to spawn the DP noise generator; got {seq!r}")
+        raise ValueError("the server generator must be seeded by a numpy SeedSequence to spawn the DP noise "
+                         f"generator; got {seq!r}")
     return np.random.default_rng(seq.spawn(1)[0])
 
 

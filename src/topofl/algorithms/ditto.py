@@ -28,7 +28,8 @@ class Ditto(GlobalModelAlgorithm):
     """Global FedAvg update, then a personal update regularised towards the received model."""
 
     client_state_recovery = (
-        "its personal model v_k restarts from the model's initialisation, as in round 1 (the global model is the server's, unaffected)"
+        "its personal model v_k restarts from the model's initialisation, as in round 1 "
+        "(the global model is the server's, unaffected)"
     )
 
     name = "ditto"

@@ -51,8 +51,8 @@ class GlobalModelConfig(DPAggregateConfig, RobustRuleConfig, AlgorithmConfig):
         super().__post_init__()
         self.check_dp_rule("aggregator", self.aggregator)
         if self.dp_updates and not self.supports_dp:
-            raise ValueError(f"dp_noise_multiplier={self.dp_noise_multiplier!r}: client-level DP is implemented for FedAvg, FedProx, "
-                             "Ditto, pFedMe, Per-FedAvg and pTopoFL, not for this method")
+            raise ValueError(f"dp_noise_multiplier={self.dp_noise_multiplier!r}: client-level DP is implemented for "
+                             "FedAvg, FedProx, Ditto, pFedMe, Per-FedAvg and pTopoFL, not for this method")
 
 
 class GlobalModelAlgorithm(Algorithm):
@@ -120,11 +120,13 @@ class GlobalModelAlgorithm(Algorithm):
         sent = self.global_params
         deltas = (np.vstack([np.asarray(u.params, dtype=np.float64) - sent for u in updates]) if updates
                   else np.zeros((0, sent.size)))
-        agg = dp_fedavg_aggregate(deltas, dp.clip, dp.noise_multiplier, self._dp_rng, dp.expected_clients(len(self.client_ids)))
+        agg = dp_fedavg_aggregate(deltas, dp.clip, dp.noise_multiplier, self._dp_rng,
+                                  dp.expected_clients(len(self.client_ids)))
         self.global_params = sent + agg.update
         entry: dict[str, Any] = dict(privacy_report(dp, rnd))
         entry["dp_clipped"] = [int(updates[i].client_id) for i in agg.clipped]
-        log.debug("round %d: DP-FedAvg over %d update(s), %d clipped, epsilon=%.4g", rnd, len(updates), len(agg.clipped), entry["dp_epsilon"])
+        log.debug("round %d: DP-FedAvg over %d update(s), %d clipped, epsilon=%.4g", rnd, len(updates),
+                  len(agg.clipped), entry["dp_epsilon"])
         return entry
 
 

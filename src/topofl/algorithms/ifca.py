@@ -2,10 +2,10 @@
 
 The server keeps k cluster models and sends all of them; each client picks the one with the
 lowest loss on its training data, trains it locally and sends it back with its choice; the server
-averages each cluster's returns with sample-size weights. Cluster 0 starts at the zero model (so
-k = 1 is exactly FedAvg); the others start at small N(0, init_scale²) weights: their losses are close to the zero model's, so
-clients split by how their data align with each random direction (random models far from zero are
-never picked, and IFCA then degenerates to FedAvg).
+averages each cluster's returns with sample-size weights. Cluster 0 starts at the zero model (so k = 1 is
+exactly FedAvg); the others start at small N(0, init_scale²) weights: their losses are close to the zero
+model's, so clients split by how their data align with each random direction (random models far from zero
+are never picked, and IFCA then degenerates to FedAvg).
 Clients are evaluated with the cluster model they would pick.
 """
 from __future__ import annotations
@@ -59,7 +59,8 @@ class IFCA(Algorithm):
 
     def setup(self, model: Model, client_ids: list[int], rng: np.random.Generator) -> None:
         super().setup(model, client_ids, rng)
-        self.models = np.vstack([model.init(rng)] + [model.init(rng, self.config.init_scale) for _ in range(self.config.k - 1)])
+        self.models = np.vstack([model.init(rng)]
+                                + [model.init(rng, self.config.init_scale) for _ in range(self.config.k - 1)])
         self.warned: set[str] = set()  # robust aggregation's fallback notes already logged as warnings
         self.reputation = UpdateReputation()  # guarded_mean: each client's cosines so far
 
@@ -106,7 +107,8 @@ class IFCA(Algorithm):
         entry: dict[str, Any] = {"clusters": choice}
         stats = None
         if c.aggregator == "guarded_mean":
-            stats = round_change_stats([np.asarray(u.params, dtype=np.float64) - self.models[choice[u.client_id]] for u in updates])
+            stats = round_change_stats([np.asarray(u.params, dtype=np.float64) - self.models[choice[u.client_id]]
+                                        for u in updates])
         for j in range(c.k):
             members = [u for u in updates if choice[u.client_id] == j]
             if not members:
@@ -116,9 +118,10 @@ class IFCA(Algorithm):
                 self.models[j] = weighted_average([u.params for u in members], weights, c.max_client_weight)
                 continue
             ids = [u.client_id for u in members]
-            result, note = robust_round(c.aggregator, [u.params for u in members], cap_shares(weights, c.max_client_weight),
-                                        self.models[j].copy(), c, self.warned, direction=stats[0] if stats else None,
-                                    norm_scale=stats[1] if stats else None, client_ids=ids,
+            result, note = robust_round(c.aggregator, [u.params for u in members],
+                                        cap_shares(weights, c.max_client_weight), self.models[j].copy(), c,
+                                        self.warned, direction=stats[0] if stats else None,
+                                        norm_scale=stats[1] if stats else None, client_ids=ids,
                                         reputation=self.reputation)
             self.models[j] = result.vector
             for key, value in robust_entries(ids, result, c.aggregator, note).items():

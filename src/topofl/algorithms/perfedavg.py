@@ -57,7 +57,8 @@ class PerFedAvg(GlobalModelAlgorithm):
                 w_tilde = w - c.alpha * model.grad(w, X[D[0]], y[D[0]])
                 g = model.grad(w_tilde, X[D[1]], y[D[1]])
                 if c.variant == "hf":
-                    hv = (model.grad(w + c.delta * g, X[D[2]], y[D[2]]) - model.grad(w - c.delta * g, X[D[2]], y[D[2]])) / (2 * c.delta)
+                    hv = (model.grad(w + c.delta * g, X[D[2]], y[D[2]])
+                          - model.grad(w - c.delta * g, X[D[2]], y[D[2]])) / (2 * c.delta)
                     g = g - c.alpha * hv
                 w -= c.lr * g
         ensure_finite("Per-FedAvg", w, lr=c.lr, alpha=c.alpha)

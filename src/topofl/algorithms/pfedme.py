@@ -46,14 +46,16 @@ class PFedMeConfig(GlobalModelConfig):
     def __post_init__(self) -> None:
         super().__post_init__()  # the declared bounds; lr keeps TrainingConfig's (0, 100]
         if self.lr * self.lam >= 2.0:
-            raise ValueError(f"lr*lam must be below 2 for pFedMe's local update to be stable; got lr={self.lr}, lam={self.lam}")
+            raise ValueError("lr*lam must be below 2 for pFedMe's local update to be stable; "
+                             f"got lr={self.lr}, lam={self.lam}")
 
 
 class PFedMe(GlobalModelAlgorithm):
     """Personalised FL with Moreau envelopes (see module docstring)."""
 
     client_state_recovery = (
-        "its personal model θ_k is recomputed by its next fit; until then it is evaluated with the received global model"
+        "its personal model θ_k is recomputed by its next fit; until then it is evaluated with the "
+        "received global model"
     )
 
     name = "pfedme"

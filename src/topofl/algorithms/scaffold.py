@@ -16,7 +16,15 @@ from typing import Any
 
 import numpy as np
 
-from topofl.algorithms.base import Algorithm, ClientContext, UpdateReputation, cap_shares, hp, robust_entries, robust_round
+from topofl.algorithms.base import (
+    Algorithm,
+    ClientContext,
+    UpdateReputation,
+    cap_shares,
+    hp,
+    robust_entries,
+    robust_round,
+)
 from topofl.algorithms.fedavg import GlobalModelConfig
 from topofl.config import floats
 from topofl.federation.local import AffineGrad
@@ -80,7 +88,8 @@ class Scaffold(Algorithm):
     def reply_schema(self, client_id: int, message: ServerMessage, info: ClientInfo) -> ReplySchema:
         """Δy (a difference: its norm is bounded relative to ‖x‖) and the control-variate change Δc."""
         n = self.update_size()
-        return ReplySchema(ArraySpec((n,)), centers=None, scale=float(np.linalg.norm(message.params)), extras={"dc": ArraySpec((n,))})
+        return ReplySchema(ArraySpec((n,)), centers=None, scale=float(np.linalg.norm(message.params)),
+                           extras={"dc": ArraySpec((n,))})
 
     def reply_problem(self, update: ClientUpdate, message: ServerMessage, info: ClientInfo) -> str | None:
         """Option II fixes Δc given Δy: c_i⁺ − c_i = −c − Δy / (K η_l), with K the local steps of a
@@ -98,7 +107,8 @@ class Scaffold(Algorithm):
         """SCAFFOLD replies Δy = θ_k − x: ``(x, x + Δy)``."""
         return message.params, message.params + update.params
 
-    def reply_for_model(self, ctx: ClientContext, update: ClientUpdate, message: ServerMessage, theta: np.ndarray) -> ClientUpdate:
+    def reply_for_model(self, ctx: ClientContext, update: ClientUpdate, message: ServerMessage,
+                        theta: np.ndarray) -> ClientUpdate:
         """Δy = θ − x and Δc = −c − Δy/(K·η_l), the option-II control-variate change consistent with it."""
         dy = np.asarray(theta, dtype=np.float64) - message.params
         K = self.local_steps(ctx.data.n_train)
@@ -117,8 +127,10 @@ class Scaffold(Algorithm):
             self.c = self.c + len(updates) / len(self.client_ids) * np.mean([u.extras["dc"] for u in updates], axis=0)
         elif updates:
             ids = [u.client_id for u in updates]
-            result, note = robust_round(c.aggregator, [u.params for u in updates], cap_shares(np.ones(len(updates)), c.max_client_weight),
-                                        np.zeros_like(self.x), c, self.warned, client_ids=ids, reputation=self.reputation)
+            result, note = robust_round(c.aggregator, [u.params for u in updates],
+                                        cap_shares(np.ones(len(updates)), c.max_client_weight),
+                                        np.zeros_like(self.x), c, self.warned, client_ids=ids,
+                                        reputation=self.reputation)
             kept = [updates[i] for i in result.selected]
             self.x = self.x + c.global_lr * result.vector
             self.c = self.c + len(kept) / len(self.client_ids) * np.mean([u.extras["dc"] for u in kept], axis=0)

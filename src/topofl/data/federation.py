@@ -85,57 +85,80 @@ def resolve_labels(
     if task is not None and task not in TASKS:
         raise ValueError(f"task must be one of {', '.join(TASKS)}; got {task!r}")
     if classes is not None:
-        if task == "regression":
-            raise ValueError("classes= describes a classification task; it cannot be combined with task='regression'")
-        try:
-            cls = np.asarray(list(classes), dtype=np.float64)
-        except (TypeError, ValueError):
-            raise ValueError(f"classes must be a list of label values; got {classes!r}") from None
-        if cls.ndim != 1 or not 2 <= cls.size <= MAX_CLASSES or np.unique(cls).size != cls.size or not np.isfinite(cls).all():
-            raise ValueError(f"classes must list 2 to {MAX_CLASSES} distinct finite label values; got {classes!r}")
-        missing = values[~np.isin(values, cls)]
-        if missing.size:
-            raise ValueError(f"labels {_show_labels(missing)} are not in classes={_show_labels(cls)}")
-        inferred = "binary" if cls.size == 2 else "multiclass"
-        if task is not None and task != inferred:
-            raise ValueError(f"classes={_show_labels(cls)} makes a {inferred} task; got task={task!r}")
-        order = np.argsort(cls)
-        return inferred, int(cls.size), lambda v: order[np.searchsorted(cls[order], v)].astype(np.float64)
+        return _resolve_classes(values, task, classes)
     if task == "regression":
         return "regression", 0, None
     integers = bool(np.all(values == np.round(values)))
     if task in (None, "binary") and np.all(np.isin(values, (0.0, 1.0))):
         return "binary", 2, None
     if task == "binary":
-        if np.all(np.isin(values, (-1.0, 1.0))):
-            log.info("binary labels %s: -1 is mapped to class 0 and +1 to class 1", shown)
-            return "binary", 2, lambda v: (v > 0).astype(np.float64)
-        raise ValueError(f"task='binary' needs labels {{0, 1}} or {{-1, 1}}; got {shown}: pass classes=[negative, positive], "
-                         f"e.g. classes=[{', '.join(f'{v:g}' for v in values[:2])}]")
+        return _resolve_signed_binary(values, shown)
     contiguous = integers and values[0] == 0 and values[-1] == values.size - 1
     if task is None and contiguous:
         return "multiclass", int(values.size), None
     if task == "multiclass":
-        if integers and values[0] >= 0 and values[-1] < MAX_CLASSES:
-            return "multiclass", int(values[-1]) + 1, None
-        if integers and values[0] >= 0:
-            raise ValueError(f"task='multiclass' with class ids up to {values[-1]:g} exceeds the limit of {MAX_CLASSES} classes; "
-                             "pass classes=[...] listing the label values")
-        raise ValueError(f"task='multiclass' needs non-negative integer class ids; got {shown}: pass classes=[...] to map them")
+        return _resolve_class_ids(values, shown, integers)
     # ambiguous: say what was found and what to pass
+    raise ValueError(f"labels {shown} are not the classes 0..C-1, so the task is ambiguous; "
+                     f"{_ambiguity_hint(values, integers)}")
+
+
+def _resolve_classes(values: np.ndarray, task: str | None, classes: Sequence[Any]) -> tuple[str, int, Any]:
+    """:func:`resolve_labels` given ``classes=[...]``: label ``classes[i]`` becomes class ``i``."""
+    if task == "regression":
+        raise ValueError("classes= describes a classification task; it cannot be combined with task='regression'")
+    try:
+        cls = np.asarray(list(classes), dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"classes must be a list of label values; got {classes!r}") from None
+    if (cls.ndim != 1 or not 2 <= cls.size <= MAX_CLASSES or np.unique(cls).size != cls.size
+            or not np.isfinite(cls).all()):
+        raise ValueError(f"classes must list 2 to {MAX_CLASSES} distinct finite label values; got {classes!r}")
+    missing = values[~np.isin(values, cls)]
+    if missing.size:
+        raise ValueError(f"labels {_show_labels(missing)} are not in classes={_show_labels(cls)}")
+    inferred = "binary" if cls.size == 2 else "multiclass"
+    if task is not None and task != inferred:
+        raise ValueError(f"classes={_show_labels(cls)} makes a {inferred} task; got task={task!r}")
+    order = np.argsort(cls)
+    return inferred, int(cls.size), lambda v: order[np.searchsorted(cls[order], v)].astype(np.float64)
+
+
+def _resolve_signed_binary(values: np.ndarray, shown: str) -> tuple[str, int, Any]:
+    """:func:`resolve_labels` for ``task="binary"`` with labels other than {0, 1}: {−1, +1} or refused."""
+    if np.all(np.isin(values, (-1.0, 1.0))):
+        log.info("binary labels %s: -1 is mapped to class 0 and +1 to class 1", shown)
+        return "binary", 2, lambda v: (v > 0).astype(np.float64)
+    raise ValueError(f"task='binary' needs labels {{0, 1}} or {{-1, 1}}; got {shown}: "
+                     "pass classes=[negative, positive], "
+                     f"e.g. classes=[{', '.join(f'{v:g}' for v in values[:2])}]")
+
+
+def _resolve_class_ids(values: np.ndarray, shown: str, integers: bool) -> tuple[str, int, Any]:
+    """:func:`resolve_labels` for ``task="multiclass"``: non-negative integer labels are class ids."""
+    if integers and values[0] >= 0 and values[-1] < MAX_CLASSES:
+        return "multiclass", int(values[-1]) + 1, None
+    if integers and values[0] >= 0:
+        raise ValueError(f"task='multiclass' with class ids up to {values[-1]:g} exceeds the limit of "
+                         f"{MAX_CLASSES} classes; pass classes=[...] listing the label values")
+    raise ValueError(f"task='multiclass' needs non-negative integer class ids; got {shown}: "
+                     "pass classes=[...] to map them")
+
+
+def _ambiguity_hint(values: np.ndarray, integers: bool) -> str:
+    """What to pass when :func:`resolve_labels` cannot tell the task from the labels ``values``."""
     if values.size == 1:
-        hint = "a single class: pass classes=[...] listing every class (at least 2), or task=\"regression\""
-    elif np.all(np.isin(values, (-1.0, 1.0))):
-        hint = 'pass task="binary" (maps -1 to 0 and +1 to 1) or task="regression"'
-    elif not integers:
-        hint = 'pass task="regression" for a numeric target, or classes=[...] if these are class labels'
-    elif values[0] >= 0 and values[0] == 0:
+        return "a single class: pass classes=[...] listing every class (at least 2), or task=\"regression\""
+    if np.all(np.isin(values, (-1.0, 1.0))):
+        return 'pass task="binary" (maps -1 to 0 and +1 to 1) or task="regression"'
+    if not integers:
+        return 'pass task="regression" for a numeric target, or classes=[...] if these are class labels'
+    if values[0] >= 0 and values[0] == 0:
         full = "[" + ", ".join(str(i) for i in range(int(values[-1]) + 1)) + "]"
-        hint = (f"pass classes={full} if the missing classes exist but are absent from this data, "
+        return (f"pass classes={full} if the missing classes exist but are absent from this data, "
                 f"classes=[{', '.join(f'{v:g}' for v in values)}] to renumber them, or task=\"regression\"")
-    else:
-        hint = f"pass classes=[{', '.join(f'{v:g}' for v in values)}] to map them to 0..{values.size - 1}, or task=\"regression\""
-    raise ValueError(f"labels {shown} are not the classes 0..C-1, so the task is ambiguous; {hint}")
+    return (f"pass classes=[{', '.join(f'{v:g}' for v in values)}] to map them to 0..{values.size - 1}, "
+            "or task=\"regression\"")
 
 
 STANDARDISATIONS = ("none", "per_client", "federated")
@@ -160,7 +183,8 @@ def standardise_clients(clients: Sequence[ClientData], mode: str) -> list[Client
         raise ValueError(f"standardise must be one of {', '.join(STANDARDISATIONS)}; got {mode!r}")
     if mode == "none":
         return list(clients)
-    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is refused below, by column, not left to a NumPy warning
+    # an overflow is refused below, by column, not left to a NumPy warning
+    with np.errstate(over="ignore", invalid="ignore"):
         if mode == "federated":
             parts = [_moments(c.X_train) for c in clients]
             n = sum(p[0] for p in parts)
@@ -172,10 +196,12 @@ def standardise_clients(clients: Sequence[ClientData], mode: str) -> list[Client
         out = []
         for c, (mu, sd) in zip(clients, stats, strict=True):
             sd = np.where(sd > 0, sd, 1.0)
-            out.append(ClientData((c.X_train - mu) / sd, c.y_train, (c.X_test - mu) / sd, c.y_test, c.client_id, c.meta))
+            out.append(ClientData((c.X_train - mu) / sd, c.y_train, (c.X_test - mu) / sd, c.y_test,
+                                  c.client_id, c.meta))
     # the inputs are finite (checked on entry), so anything non-finite here is an overflow
     for (mu, sd), c in zip(stats, out, strict=True):
-        bad = ~(np.isfinite(mu) & np.isfinite(sd) & np.isfinite(c.X_train).all(axis=0) & np.isfinite(c.X_test).all(axis=0))
+        bad = ~(np.isfinite(mu) & np.isfinite(sd)
+                & np.isfinite(c.X_train).all(axis=0) & np.isfinite(c.X_test).all(axis=0))
         if bad.any():
             raise ValueError(_overflow_message(clients, mode, int(np.flatnonzero(bad)[0])))
     return out
@@ -216,15 +242,18 @@ def feature_scale_problem(clients: Sequence[ClientData], ratio: float = 100.0) -
         return None
     cid, hi, mid, s_hi, s_mid = offenders[0]
     others = f" (and {len(offenders) - 1} other client(s))" if len(offenders) > 1 else ""
-    factor = f"{s_hi / s_mid:.3g}" if s_hi / 1e300 < s_mid else f"1e{np.log10(s_hi) - np.log10(s_mid):.0f}"  # beyond float64: its power of ten
+    # beyond float64: its power of ten
+    factor = f"{s_hi / s_mid:.3g}" if s_hi / 1e300 < s_mid else f"1e{np.log10(s_hi) - np.log10(s_mid):.0f}"
     return (
         f"client {cid}{others}: feature ranges differ by {factor}× (columns {hi} and {mid}: ranges "
-        f"{s_hi:.3g} and {s_mid:.3g}, the largest and the median); one step size cannot fit both. Standardise the features: "
+        f"{s_hi:.3g} and {s_mid:.3g}, the largest and the median); one step size cannot fit both. "
+        "Standardise the features: "
         "Federation.from_arrays(..., standardise='per_client' or 'federated')"
     )
 
 
-def validation_clients(clients: Sequence[ClientData], fraction: float, seed: int, stratify: bool = True) -> list[ClientData]:
+def validation_clients(clients: Sequence[ClientData], fraction: float, seed: int,
+                       stratify: bool = True) -> list[ClientData]:
     """Each client's training rows split into a training part and a validation part (``fraction``
     of them), stratified by label (``stratify``; classes of two or more rows keep a row on each
     side; a client whose every class is a single row is split at random, so that it keeps a
@@ -249,10 +278,12 @@ def validation_clients(clients: Sequence[ClientData], fraction: float, seed: int
                              "(3 to train on, 1 to validate)")
         rng = np.random.default_rng(np.random.SeedSequence([int(seed), int(c.client_id), 0x7A11D]))
         tr, va = train_test_split(np.asarray(c.y_train), fraction, rng, stratify=stratify)
-        if va.size == 0:  # every class a single row: stratification keeps them all for training; draw the rows at random
+        # every class a single row: stratification keeps them all for training; draw the rows at random
+        if va.size == 0:
             tr, va = train_test_split(np.asarray(c.y_train), fraction, rng, stratify=False)
         if tr.size < 3:  # stratification kept one row of each small class on both sides
-            raise ValueError(f"client {c.client_id}: a validation fraction of {fraction} leaves {tr.size} training rows; use a smaller one")
+            raise ValueError(f"client {c.client_id}: a validation fraction of {fraction} leaves {tr.size} "
+                             "training rows; use a smaller one")
         out.append(ClientData(c.X_train[tr], c.y_train[tr], c.X_train[va], c.y_train[va], c.client_id, c.meta))
     return out
 
@@ -302,14 +333,17 @@ class Federation:
                     f"client {c.client_id} has {c.n_features} features but client 0 has {d}; "
                     "all clients must share one feature space"
                 )
-        task, inferred_c, mapping = resolve_labels([c.y_train for c in checked] + [c.y_test for c in checked], task, classes)
+        task, inferred_c, mapping = resolve_labels([c.y_train for c in checked] + [c.y_test for c in checked],
+                                                   task, classes)
         if mapping is not None:
-            checked = [ClientData(c.X_train, mapping(c.y_train), c.X_test, mapping(c.y_test), c.client_id, c.meta) for c in checked]
+            checked = [ClientData(c.X_train, mapping(c.y_train), c.X_test, mapping(c.y_test), c.client_id, c.meta)
+                       for c in checked]
         self.clients: list[ClientData] = standardise_clients(checked, standardise)
         self.task = task
         self.n_classes = _checked_n_classes(task, inferred_c, n_classes)
         self.name = name
-        self.info: dict[str, Any] = {**dict(info or {}), **({"standardise": standardise} if standardise != "none" else {})}
+        self.info: dict[str, Any] = {**dict(info or {}),
+                                     **({"standardise": standardise} if standardise != "none" else {})}
 
     @classmethod
     def from_arrays(
@@ -364,11 +398,13 @@ class Federation:
         if task is not None:
             check_choice("task", task, ("binary", "multiclass", "regression"))
         if len(sites) < 2:
-            raise ValueError(f"a federation needs at least two sites; found {len(sites)} ({', '.join(str(s[0]) for s in sites)})")
+            raise ValueError(f"a federation needs at least two sites; found {len(sites)} "
+                             f"({', '.join(str(s[0]) for s in sites)})")
         arrays, meta = [], []
         for k, (site, X, y, features) in enumerate(sites):
             if len(X) < 2:
-                raise ValueError(f"site {site!r} has {len(X)} row(s); each site needs at least 2 (one to train, one to test)")
+                raise ValueError(f"site {site!r} has {len(X)} row(s); each site needs at least 2 "
+                                 "(one to train, one to test)")
             rng = np.random.default_rng(np.random.SeedSequence([seed, k, 0x7AB1]))
             tr, te = train_test_split(np.asarray(y), test_fraction, rng, stratify=task != "regression")
             arrays.append((X[tr], y[tr], X[te], y[te]))

@@ -67,8 +67,9 @@ def by_group(groups: Sequence[object] | np.ndarray) -> list[np.ndarray]:
     return [np.flatnonzero(g == v) for v in np.unique(g)]
 
 
-def partition(kind: str, y: np.ndarray, n_clients: int, rng: np.random.Generator, *, alpha: float = 0.5, min_size: int = 10,
-              shards_per_client: int = 2, groups: Sequence[object] | None = None) -> list[np.ndarray]:
+def partition(kind: str, y: np.ndarray, n_clients: int, rng: np.random.Generator, *, alpha: float = 0.5,
+              min_size: int = 10, shards_per_client: int = 2,
+              groups: Sequence[object] | None = None) -> list[np.ndarray]:
     """Dispatch on ``kind`` (one of :data:`PARTITIONS`)."""
     if kind == "iid":
         return iid(len(y), n_clients, rng)
@@ -83,7 +84,8 @@ def partition(kind: str, y: np.ndarray, n_clients: int, rng: np.random.Generator
     raise ValueError(f"partition must be one of {', '.join(PARTITIONS)}; got {kind!r}")
 
 
-def train_test_split(y: np.ndarray, test_fraction: float, rng: np.random.Generator, stratify: bool = True) -> tuple[np.ndarray, np.ndarray]:
+def train_test_split(y: np.ndarray, test_fraction: float, rng: np.random.Generator,
+                     stratify: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Sorted train and test indices of one client's rows: each label class split in the same
     proportion (``stratify``; classes of two or more rows keep at least one row on each side),
     or one random split (regression).

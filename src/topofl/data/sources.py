@@ -62,11 +62,14 @@ def _scenario_loader(name: str) -> Callable[..., Any]:
 
 
 _PEER_SOURCES = {
-    "rotated-digits": (_rotated_digits, "scikit-learn's 8x8 digits dealt to clients in rotation groups (Sheaf-FMTL protocol).",
-                       False),
-    "rotated-mnist": (_rotated_mnist, "Rotated MNIST-10k, the Sheaf-FMTL paper's protocol (10,000 shipped digits).", False),
-    "tabular": (_tabular, "Synthetic tabular clients whose feature counts differ (Sheaf-FMTL's heterogeneous models).", True),
-    "school": (_school, "The School benchmark (139 schools, shipped), the Sheaf-FMTL protocol, z-scored per school.", False),
+    "rotated-digits": (_rotated_digits,
+                       "scikit-learn's 8x8 digits dealt to clients in rotation groups (Sheaf-FMTL protocol).", False),
+    "rotated-mnist": (_rotated_mnist, "Rotated MNIST-10k, the Sheaf-FMTL paper's protocol (10,000 shipped digits).",
+                      False),
+    "tabular": (_tabular, "Synthetic tabular clients whose feature counts differ (Sheaf-FMTL's heterogeneous models).",
+                True),
+    "school": (_school, "The School benchmark (139 schools, shipped), the Sheaf-FMTL protocol, z-scored per school.",
+               False),
 }
 
 SOURCES: dict[str, DataSource] = {

@@ -21,7 +21,8 @@ class DFedUConfig(PeerConfig):
     )
 
 
-def dfedu_step(theta: np.ndarray, grad: np.ndarray, received: Sequence[np.ndarray], lr: float, lam: float) -> np.ndarray:
+def dfedu_step(theta: np.ndarray, grad: np.ndarray, received: Sequence[np.ndarray], lr: float,
+               lam: float) -> np.ndarray:
     """Eq. 18 with a_ij = 1: θ_i − α(∇f_i(θ_i; ξ) + λ Σ_j (θ_i − θ_j))."""
     pull = sum(theta - r for r in received)
     step: np.ndarray = theta - lr * (grad + lam * pull)

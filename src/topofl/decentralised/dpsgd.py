@@ -15,7 +15,8 @@ if TYPE_CHECKING:  # networkx is imported where a graph is built or checked (laz
     import networkx as nx
 
 
-def dpsgd_step(theta: np.ndarray, grad: np.ndarray, received: Sequence[np.ndarray], weights: Sequence[float], lr: float) -> np.ndarray:
+def dpsgd_step(theta: np.ndarray, grad: np.ndarray, received: Sequence[np.ndarray], weights: Sequence[float],
+               lr: float) -> np.ndarray:
     """W_ii θ_i + Σ_j W_ij θ_j − α ∇f_i(θ_i; ξ), ``weights`` = (W_ii, W_ij for each neighbour)."""
     mix = weights[0] * theta + sum(weights[1 + b] * r for b, r in enumerate(received))
     return mix - lr * grad
@@ -27,7 +28,8 @@ class DPSGDNode(ModelSendingNode):
     def __init__(self, spec: NodeSpec, peer: Peer, config: PeerConfig) -> None:
         super().__init__(spec, peer, config)
         if len(spec.weights) != len(spec.neighbours) + 1:
-            raise ValueError(f"D-PSGD node {spec.node} needs weights (W_ii, W_ij for each of its {len(spec.neighbours)} neighbours); got {len(spec.weights)}")
+            raise ValueError(f"D-PSGD node {spec.node} needs weights (W_ii, W_ij for each of its "
+                             f"{len(spec.neighbours)} neighbours); got {len(spec.weights)}")
 
     def incoming(self, phase: str, received: Mapping[int, np.ndarray], rng: np.random.Generator) -> None:
         """D-PSGD (Lian et al. 2017): θ_i ← W_ii θ_i + Σ_j W_ij θ_j − α ∇f_i(θ_i; ξ)."""
@@ -50,4 +52,5 @@ class DPSGD(PeerAlgorithm):
         """Base specs plus each node's Metropolis row (W_ii, W_i,nbr0, …) in ``weights``."""
         specs = super().node_specs(dims, graph, rng)
         W = metropolis_weights(graph)
-        return {i: dataclasses.replace(s, weights=(W[(i, i)], *(W[(i, j)] for j in s.neighbours))) for i, s in specs.items()}
+        return {i: dataclasses.replace(s, weights=(W[(i, i)], *(W[(i, j)] for j in s.neighbours)))
+                for i, s in specs.items()}

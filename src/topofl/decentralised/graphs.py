@@ -82,7 +82,8 @@ def make_graph(
             g.graph["attempts"] = attempt + 1
             return g
     raise ValueError(
-        f"no connected {kind} graph on {n} nodes with {params} in {max_tries} tries; raise the connectivity (e.g. p) or n"
+        f"no connected {kind} graph on {n} nodes with {params} in {max_tries} tries; "
+        "raise the connectivity (e.g. p) or n"
     )
 
 
@@ -104,7 +105,8 @@ def _from_edges(n: int, edges: Iterable[Sequence[int]] | None) -> nx.Graph:
         g.add_edge(a, b)
     if not nx.is_connected(g):
         parts = [sorted(c) for c in nx.connected_components(g)]
-        raise ValueError(f"the edge list gives a disconnected graph with {len(parts)} components, e.g. {parts[0][:5]} and {parts[1][:5]}")
+        raise ValueError(f"the edge list gives a disconnected graph with {len(parts)} components, "
+                         f"e.g. {parts[0][:5]} and {parts[1][:5]}")
     return g
 
 
@@ -125,4 +127,5 @@ def metropolis_weights(g: nx.Graph) -> dict[tuple[int, int], float]:
 def describe(g: nx.Graph) -> dict[str, Any]:
     """Summary of a graph: its numbers of nodes and edges and its smallest and largest degree."""
     degrees = [d for _, d in g.degree]
-    return {"nodes": g.number_of_nodes(), "edges": g.number_of_edges(), "min_degree": min(degrees), "max_degree": max(degrees)}
+    return {"nodes": g.number_of_nodes(), "edges": g.number_of_edges(), "min_degree": min(degrees),
+            "max_degree": max(degrees)}

@@ -14,7 +14,8 @@ class ModelSendingNode(PeerNode):
     def __init__(self, spec: NodeSpec, peer: Peer, config: PeerConfig) -> None:
         super().__init__(spec, peer, config)
         if any(d != spec.dim for d in spec.neighbour_dims):
-            raise ValueError(f"node {spec.node} (size {spec.dim}) exchanges models with neighbours of sizes {list(spec.neighbour_dims)}; they must be equal")
+            raise ValueError(f"node {spec.node} (size {spec.dim}) exchanges models with neighbours of sizes "
+                             f"{list(spec.neighbour_dims)}; they must be equal")
 
     def outgoing(self, phase: str) -> dict[int, np.ndarray]:
         self._check_phase(phase)

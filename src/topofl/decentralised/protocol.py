@@ -153,7 +153,8 @@ class PeerNode(ABC):
                 raise RuntimeError(f"node {self.node} expected a {phase!r} message from {j}, but none was received")
             x = np.asarray(received[j], dtype=np.float64)
             if x.shape != (size,):
-                raise ValueError(f"node {self.node}: the {phase!r} message from {j} has shape {x.shape}, expected ({size},)")
+                raise ValueError(f"node {self.node}: the {phase!r} message from {j} has shape {x.shape}, "
+                                 f"expected ({size},)")
             out.append(x)
         return out
 
@@ -200,7 +201,8 @@ class PeerAlgorithm(ABC):
         if self.same_size:
             sizes = {int(dims[i]) for i in nodes}
             if len(sizes) > 1:
-                raise ValueError(f"{self.name} needs equal model sizes on all peers; got sizes {sorted(sizes)} (Sheaf-FMTL allows different sizes)")
+                raise ValueError(f"{self.name} needs equal model sizes on all peers; got sizes {sorted(sizes)} "
+                                 "(Sheaf-FMTL allows different sizes)")
         specs = {}
         for i in nodes:
             nbrs = tuple(sorted(graph.neighbors(i)))
@@ -215,7 +217,8 @@ class PeerAlgorithm(ABC):
         """In-process setup: :meth:`node_specs` for all nodes, then :meth:`make_node` for each."""
         by_node = {p.node: p for p in peers}
         if sorted(by_node) != sorted(graph.nodes) or len(by_node) != len(peers):
-            raise ValueError(f"peers {sorted(p.node for p in peers)} do not match the graph's nodes {sorted(graph.nodes)}")
+            raise ValueError(f"peers {sorted(p.node for p in peers)} do not match the graph's nodes "
+                             f"{sorted(graph.nodes)}")
         self.peers, self.graph = peers, graph
         self.nbrs = {i: sorted(graph.neighbors(i)) for i in graph.nodes}
         self.specs = self.node_specs({p.node: p.dim for p in peers}, graph, rng)

@@ -69,8 +69,8 @@ def initial_theta(model: Any, seed: int, node: int, model_init: str = "independe
 
 
 def build_peers(
-    clients: Sequence[ClientData], task: str, n_classes: int, l2: float, models: Sequence[Any] | None = None, server_node: bool = False,
-    rng: np.random.Generator | None = None, seed: int = 0, model_init: str = "independent",
+    clients: Sequence[ClientData], task: str, n_classes: int, l2: float, models: Sequence[Any] | None = None,
+    server_node: bool = False, rng: np.random.Generator | None = None, seed: int = 0, model_init: str = "independent",
 ) -> list[Peer]:
     """Peers for the clients (node k = client k); ``server_node`` appends a data-less node.
 
@@ -82,7 +82,8 @@ def build_peers(
         model = models[k] if models is not None else make_model(task, c.n_features, max(n_classes, 2), l2)
         if getattr(model, "n_features", c.n_features) != c.n_features:
             raise ValueError(f"client {k} has {c.n_features} features but its model expects {model.n_features}")
-        peers.append(Peer(k, c, model, initial_theta(model, seed, k, model_init) if models is not None else model.init()))
+        peers.append(Peer(k, c, model,
+                          initial_theta(model, seed, k, model_init) if models is not None else model.init()))
     if server_node:
         ref = peers[0]
         if len({p.dim for p in peers}) > 1:
@@ -91,7 +92,7 @@ def build_peers(
     return peers
 
 
-def run_decentralised(
+def run_decentralised(  # noqa: PLR0913 (the public entry point's keyword options, used as such by callers)
     clients: Sequence[ClientData],
     graph: nx.Graph,
     algorithm: PeerAlgorithm,
@@ -119,16 +120,7 @@ def run_decentralised(
     problem = feature_scale_problem(clients)
     if problem:
         warnings.warn(TrainingWarning(problem), stacklevel=2)
-    n_nodes = len(clients) + (1 if server_node else 0)
-    if sorted(graph.nodes) != list(range(n_nodes)):
-        raise ValueError(
-            f"the graph must have nodes 0..{n_nodes - 1} (one per client{' plus the server' if server_node else ''}); "
-            f"got {graph.number_of_nodes()} nodes"
-        )
-    import networkx as nx
-
-    if not nx.is_connected(graph):
-        raise ValueError("the communication graph is disconnected; every client must be reachable")
+    _check_graph(graph, len(clients), server_node)
     rng = np.random.default_rng(np.random.SeedSequence([int(seed), 0xDEC]))
     peers = build_peers(clients, task, n_classes, algorithm.config.l2, models, server_node, rng, seed=seed,
                         model_init=getattr(algorithm.config, "model_init", "independent"))
@@ -144,23 +136,14 @@ def run_decentralised(
     try:
         for k in range(1, rounds + 1):
             t0 = time.perf_counter()
-            rngs = [np.random.default_rng(np.random.SeedSequence([int(seed), k, p.node])) for p in peers]
-            with np.errstate(over="ignore", invalid="ignore"):
-                algorithm.iterate(k, transport, rngs)
-            for p in peers:
-                norm = float(np.linalg.norm(p.theta))
-                if not np.isfinite(norm) or norm > divergence_norm * start_norm:
-                    raise _divergence_error(algorithm, k, p.node, norm)
-            per_float = transport.bits_per_float
-            sent = {i: b // per_float for i, b in transport.round_sent.items()}
-            received = {i: b // per_float for i, b in transport.round_received.items()}
-            bits = transport.reset_round()
+            sent, received, bits = _iterate(algorithm, peers, transport, k, seed, divergence_norm, start_norm)
             cum_bits += bits
             cum_flops += algorithm.flops(algorithm.config.batch_size)
             row: dict[str, Any] = {
                 "round": k, "bits": bits, "cumulative_bits": cum_bits, "cumulative_flops": cum_flops,
                 "map_storage_bytes": algorithm.state_bytes(), "model_bytes": model_bytes,
-                "storage_bytes": model_bytes + algorithm.state_bytes(), "seconds": time.perf_counter() - t0,
+                "storage_bytes": model_bytes + algorithm.state_bytes(),
+                "seconds": time.perf_counter() - t0,
             }
             if track_memory:
                 row["peak_traced_bytes"] = tracemalloc.get_traced_memory()[1]
@@ -175,11 +158,49 @@ def run_decentralised(
     finally:
         if track_memory:
             tracemalloc.stop()
+    _keep_models(history, peers)
+    return history
+
+
+def _check_graph(graph: nx.Graph, n_clients: int, server_node: bool) -> None:
+    """Node k of ``graph`` must be client k (with ``server_node``, one more node), every one reachable."""
+    n_nodes = n_clients + (1 if server_node else 0)
+    if sorted(graph.nodes) != list(range(n_nodes)):
+        raise ValueError(
+            f"the graph must have nodes 0..{n_nodes - 1} (one per client{' plus the server' if server_node else ''}); "
+            f"got {graph.number_of_nodes()} nodes"
+        )
+    import networkx as nx
+
+    if not nx.is_connected(graph):
+        raise ValueError("the communication graph is disconnected; every client must be reachable")
+
+
+def _iterate(algorithm: PeerAlgorithm, peers: Sequence[Peer], transport: InProcessTransport, k: int, seed: int,
+             divergence_norm: float, start_norm: float) -> tuple[dict[int, int], dict[int, int], int]:
+    """Iteration ``k`` of every peer, checked for divergence: the numbers each node sent and received
+    in it, and its bits.
+    """
+    rngs = [np.random.default_rng(np.random.SeedSequence([int(seed), k, p.node])) for p in peers]
+    with np.errstate(over="ignore", invalid="ignore"):
+        algorithm.iterate(k, transport, rngs)
+    for p in peers:
+        norm = float(np.linalg.norm(p.theta))
+        if not np.isfinite(norm) or norm > divergence_norm * start_norm:
+            raise _divergence_error(algorithm, k, p.node, norm)
+    per_float = transport.bits_per_float
+    sent = {i: b // per_float for i, b in transport.round_sent.items()}
+    received = {i: b // per_float for i, b in transport.round_received.items()}
+    return sent, received, transport.reset_round()
+
+
+def _keep_models(history: Result, peers: Sequence[Peer]) -> None:
+    """The clients' models and final parameters in ``history`` (``model`` when they share one)."""
     history.models = {p.node: p.model for p in peers if p.data is not None}
     shared = {id(m): m for m in history.models.values()}
     history.model = next(iter(shared.values())) if len(shared) == 1 else None
-    history.client_models = {p.node: np.array(p.theta, dtype=np.float64, copy=True) for p in peers if p.data is not None}
-    return history
+    history.client_models = {p.node: np.array(p.theta, dtype=np.float64, copy=True)
+                             for p in peers if p.data is not None}
 
 
 def peer_scores(p: Peer) -> tuple[dict[str, float], np.ndarray | None]:
@@ -193,8 +214,10 @@ def peer_scores(p: Peer) -> tuple[dict[str, float], np.ndarray | None]:
     outputs = getattr(p.model, "outputs", None)
     if outputs is not None:   # a PyTorch model: loss, scores and predictions from one forward pass
         data_loss, scores, pred = outputs(p.theta, X, y)
-        return {"accuracy": float(np.mean(pred == y)), "loss": float(data_loss), "auc": auc_score(p.model.task, y, scores)}, scores
-    loss = p.model.loss(p.theta, X, y) - p.model._penalty(p.theta) if hasattr(p.model, "_penalty") else p.model.loss(p.theta, X, y)
+        return {"accuracy": float(np.mean(pred == y)), "loss": float(data_loss),
+                "auc": auc_score(p.model.task, y, scores)}, scores
+    loss = (p.model.loss(p.theta, X, y) - p.model._penalty(p.theta) if hasattr(p.model, "_penalty")
+            else p.model.loss(p.theta, X, y))
     acc = float(np.mean(p.model.predict(p.theta, X) == y)) if p.model.task != "regression" else float("nan")
     scores = p.model.predict_scores(p.theta, X) if hasattr(p.model, "predict_scores") else None
     auc = auc_score(p.model.task, y, scores) if scores is not None else float("nan")
@@ -225,14 +248,16 @@ def round_summary(row: dict[str, Any], records: Sequence[dict[str, Any]]) -> Rou
     Sheaf-FMTL experiments count float32 bits, as the paper does, in the iteration's ``bits``).
     """
     return RoundSummary(
-        round=row["round"], auc=row["auc"], auc_std=row["auc_std"], accuracy=row["accuracy"], accuracy_std=row["accuracy_std"],
-        loss=row["loss"], pooled_auc=row.get("pooled_auc", float("nan")), pooled_accuracy=row.get("pooled_accuracy", float("nan")),
-        n_clients_auc=row["n_clients_auc"], bytes_up=sum(r["bytes_up"] for r in records),
-        bytes_down=sum(r["bytes_down"] for r in records), **regression_summary(records),
+        round=row["round"], auc=row["auc"], auc_std=row["auc_std"], accuracy=row["accuracy"],
+        accuracy_std=row["accuracy_std"], loss=row["loss"], pooled_auc=row.get("pooled_auc", float("nan")),
+        pooled_accuracy=row.get("pooled_accuracy", float("nan")), n_clients_auc=row["n_clients_auc"],
+        bytes_up=sum(r["bytes_up"] for r in records), bytes_down=sum(r["bytes_down"] for r in records),
+        **regression_summary(records),
     )
 
 
-def _evaluate(history: Result, peers: Sequence[Peer], k: int, sent: dict[int, int], received: dict[int, int]) -> dict[str, float]:
+def _evaluate(history: Result, peers: Sequence[Peer], k: int, sent: dict[int, int],
+              received: dict[int, int]) -> dict[str, float]:
     """Per-client rows (with the numbers each peer sent and received this iteration) and the
     iteration's summary: the means of :func:`summarise_peers`, and AUC over clients and pooled.
     """
@@ -248,7 +273,8 @@ def _evaluate(history: Result, peers: Sequence[Peer], k: int, sent: dict[int, in
         scores.append(s)
     history.records.extend(rows)
     aucs = [r["auc"] for r in rows]
-    summary = {**summarise_peers(rows), "auc": nanmean(aucs), "auc_std": nanstd(aucs), "n_clients_auc": int(np.sum(~np.isnan(aucs)))}
+    summary = {**summarise_peers(rows), "auc": nanmean(aucs), "auc_std": nanstd(aucs),
+               "n_clients_auc": int(np.sum(~np.isnan(aucs)))}
     task = peers[0].model.task
     complete = [s for s in scores if s is not None]
     if len(complete) == len(scores) and len({np.ndim(s) for s in complete}) == 1 and task != "regression":

@@ -59,9 +59,11 @@ class NodeSpec:
         if self.node in self.neighbours:
             raise ValueError(f"node {self.node} lists itself as a neighbour")
         if len(self.neighbour_dims) != len(self.neighbours):
-            raise ValueError(f"node {self.node}: {len(self.neighbours)} neighbours but {len(self.neighbour_dims)} neighbour sizes")
+            raise ValueError(f"node {self.node}: {len(self.neighbours)} neighbours but "
+                             f"{len(self.neighbour_dims)} neighbour sizes")
         if self.dim < 1 or any(d < 1 for d in self.neighbour_dims):
-            raise ValueError(f"node {self.node}: model sizes must be >= 1; got dim={self.dim}, neighbour_dims={list(self.neighbour_dims)}")
+            raise ValueError(f"node {self.node}: model sizes must be >= 1; got dim={self.dim}, "
+                             f"neighbour_dims={list(self.neighbour_dims)}")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (ints, floats, lists, a string); :meth:`from_dict` inverts it exactly."""

@@ -81,7 +81,7 @@ class LocalDeployment(_Faults):
         Name of the SuperLink connection written to the CLI's ``config.toml``.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 (public API: the keyword options of a local deployment)
         self,
         num_nodes: int,
         log_dir: str | os.PathLike[str] | None = None,

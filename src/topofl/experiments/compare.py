@@ -24,15 +24,17 @@ from topofl.models.registry import build_model
 
 def _paired_fields(metric: str) -> tuple[str, ...]:
     return (
-        f"{metric}_vs_fedavg_mean", f"{metric}_vs_fedavg_ci_low", f"{metric}_vs_fedavg_ci_high", f"{metric}_vs_fedavg_wins",
-        f"{metric}_vs_fedavg_losses", f"{metric}_vs_fedavg_p", f"{metric}_vs_fedavg_p_holm", "best_other",
-        f"{metric}_vs_best_other_mean", f"{metric}_vs_best_other_ci_low", f"{metric}_vs_best_other_ci_high",
-        f"{metric}_vs_best_other_wins", f"{metric}_vs_best_other_losses", f"{metric}_vs_best_other_p", f"{metric}_vs_best_other_p_holm",
+        f"{metric}_vs_fedavg_mean", f"{metric}_vs_fedavg_ci_low", f"{metric}_vs_fedavg_ci_high",
+        f"{metric}_vs_fedavg_wins", f"{metric}_vs_fedavg_losses", f"{metric}_vs_fedavg_p", f"{metric}_vs_fedavg_p_holm",
+        "best_other", f"{metric}_vs_best_other_mean", f"{metric}_vs_best_other_ci_low",
+        f"{metric}_vs_best_other_ci_high", f"{metric}_vs_best_other_wins", f"{metric}_vs_best_other_losses",
+        f"{metric}_vs_best_other_p", f"{metric}_vs_best_other_p_holm",
     )
 
 
 
-_RUN_FIELDS = ("convergence_round_mean", "convergence_round_std", "bytes_up_per_run", "bytes_down_per_run", "seconds_per_run")
+_RUN_FIELDS = ("convergence_round_mean", "convergence_round_std", "bytes_up_per_run", "bytes_down_per_run",
+               "seconds_per_run")
 #: summary.csv of a classification task (paired differences of the final AUC; higher is better)
 SUMMARY_FIELDS = (
     "method", "n_seeds", "auc_mean", "auc_std", "accuracy_mean", "accuracy_std", "pooled_auc_mean", "pooled_auc_std",
@@ -59,7 +61,8 @@ def plan_compare(template: Job, methods: Sequence[str], seeds: Sequence[int],
     if not seeds:
         raise ValueError("seeds must hold at least one seed")
     overrides = hyperparameters or {}
-    return [template.with_(method=m, seed=s, hyperparameters=dict(overrides.get(m, {}))) for s in seeds for m in methods]
+    return [template.with_(method=m, seed=s, hyperparameters=dict(overrides.get(m, {})))
+            for s in seeds for m in methods]
 
 
 def validate_jobs(jobs: Sequence[Job]) -> None:
@@ -79,9 +82,11 @@ def validate_jobs(jobs: Sequence[Job]) -> None:
         if job.family == "peer":
             peer = build_peer(job.method, job.hyperparameters)
             graph = make_graph(job.graph, len(data.clients), seed=job.seed, **dict(job.graph_params))
-            models = peer_models(per_client(job.model, len(data.clients)), data.clients, data.task, data.n_classes, peer.config.l2)
+            models = peer_models(per_client(job.model, len(data.clients)), data.clients, data.task, data.n_classes,
+                                 peer.config.l2)
             dims = [m.n_params for m in models] if models else [
-                build_model("linear", task=data.task, n_features=c.n_features, n_classes=max(data.n_classes, 2)).n_params
+                build_model("linear", task=data.task, n_features=c.n_features,
+                            n_classes=max(data.n_classes, 2)).n_params
                 for c in data.clients]
             peer.node_specs(dict(enumerate(dims)), graph, np.random.default_rng(0))  # edge spaces, map storage
             continue
@@ -121,24 +126,13 @@ def add_paired(summary: list[dict[str, Any]], runs: Mapping[str, Mapping[int, Re
     other's best other are one test, counted once). Runs with the same seed
     share the data, so pairing removes the seed-to-seed difficulty they share.
     """
-    from topofl.experiments.analysis import holm, paired_differences
+    from topofl.experiments.analysis import holm
 
     lower_is_better = metric in ("mse", "rmse", "loss")
     done = [{"method": m, "seed": s, "final": h.final} for m, per in runs.items() for s, h in per.items()]
     score = {r["method"]: r[f"{metric}_mean"] for r in summary}
     for row in summary:
-        m = row["method"]
-        others = [o for o in score if o != m and score[o] == score[o]]
-        best = (min if lower_is_better else max)(others, key=lambda o: score[o]) if others else None
-        row["best_other"] = best or ""
-        for tag, ref in (("fedavg", "fedavg" if m != "fedavg" and "fedavg" in runs else None), ("best_other", best)):
-            d = next((p for p in paired_differences(done, (), m, metric) if p["method"] == ref), None) if ref else None
-            row[f"{metric}_vs_{tag}_mean"] = d["diff_mean"] if d else float("nan")
-            row[f"{metric}_vs_{tag}_ci_low"] = d["ci_low"] if d else float("nan")
-            row[f"{metric}_vs_{tag}_ci_high"] = d["ci_high"] if d else float("nan")
-            wins, losses = (d["other_wins"], d["reference_wins"]) if d and lower_is_better else (d["reference_wins"], d["other_wins"]) if d else (0, 0)
-            row[f"{metric}_vs_{tag}_wins"], row[f"{metric}_vs_{tag}_losses"] = wins, losses
-            row[f"{metric}_vs_{tag}_p"] = d["p_value"] if d else float("nan")
+        _add_paired_row(row, runs, done, score, metric, lower_is_better)
     for tag in ("fedavg", "best_other"):
         # one test per unordered pair: two methods that are each other's best other are one comparison, counted once
         pairs: dict[frozenset[str], float] = {}
@@ -150,6 +144,37 @@ def add_paired(summary: list[dict[str, Any]], runs: Mapping[str, Mapping[int, Re
         for row in summary:
             other = "fedavg" if tag == "fedavg" else row["best_other"]
             row[f"{metric}_vs_{tag}_p_holm"] = adjusted.get(frozenset((row["method"], other)), float("nan"))
+
+
+def _add_paired_row(row: dict[str, Any], runs: Mapping[str, Mapping[int, Result]], done: list[dict[str, Any]],
+                    score: Mapping[str, float], metric: str, lower_is_better: bool) -> None:
+    """:func:`add_paired` for one summary row: its best other method and its paired columns (all but
+    the Holm-adjusted p-values).
+    """
+    from topofl.experiments.analysis import paired_differences
+
+    m = row["method"]
+    others = [o for o in score if o != m and score[o] == score[o]]
+    best = (min if lower_is_better else max)(others, key=lambda o: score[o]) if others else None
+    row["best_other"] = best or ""
+    for tag, ref in (("fedavg", "fedavg" if m != "fedavg" and "fedavg" in runs else None), ("best_other", best)):
+        d = next((p for p in paired_differences(done, (), m, metric) if p["method"] == ref), None) if ref else None
+        _set_paired(row, f"{metric}_vs_{tag}", d, lower_is_better)
+
+
+def _set_paired(row: dict[str, Any], prefix: str, d: Mapping[str, Any] | None, lower_is_better: bool) -> None:
+    """Fill ``row``'s paired columns ``prefix_*`` (mean, interval, wins, losses, p) from the paired
+    difference ``d`` (won: higher, or lower where ``lower_is_better``); NaN and no wins without one.
+    """
+    if d:
+        wins, losses = d["reference_wins"], d["other_wins"]
+        if lower_is_better:
+            wins, losses = losses, wins
+        values = (d["diff_mean"], d["ci_low"], d["ci_high"], wins, losses, d["p_value"])
+    else:
+        values = (float("nan"), float("nan"), float("nan"), 0, 0, float("nan"))
+    for suffix, value in zip(("mean", "ci_low", "ci_high", "wins", "losses", "p"), values, strict=True):
+        row[f"{prefix}_{suffix}"] = value
 
 
 def run_compare(
@@ -239,7 +264,8 @@ def _open_outputs(jobs: Sequence[Job], out: Path) -> dict[str, CsvAppender]:
         (out / name).unlink(missing_ok=True)
     first = jobs[0].file_dict()
     config = {**{k: v for k, v in first.items() if k not in ("method", "seed", "hyperparameters")},
-              "methods": list(dict.fromkeys(j.method for j in jobs)), "seeds": list(dict.fromkeys(j.seed for j in jobs)),
+              "methods": list(dict.fromkeys(j.method for j in jobs)),
+              "seeds": list(dict.fromkeys(j.seed for j in jobs)),
               "hyperparameters": {j.method: dict(j.hyperparameters) for j in jobs}, "versions": versions()}
     write_json_atomic(out / "config.json", config)
     return {

@@ -36,10 +36,11 @@ def execute_decentralised(job: Job, paths: dict[str, Path]) -> dict[str, Any]:
         history = run(job.with_(data=data, data_params={}, validation=0.0), on_round=on_round, algorithm=algo,
                       eval_every=eval_every)
     graph = history.graph
-    append_jsonl(paths["log"], {**key, "graph_edges": graph.number_of_edges(), **(history.logs[-1] if history.logs else {})})
+    append_jsonl(paths["log"], {**key, "graph_edges": graph.number_of_edges(),
+                                **(history.logs[-1] if history.logs else {})})
     final = history.iterations[-1]
-    finals: dict[str, Any] = {k: final.get(k) for k in ("accuracy", "accuracy_std", "loss", "cumulative_bits", "cumulative_flops",
-                                                          "map_storage_bytes")}
+    finals: dict[str, Any] = {k: final.get(k) for k in ("accuracy", "accuracy_std", "loss", "cumulative_bits",
+                                                          "cumulative_flops", "map_storage_bytes")}
     finals.update({k: final[k] for k in ("mse", "rmse", "r2") if k in final})   # regression only
     done = {
         **key, "final": finals,

@@ -86,7 +86,7 @@ def analyse_for(name: str, out: Path, done: list[dict[str, Any]], profile: str =
     return experiment(name).analyse(Path(out), done, budget_for(name, profile, budget))
 
 
-def run_experiment(
+def run_experiment(  # noqa: PLR0913 (user-facing keyword options of the experiment runner, used by the CLI and tests)
     name: str,
     seeds: Sequence[int],
     out: Path,

@@ -32,7 +32,8 @@ log = logging.getLogger(__name__)
 #: a run of this protocol is a Job whose method is ``PREFIX + one of METHODS`` (registered in :mod:`topofl.methods`)
 PREFIX, METHODS = PAPER_PREFIX, PAPER_METHODS
 #: our scenario name → the authors' paper-era generator
-SCENARIOS: dict[str, Callable[..., list[ClientData]]] = {"paper-healthcare": paper_healthcare_clients, "paper-benchmark": paper_benchmark_clients}
+SCENARIOS: dict[str, Callable[..., list[ClientData]]] = {"paper-healthcare": paper_healthcare_clients,
+                                                         "paper-benchmark": paper_benchmark_clients}
 ROUNDS = 15
 #: Table 1 as printed (pTopoFL paper §4.2): (scenario, method) → (AUC, accuracy, convergence round)
 PUBLISHED: dict[tuple[str, str], tuple[float, float, int]] = {
@@ -43,7 +44,8 @@ PUBLISHED: dict[tuple[str, str], tuple[float, float, int]] = {
     ("paper-healthcare", "pfedme"): (0.821, 0.749, 5), ("paper-benchmark", "pfedme"): (0.902, 0.801, 2),
 }
 #: what Table 1 calls each row
-PAPER_NAMES = {"ptopofl": "pTopoFL", "fedavg-refit": "FedAvg", "fedprox": "FedProx", "scaffold": "SCAFFOLD", "pfedme": "pFedMe"}
+PAPER_NAMES = {"ptopofl": "pTopoFL", "fedavg-refit": "FedAvg", "fedprox": "FedProx", "scaffold": "SCAFFOLD",
+               "pfedme": "pFedMe"}
 
 Linear = tuple[np.ndarray, np.ndarray]  # (coef of shape (1, d), intercept of shape (1,)), scikit-learn's layout
 
@@ -86,7 +88,8 @@ def _mst_weights(D: np.ndarray) -> np.ndarray:
 @lru_cache(maxsize=8)
 def _triangles(n: int) -> np.ndarray:
     """Every vertex triple ``i < j < k`` of ``n`` points, in lexicographic order, as an (m, 3) array."""
-    flat = np.fromiter((v for t in combinations(range(n), 3) for v in t), dtype=np.intp, count=3 * (n * (n - 1) * (n - 2) // 6))
+    flat = np.fromiter((v for t in combinations(range(n), 3) for v in t), dtype=np.intp,
+                       count=3 * (n * (n - 1) * (n - 2) // 6))
     return flat.reshape(-1, 3)
 
 
@@ -193,8 +196,8 @@ def sites(clients: Sequence[ClientData]) -> list[Site]:
     out = []
     for c in clients:
         scaler = StandardScaler().fit(c.X_train)
-        out.append(Site(c.X_train, scaler.transform(c.X_train), np.asarray(c.y_train, dtype=float), scaler.transform(c.X_test),
-                        np.asarray(c.y_test, dtype=float)))
+        out.append(Site(c.X_train, scaler.transform(c.X_train), np.asarray(c.y_train, dtype=float),
+                        scaler.transform(c.X_test), np.asarray(c.y_test, dtype=float)))
     return out
 
 
@@ -217,14 +220,19 @@ def score(site: Site, model: Linear) -> tuple[float, float]:
 
 
 def _score_fitted(site: Site, fitted: Any) -> tuple[float, float]:
-    """(AUC, accuracy) of a fitted scikit-learn classifier on the client's test split (its own predict/predict_proba)."""
+    """(AUC, accuracy) of a fitted scikit-learn classifier on the client's test split (its own
+    predict/predict_proba).
+    """
     from sklearn.metrics import accuracy_score
 
-    return _auc(site.y_test, fitted.predict_proba(site.X_test)[:, 1]), float(accuracy_score(site.y_test, fitted.predict(site.X_test)))
+    return (_auc(site.y_test, fitted.predict_proba(site.X_test)[:, 1]),
+            float(accuracy_score(site.y_test, fitted.predict(site.X_test))))
 
 
 def _lbfgs(site: Site, start: Linear | None = None, weights: np.ndarray | None = None) -> Any:
-    """L-BFGS logistic regression (C = 1, ≤ 300 iterations) on the client's training data, warm-started from ``start``."""
+    """L-BFGS logistic regression (C = 1, ≤ 300 iterations) on the client's training data, warm-started
+    from ``start``.
+    """
     from sklearn.linear_model import LogisticRegression
 
     model = LogisticRegression(C=1.0, max_iter=300, solver="lbfgs", warm_start=start is not None)
@@ -267,19 +275,22 @@ def _descend(site: Site, start: Linear, steps: int, lr: float, direction: Direct
     return coef, intercept
 
 
-def _proximal(g_coef: np.ndarray, g_int: np.ndarray, coef: np.ndarray, intercept: np.ndarray, anchor: Linear, mu: float) -> Linear:
+def _proximal(g_coef: np.ndarray, g_int: np.ndarray, coef: np.ndarray, intercept: np.ndarray, anchor: Linear,
+              mu: float) -> Linear:
     """A proximal step direction ∇f + μ(θ − θ_anchor) (FedProx's μ/2‖θ − θ_g‖², pFedMe's Moreau envelope)."""
     return g_coef + mu * (coef - anchor[0]), g_int + mu * (intercept - anchor[1])
 
 
-def _drift_corrected(g_coef: np.ndarray, g_int: np.ndarray, coef: np.ndarray, intercept: np.ndarray, own: Linear, server: Linear) -> Linear:
+def _drift_corrected(g_coef: np.ndarray, g_int: np.ndarray, coef: np.ndarray, intercept: np.ndarray, own: Linear,
+                     server: Linear) -> Linear:
     """SCAFFOLD's step direction ∇f − c_k + c."""
     return g_coef - own[0] + server[0], g_int - own[1] + server[1]
 
 
 def _random_starts(site_list: Sequence[Site], seed: int) -> list[Linear]:
     """Each client's first model, ``RandomState(seed + k).randn(1, d) · 0.01`` and a zero intercept."""
-    return [(np.random.RandomState(seed + k).randn(1, s.X.shape[1]) * 0.01, np.zeros(1)) for k, s in enumerate(site_list)]
+    return [(np.random.RandomState(seed + k).randn(1, s.X.shape[1]) * 0.01, np.zeros(1))
+            for k, s in enumerate(site_list)]
 
 
 # ---- the methods: each yields, per round, every client's (AUC, accuracy) and a server log -------------------
@@ -299,7 +310,8 @@ def cluster_labels(vectors: np.ndarray, n_clusters: int = 2) -> np.ndarray:
     k = min(n_clusters, len(vectors) - 1)
     if k < 2:
         return np.zeros(len(vectors), dtype=int)
-    return np.asarray(AgglomerativeClustering(n_clusters=k, metric="precomputed", linkage="average").fit_predict(euclidean_distances(_normalised(vectors))))
+    return np.asarray(AgglomerativeClustering(n_clusters=k, metric="precomputed", linkage="average")
+                      .fit_predict(euclidean_distances(_normalised(vectors))))
 
 
 def trust_weights(vectors: np.ndarray) -> np.ndarray:
@@ -316,8 +328,8 @@ def trust_weights(vectors: np.ndarray) -> np.ndarray:
     return np.clip(np.exp(-np.maximum(z - 1.0, 0)), 0.05, 1.0)
 
 
-def cluster_models(local: Sequence[Linear], site_list: Sequence[Site], vectors: np.ndarray, labels: np.ndarray, trust: np.ndarray,
-                   beta: float = 0.3) -> dict[int, Linear]:
+def cluster_models(local: Sequence[Linear], site_list: Sequence[Site], vectors: np.ndarray, labels: np.ndarray,
+                   trust: np.ndarray, beta: float = 0.3) -> dict[int, Linear]:
     """§3.3 Steps 2–3: each cluster's ``n_k · exp(−‖φ̂_k − φ̂_C‖) · t_k``-weighted mean (Eq. 6), then
     blended with the cluster-size-weighted mean of the cluster models (Eq. 7). Normalisations add
     1e-8 to the denominator, as the paper-era code does.
@@ -335,12 +347,14 @@ def cluster_models(local: Sequence[Linear], site_list: Sequence[Site], vectors: 
         return models
     sizes = np.array([np.sum(labels == c) for c in models], dtype=float)
     consensus = _weighted_sum(sizes / (sizes.sum() + 1e-8), list(models.values()))
-    return {c: ((1 - beta) * m[0] + beta * consensus[0], (1 - beta) * m[1] + beta * consensus[1]) for c, m in models.items()}
+    return {c: ((1 - beta) * m[0] + beta * consensus[0], (1 - beta) * m[1] + beta * consensus[1])
+            for c, m in models.items()}
 
 
 def _ptopofl(site_list: Sequence[Site], seed: int, rounds: int) -> Iterator[Round]:
     """The pTopoFL of the paper-era code (§3, Algorithm 1; docs/internals.md#topofl.experiments.paper_protocol)."""
-    found = [descriptor(s.X_raw, int(np.random.RandomState(seed + k).randint(0, 10_000))) for k, s in enumerate(site_list)]
+    found = [descriptor(s.X_raw, int(np.random.RandomState(seed + k).randint(0, 10_000)))
+             for k, s in enumerate(site_list)]
     vectors = np.array([d.vector for d in found])
     weights = [sample_weights(s.X_raw, d.h0_amplitude) for s, d in zip(site_list, found, strict=True)]
     labels: np.ndarray | None = None
@@ -354,7 +368,8 @@ def _ptopofl(site_list: Sequence[Site], seed: int, rounds: int) -> Iterator[Roun
         models = cluster_models(local, site_list, vectors, labels, trust)
         held = [models.get(int(labels[k]), local[k]) for k in range(len(site_list))]
         yield ([score(s, m) for s, m in zip(site_list, held, strict=True)],
-               {"clusters": labels.tolist(), "trust": trust.tolist(), "flagged": [k for k, t in enumerate(trust) if t < 0.5]})
+               {"clusters": labels.tolist(), "trust": trust.tolist(),
+                "flagged": [k for k, t in enumerate(trust) if t < 0.5]})
 
 
 def _fedavg(site_list: Sequence[Site], rounds: int, scored: str) -> Iterator[Round]:
@@ -366,7 +381,8 @@ def _fedavg(site_list: Sequence[Site], rounds: int, scored: str) -> Iterator[Rou
         fitted = [_lbfgs(s, global_model) for s in site_list]
         global_model = _by_size([_coefs(f) for f in fitted], site_list)
         g = global_model
-        scores = [score(s, g) for s in site_list] if scored == "global" else [_score_fitted(s, f) for s, f in zip(site_list, fitted, strict=True)]
+        scores = ([score(s, g) for s in site_list] if scored == "global"
+                  else [_score_fitted(s, f) for s, f in zip(site_list, fitted, strict=True)])
         yield scores, {}
 
 
@@ -378,7 +394,9 @@ def _local(site_list: Sequence[Site], rounds: int) -> Iterator[Round]:
 
 
 def _fedprox(site_list: Sequence[Site], seed: int, rounds: int, mu: float = 0.1) -> Iterator[Round]:
-    """FedProx (μ = 0.1): 30 gradient steps of 0.05 on loss + μ/2‖θ − θ_g‖², θ_g the last global model (own start in round 1)."""
+    """FedProx (μ = 0.1): 30 gradient steps of 0.05 on loss + μ/2‖θ − θ_g‖², θ_g the last global model
+    (own start in round 1).
+    """
     held = _random_starts(site_list, seed + 200)
     anchors = list(held)
     for _ in range(rounds):
@@ -403,7 +421,8 @@ def _scaffold(site_list: Sequence[Site], seed: int, rounds: int, steps: int = 30
         for k, (s, start) in enumerate(zip(site_list, held, strict=True)):
             ck = own[k]
             new = _descend(s, start, steps, lr, partial(_drift_corrected, own=ck, server=c))
-            own[k] = (ck[0] + ((start[0] - new[0]) / (steps * lr) - c[0]), ck[1] + ((start[1] - new[1]) / (steps * lr) - c[1]))
+            own[k] = (ck[0] + ((start[0] - new[0]) / (steps * lr) - c[0]),
+                      ck[1] + ((start[1] - new[1]) / (steps * lr) - c[1]))
             local.append(new)
         g = _by_size(local, site_list)
         total = _weighted_sum([1.0] * len(own), own)
@@ -480,7 +499,8 @@ def final_scores(scenario: str, method: str, seed: int = PUBLISHED_SEED, rounds:
     """Final-round mean AUC and accuracy over clients, and the convergence round, of one run."""
     curve = [(float(np.mean([a for a, _ in r[0]])), float(np.mean([b for _, b in r[0]])))
              for r in run_protocol(method, scenario_clients(scenario, seed), seed, rounds)]
-    return {"auc": curve[-1][0], "accuracy": curve[-1][1], "convergence_round": convergence_round([a for a, _ in curve])}
+    return {"auc": curve[-1][0], "accuracy": curve[-1][1],
+            "convergence_round": convergence_round([a for a, _ in curve])}
 
 
 # ---- the experiment runner's executor ----------------------------------------------------------------------
@@ -500,10 +520,12 @@ def execute_paper_protocol(spec: Job, paths: Mapping[str, Path]) -> dict[str, An
     """
     method = spec.method[len(PREFIX):]
     if method not in METHODS:
-        raise ValueError(f"unknown paper-protocol method {spec.method!r}; available: {', '.join(PREFIX + m for m in METHODS)}")
+        raise ValueError(f"unknown paper-protocol method {spec.method!r}; "
+                         f"available: {', '.join(PREFIX + m for m in METHODS)}")
     if spec.hyperparameters or spec.attack or spec.model != "linear" or spec.validation:
-        raise ValueError(f"run {spec.run_id}: the paper protocol has fixed settings (logistic regression, the paper-era "
-                         "hyper-parameters, no attack, scored on the test splits); it takes no hyperparameters, attack, model or validation")
+        raise ValueError(f"run {spec.run_id}: the paper protocol has fixed settings (logistic regression, the "
+                         "paper-era hyper-parameters, no attack, scored on the test splits); it takes no "
+                         "hyperparameters, attack, model or validation")
     clients = scenario_clients(spec.data, spec.seed, spec.data_params)
     for p in paths.values():
         p.unlink(missing_ok=True)
@@ -511,11 +533,14 @@ def execute_paper_protocol(spec: Job, paths: Mapping[str, Path]) -> dict[str, An
     t0 = time.perf_counter()
     curve: list[float] = []
     scores: list[tuple[float, float]] = []
-    with CsvAppender(paths["rounds"], tuple(key) + ROUND_COLUMNS) as rounds_out, CsvAppender(paths["curves"], tuple(key) + CURVE_COLUMNS) as curves_out:
+    with (CsvAppender(paths["rounds"], tuple(key) + ROUND_COLUMNS) as rounds_out,
+          CsvAppender(paths["curves"], tuple(key) + CURVE_COLUMNS) as curves_out):
         for r, (scores, server_log) in enumerate(run_protocol(method, clients, spec.seed, spec.rounds), start=1):
             auc, acc = np.array([a for a, _ in scores]), np.array([b for _, b in scores])
-            rounds_out.write({**key, "round": r, "client": k, "auc": a, "accuracy": b} for k, (a, b) in enumerate(scores))
-            summary = {"round": r, "auc": float(np.mean(auc)), "auc_std": float(auc.std()), "accuracy": float(np.mean(acc)), "accuracy_std": float(acc.std())}
+            rounds_out.write({**key, "round": r, "client": k, "auc": a, "accuracy": b}
+                             for k, (a, b) in enumerate(scores))
+            summary = {"round": r, "auc": float(np.mean(auc)), "auc_std": float(auc.std()),
+                       "accuracy": float(np.mean(acc)), "accuracy_std": float(acc.std())}
             curves_out.write([{**key, **summary}])
             append_jsonl(paths["log"], {**key, "round": r, **server_log})
             curve.append(summary["auc"])

@@ -91,16 +91,7 @@ def _execute(
     ids = [s.run_id for s in specs]
     if len(set(ids)) != len(ids):
         raise ValueError("the experiment plan holds duplicate runs")
-    records: dict[str, dict[str, Any]] = {}
-    todo = []
-    for spec in specs:
-        record, problem = verified_done(run_paths(run_dir, spec))
-        if record is None:
-            if problem:
-                log.warning("run %s: %s; redoing the run", spec.run_id, problem)
-            todo.append(spec)
-        else:
-            records[spec.run_id] = record
+    records, todo = _sort_done(specs, run_dir)
     if resume and len(todo) < len(specs):
         log.info("resuming: %d of %d runs already complete", len(specs) - len(todo), len(specs))
     for spec in specs:
@@ -112,20 +103,44 @@ def _execute(
         if on_done is not None:
             on_done(spec, done)
 
+    _run_todo(todo, run_dir, jobs, finished)
+    merge(specs, out)
+    return [records[s.run_id] for s in specs]
+
+
+def _sort_done(specs: Sequence[Job], run_dir: Path) -> tuple[dict[str, dict[str, Any]], list[Job]]:
+    """The done-records of the runs of ``specs`` that verify complete (by run id), and the runs still
+    to do (in plan order), warning of each found torn, edited or unsealed.
+    """
+    records: dict[str, dict[str, Any]] = {}
+    todo = []
+    for spec in specs:
+        record, problem = verified_done(run_paths(run_dir, spec))
+        if record is None:
+            if problem:
+                log.warning("run %s: %s; redoing the run", spec.run_id, problem)
+            todo.append(spec)
+        else:
+            records[spec.run_id] = record
+    return records, todo
+
+
+def _run_todo(todo: Sequence[Job], run_dir: Path, jobs: int, finished: Callable[[Job, dict[str, Any]], None]) -> None:
+    """Run ``todo``, in this process or in a pool of ``jobs`` workers, handing each done-record to
+    ``finished`` as its run ends.
+    """
     if jobs <= 1 or len(todo) <= 1:
         for spec in todo:
             finished(spec, execute_run(spec, run_dir))
-    else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            futures = {pool.submit(_worker, s, str(run_dir)): s for s in todo}
-            try:
-                pending = set(futures)
-                while pending:
-                    done_now, pending = wait(pending, return_when=FIRST_COMPLETED)
-                    for f in done_now:
-                        finished(futures[f], f.result())
-            except BaseException:
-                pool.shutdown(wait=False, cancel_futures=True)
-                raise
-    merge(specs, out)
-    return [records[s.run_id] for s in specs]
+        return
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = {pool.submit(_worker, s, str(run_dir)): s for s in todo}
+        try:
+            pending = set(futures)
+            while pending:
+                done_now, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for f in done_now:
+                    finished(futures[f], f.result())
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise

@@ -25,7 +25,8 @@ RESULT_FILES = {"rounds": True, "curves": True, "log": False}
 def run_paths(run_dir: Path, spec: Job) -> dict[str, Path]:
     """The files of one run in ``run_dir``, by kind: ``rounds``, ``curves``, ``log`` and ``done``."""
     rid = spec.run_id
-    return {k: run_dir / f"{rid}.{k}.{ext}" for k, ext in (("rounds", "csv"), ("curves", "csv"), ("log", "jsonl"), ("done", "json"))}
+    return {k: run_dir / f"{rid}.{k}.{ext}"
+            for k, ext in (("rounds", "csv"), ("curves", "csv"), ("log", "jsonl"), ("done", "json"))}
 
 
 #: the format of a done-record's seal (:func:`seal_of`)
@@ -38,7 +39,8 @@ def results_lock(out: str | os.PathLike[str]) -> AbstractContextManager[Path]:
     analysis; a comparison; a tuning. A second process is refused at once with a one-line
     ``ValueError`` naming the directory; blocks nested in one thread share the lock.
     """
-    return directory_lock(out, "results directory", hint="wait for it to finish (or stop it), or use another --out", reentrant=True)
+    return directory_lock(out, "results directory", hint="wait for it to finish (or stop it), or use another --out",
+                          reentrant=True)
 
 
 def holds_results(directory: Path) -> bool:
@@ -66,7 +68,8 @@ def write_done(paths: Mapping[str, Path], done: Mapping[str, Any]) -> dict[str, 
     not. Returns the record, as a resumed run reads it back (numpy values as numbers, tuples as lists).
     """
     files = {kind: file_record(paths[kind], header) for kind, header in RESULT_FILES.items()}
-    body = json.loads(json.dumps({**{k: v for k, v in done.items() if k != "seal"}, "files": files}, default=_json_default))
+    body = json.loads(json.dumps({**{k: v for k, v in done.items() if k != "seal"}, "files": files},
+                                 default=_json_default))
     record = {**body, "seal": seal_of(body)}
     write_json_atomic(paths["done"], record, indent=None)
     return record
@@ -90,7 +93,8 @@ def verified_done(paths: Mapping[str, Path]) -> tuple[dict[str, Any] | None, str
     if seal is None:
         return None, f"{done.name} has no seal (written by an older topofl), so its content cannot be checked"
     if not isinstance(seal, dict) or seal.get("format") != SEAL_FORMAT or not isinstance(seal.get("sha256"), str):
-        return None, f"{done.name}: its seal is not a format-{SEAL_FORMAT} seal ({{\"format\": {SEAL_FORMAT}, \"sha256\": ...}})"
+        return None, (f"{done.name}: its seal is not a format-{SEAL_FORMAT} seal "
+                      f"({{\"format\": {SEAL_FORMAT}, \"sha256\": ...}})")
     if seal["sha256"] != seal_of(record)["sha256"]:
         return None, f"{done.name} does not match its seal (the record was edited or damaged after it was written)"
     files = record.get("files")
@@ -103,7 +107,8 @@ def verified_done(paths: Mapping[str, Path]) -> tuple[dict[str, Any] | None, str
         got, want = file_record(path, header), files.get(kind)
         if got != want:
             rows = want.get("rows") if isinstance(want, dict) else "?"
-            return None, f"{path.name} does not match its done-record ({got['rows']} rows now, {rows} recorded; SHA-256 differs)"
+            return None, (f"{path.name} does not match its done-record ({got['rows']} rows now, {rows} recorded; "
+                          "SHA-256 differs)")
     return record, None
 
 

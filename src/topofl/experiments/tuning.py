@@ -111,7 +111,8 @@ def setting_name(spec: Job, for_seed: int | None = None) -> str:
     text = json.dumps(base.spec_dict(), sort_keys=True, default=str) + ("" if for_seed is None else f"|seed {for_seed}")
     items = "_".join(f"{k}{v}" for k, v in spec.setting.items())
     seed = "" if for_seed is None else f"_s{for_seed}"
-    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{spec.key['scenario']}_{spec.label or spec.method}_{items}{seed}").strip("-_")
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-",
+                  f"{spec.key['scenario']}_{spec.label or spec.method}_{items}{seed}").strip("-_")
     return f"{slug}_{hashlib.sha1(text.encode()).hexdigest()[:8]}"
 
 
@@ -164,7 +165,8 @@ def defining(specs: Sequence[Job]) -> dict[str, set[str]]:
             out[value(n, k)] = out.get(value(n, k), 0) + 1
         return out
 
-    out: dict[str, set[str]] = {name: {k for k in spec.setting if k in spec.hyperparameters} for name, spec in settings.items()}
+    out: dict[str, set[str]] = {name: {k for k in spec.setting if k in spec.hyperparameters}
+                                for name, spec in settings.items()}
     for names in by_method.values():
         for k in {k for n in names for k in settings[n].hyperparameters}:
             mine = counts(names, k)
@@ -180,7 +182,8 @@ def defining(specs: Sequence[Job]) -> dict[str, set[str]]:
     return out
 
 
-def search_space(spec: Job, params: Sequence[str] | None, fixed: set[str] | frozenset[str] = frozenset()) -> tuple[dict[str, Space], dict[str, Any]]:
+def search_space(spec: Job, params: Sequence[str] | None,
+                 fixed: set[str] | frozenset[str] = frozenset()) -> tuple[dict[str, Space], dict[str, Any]]:
     """The space a setting is tuned over and the values trial 0 takes there (the setting's own).
 
     Without ``params``: every hyper-parameter of the method whose space is tuned by default, less
@@ -279,30 +282,45 @@ def plan_studies(specs: Sequence[Job], settings: TuneSettings) -> list[Study]:
             facts[data_key] = data_facts(spec, [w for w in wanted if w not in checked], settings.validation)
             checked.update(wanted)
         have = facts[data_key]
-        metric = auto_metric(have.peer, have.task) if settings.metric == "auto" else settings.metric
-        if metric not in allowed_metrics(have.peer, have.task):
-            kind = "peer-to-peer" if have.peer else "server-based"
-            raise ValueError(f"metric (--tune-metric) {metric!r} is not reported by {kind} runs of a {have.task} task on {spec.data!r}; "
-                             f"choose one of {', '.join(allowed_metrics(have.peer, have.task))}")
+        metric = _study_metric(spec, settings.metric, have)
         space, defaults = search_space(spec, settings.params, fixed[name])
-        if settings.seeds is not None:
-            one_seed = set(settings.seeds) == set(eval_seeds[name]) and len(set(settings.seeds)) == 1
-            if not have.fresh and not one_seed:
-                raise ValueError(f"{spec.data!r} re-splits one set of rows by seed, so tuning seeds {list(settings.seeds)} would train on "
-                                 f"test rows of the evaluation seeds {sorted(set(eval_seeds[name]))}: leave out --tune-seeds to tune every "
-                                 "seed on its own training split")
-            studies.append(Study(name, setting_of(spec), tuple(settings.seeds), space, defaults, metric))
-        elif not have.fresh:
-            studies += [Study(setting_name(spec, s), setting_of(spec), (s,), space, defaults, metric, for_seed=s)
-                        for s in eval_seeds[name]]
-        else:
-            studies.append(Study(name, setting_of(spec), tuple(eval_seeds[name]), space, defaults, metric))
+        studies += _setting_studies(spec, name, settings.seeds, eval_seeds[name], have.fresh, space, defaults, metric)
     if settings.params is not None:
         tuned = {p for s in studies for p in s.space}
         missing = [p for p in settings.params if p not in tuned]
         if missing:
             raise ValueError(f"no method of the plan has a search space for {', '.join(missing)}; see `topofl methods`")
     return studies
+
+
+def _study_metric(spec: Job, metric: str, have: DataFacts) -> str:
+    """The metric a setting's study is scored by (``metric``, or the task's for ``"auto"``); ``ValueError``
+    when its runs do not report it.
+    """
+    metric = auto_metric(have.peer, have.task) if metric == "auto" else metric
+    if metric not in allowed_metrics(have.peer, have.task):
+        kind = "peer-to-peer" if have.peer else "server-based"
+        raise ValueError(f"metric (--tune-metric) {metric!r} is not reported by {kind} runs of a {have.task} task "
+                         f"on {spec.data!r}; choose one of {', '.join(allowed_metrics(have.peer, have.task))}")
+    return metric
+
+
+def _setting_studies(spec: Job, name: str, seeds: tuple[int, ...] | None, eval_seeds: Sequence[int], fresh: bool,
+                     space: dict[str, Space], defaults: dict[str, Any], metric: str) -> list[Study]:
+    """The studies of one setting: one over the given tuning ``seeds``, one per evaluation seed on data
+    that re-split fixed rows, else one over the evaluation seeds (see :class:`TuneSettings`).
+    """
+    if seeds is not None:
+        one_seed = set(seeds) == set(eval_seeds) and len(set(seeds)) == 1
+        if not fresh and not one_seed:
+            raise ValueError(f"{spec.data!r} re-splits one set of rows by seed, so tuning seeds {list(seeds)} would "
+                             f"train on test rows of the evaluation seeds {sorted(set(eval_seeds))}: leave out "
+                             "--tune-seeds to tune every seed on its own training split")
+        return [Study(name, setting_of(spec), tuple(seeds), space, defaults, metric)]
+    if not fresh:
+        return [Study(setting_name(spec, s), setting_of(spec), (s,), space, defaults, metric, for_seed=s)
+                for s in eval_seeds]
+    return [Study(name, setting_of(spec), tuple(eval_seeds), space, defaults, metric)]
 
 
 def import_optuna() -> Any:
@@ -340,7 +358,8 @@ def propose(study: Study, trial: int, settings: TuneSettings) -> dict[str, Any]:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     dists = _distributions(study.space)
-    seed = int(np.random.SeedSequence([settings.sampler_seed, int(study.name.rsplit("_", 1)[-1], 16), trial]).generate_state(1)[0])
+    seed = int(np.random.SeedSequence([settings.sampler_seed, int(study.name.rsplit("_", 1)[-1], 16),
+                                       trial]).generate_state(1)[0])
     sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=settings.n_startup)
     opt = optuna.create_study(direction="maximize" if study.maximise else "minimize", sampler=sampler)
     for t in study.trials[:trial]:
@@ -452,8 +471,10 @@ def run_studies(
         metric = study.metric
         value = trial_value(metric, finals) if len(finals) == len(open_.specs) else None
         record = {"trial": open_.trial, "params": open_.params, "metric": metric, "value": value,
-                  "n_seeds": len(finals), "seconds": float(sum(r["seconds"] for r in open_.results.values() if r is not None)),
-                  "state": "complete" if value is not None else "failed", "error": "; ".join(sorted(set(open_.errors)))[:500]}
+                  "n_seeds": len(finals),
+                  "seconds": float(sum(r["seconds"] for r in open_.results.values() if r is not None)),
+                  "state": "complete" if value is not None else "failed",
+                  "error": "; ".join(sorted(set(open_.errors)))[:500]}
         if value is None and not open_.errors:
             record["error"] = f"no finite {metric} on any tuning seed"
         study.trials.append(record)
@@ -524,7 +545,8 @@ def study_of(spec: Job, studies: Sequence[Study]) -> Study:
 
 def tuned_plan(specs: Sequence[Job], studies: Sequence[Study]) -> list[Job]:
     """The plan with every run's hyper-parameters replaced by its study's chosen values."""
-    return [replace(spec, hyperparameters={**spec.hyperparameters, **chosen(study_of(spec, studies))}) for spec in specs]
+    return [replace(spec, hyperparameters={**spec.hyperparameters, **chosen(study_of(spec, studies))})
+            for spec in specs]
 
 
 # ------------------------------------------------------------------ tables and figure
@@ -546,8 +568,10 @@ def setting_keys(studies: Sequence[Study]) -> tuple[str, ...]:
 
 
 def _setting_columns(study: Study, keys: Sequence[str]) -> dict[str, Any]:
-    values = {"scenario": study.base.key["scenario"], "seed": study.for_seed if study.for_seed is not None else "", **study.base.setting}
-    return {**{k: values.get(k, "") for k in keys if k != "seed"}, "method": study.label, **({"seed": values["seed"]} if "seed" in keys else {})}
+    values = {"scenario": study.base.key["scenario"], "seed": study.for_seed if study.for_seed is not None else "",
+              **study.base.setting}
+    return {**{k: values.get(k, "") for k in keys if k != "seed"}, "method": study.label,
+            **({"seed": values["seed"]} if "seed" in keys else {})}
 
 
 def trial_rows(studies: Sequence[Study]) -> list[dict[str, Any]]:
@@ -560,10 +584,11 @@ def trial_rows(studies: Sequence[Study]) -> list[dict[str, Any]]:
             v = t["value"]
             if v is not None and (best is None or (v > best if s.maximise else v < best)):
                 best = v
-            rows.append({**_setting_columns(s, keys), "trial": t["trial"], "params": ", ".join(f"{k}={_fmt(x)}" for k, x in t["params"].items()),
+            rows.append({**_setting_columns(s, keys), "trial": t["trial"],
+                         "params": ", ".join(f"{k}={_fmt(x)}" for k, x in t["params"].items()),
                          "metric": t["metric"], "validation": v if v is not None else float("nan"),
-                         "best_so_far": best if best is not None else float("nan"), "seconds": t["seconds"], "state": t["state"],
-                         "error": t.get("error", "")})
+                         "best_so_far": best if best is not None else float("nan"), "seconds": t["seconds"],
+                         "state": t["state"], "error": t.get("error", "")})
     return rows
 
 
@@ -579,7 +604,8 @@ def summary_rows(studies: Sequence[Study]) -> list[dict[str, Any]]:
         rows.append({
             **_setting_columns(s, keys), "trials": len(s.trials), "failed": sum(t["value"] is None for t in s.trials),
             "metric": s.metric, "validation_default": default if default is not None else float("nan"),
-            "validation_best": best["value"] if best["value"] is not None else float("nan"), "best_trial": best["trial"],
+            "validation_best": best["value"] if best["value"] is not None else float("nan"),
+            "best_trial": best["trial"],
             "chosen": ", ".join(f"{k}={_fmt(v)}" for k, v in best["params"].items()) or "(nothing to tune)",
             "defaults": ", ".join(f"{k}={_fmt(v)}" for k, v in s.defaults.items()),
             "space": "; ".join(f"{k}: {v.describe()}" for k, v in s.space.items()),
@@ -614,8 +640,9 @@ def unchanged_settings(studies: Sequence[Study], group: Sequence[str]) -> set[tu
     return {k for k, kept in by.items() if all(kept)}
 
 
-def tuned_vs_default(default_done: Sequence[Mapping[str, Any]], tuned_done: Sequence[Mapping[str, Any]], group: Sequence[str],
-                     metrics: Sequence[str], unchanged: set[tuple[Any, ...]] = frozenset()) -> list[dict[str, Any]]:  # type: ignore[assignment]
+def tuned_vs_default(default_done: Sequence[Mapping[str, Any]], tuned_done: Sequence[Mapping[str, Any]],
+                     group: Sequence[str], metrics: Sequence[str],
+                     unchanged: set[tuple[Any, ...]] = frozenset()) -> list[dict[str, Any]]:  # type: ignore[assignment]
     """Tuned minus default on the test splits, per setting (``group`` columns and ``method``),
     paired over seeds: mean, 95 % t-interval, seeds where tuned is better / worse (for MSE and
     loss: lower), raw p and Holm's adjustment over the settings of each group and metric. A setting
@@ -633,9 +660,10 @@ def tuned_vs_default(default_done: Sequence[Mapping[str, Any]], tuned_done: Sequ
         for r in orient_wins(paired_differences(both, (*group, "setting_method"), "tuned", metric)):
             kept = (*(str(r[c]) for c in group), r["setting_method"]) in unchanged
             rows.append({**{c: r[c] for c in group}, "method": r["setting_method"], "metric": metric,
-                         "tuned": "defaults kept" if kept else "changed", "n_seeds": r["n_seeds"], "diff_mean": r["diff_mean"],
-                         "ci_low": r["ci_low"], "ci_high": r["ci_high"], "tuned_wins": r["reference_wins"],
-                         "tuned_losses": r["other_wins"], "p_value": float("nan") if kept else r["p_value"]})
+                         "tuned": "defaults kept" if kept else "changed", "n_seeds": r["n_seeds"],
+                         "diff_mean": r["diff_mean"], "ci_low": r["ci_low"], "ci_high": r["ci_high"],
+                         "tuned_wins": r["reference_wins"], "tuned_losses": r["other_wins"],
+                         "p_value": float("nan") if kept else r["p_value"]})
     return add_holm(rows, (*group, "metric"))
 
 
@@ -708,7 +736,8 @@ def guard_settings(path: Path, settings: TuneSettings, specs: Sequence[Job]) -> 
     from topofl.experiments.results import write_json_atomic
 
     record = {"settings": json.loads(json.dumps(asdict(settings), default=list)),
-              "plan": hashlib.sha1(json.dumps([s.spec_dict() for s in specs], sort_keys=True, default=str).encode()).hexdigest()}
+              "plan": hashlib.sha1(json.dumps([s.spec_dict() for s in specs], sort_keys=True,
+                                              default=str).encode()).hexdigest()}
     if path.is_file():
         try:
             old = json.loads(path.read_text())
@@ -719,7 +748,8 @@ def guard_settings(path: Path, settings: TuneSettings, specs: Sequence[Job]) -> 
             diff = [f"{k}={was.get(k)!r} (now {v!r})" for k, v in now.items() if was.get(k) != v]
             if old.get("plan") != record["plan"]:
                 diff.append("the methods, seeds, rounds or data")
-            raise ValueError(f"{path.parent.parent} holds a tuning with other settings: {'; '.join(diff) or 'unreadable record'}; "
+            raise ValueError(f"{path.parent.parent} holds a tuning with other settings: "
+                             f"{'; '.join(diff) or 'unreadable record'}; "
                              "use another --out, or --overwrite to start again")
         return
     write_json_atomic(path, record)
@@ -731,34 +761,25 @@ def doomed(studies: Sequence[Study]) -> list[Study]:
 
 
 def _tuning_section(man: Any, out: Path, studies: Sequence[Study], settings: TuneSettings,
-                    default_done: Sequence[Mapping[str, Any]], tuned_done: Sequence[Mapping[str, Any]], seconds: float) -> None:
+                    default_done: Sequence[Mapping[str, Any]], tuned_done: Sequence[Mapping[str, Any]],
+                    seconds: float) -> None:
     """Append the tuning's tables, figure and notes to ``man`` (a :class:`~topofl.experiments.base.Manifest`)."""
     write_tuning(out, studies)
     keys = setting_keys(studies)
     group = tuple(k for k in keys if k != "seed")
     per_seed = "seed" in keys
-    rows = summary_rows(studies)
-    what = "per setting and seed (the seeds re-split the same rows)" if per_seed else "per setting"
-    man.table(out, "tuning_summary", f"Tuning {what}: {settings.trials} trials each (trial 0 = the defaults), scored on validation "
-              f"splits ({settings.validation:g} of each client's training data); the chosen values are re-run on the test splits",
-              rows, show=[c for c in (*keys, "method", "trials", "failed", "metric", "validation_default", "validation_best", "best_trial",
-                                      "chosen", "seconds_per_trial") if not rows or c in rows[0]])
-    paired = tuned_vs_default(default_done, tuned_done, group, _metrics_of(tuned_done), unchanged_settings(studies, group))
+    _tuning_summary_table(man, out, studies, settings, keys, per_seed)
+    paired = tuned_vs_default(default_done, tuned_done, group, _metrics_of(tuned_done),
+                              unchanged_settings(studies, group))
     fam = " and ".join([*group, "metric"])
-    man.table(out, "tuned_vs_default", f"Tuned minus default on the test splits, paired over seeds (mean, 95 % t-interval, seeds tuned "
-              f"is better/worse; p: paired t-test, Holm-adjusted over the settings of one {fam} whose tuning changed something)", paired)
+    man.table(out, "tuned_vs_default", "Tuned minus default on the test splits, paired over seeds (mean, 95 % "
+              "t-interval, seeds tuned is better/worse; p: paired t-test, Holm-adjusted over the settings of one "
+              f"{fam} whose tuning changed something)", paired)
     fig = trials_figure(studies, out)
     if fig is not None:
-        man.figure(fig, "Validation score of every trial (dots) and the best so far (steps), per method: the same number of trials "
-                        "for every method, trial 0 being its defaults.")
-    n_trials = sum(len(s.trials) for s in studies)
-    per = float(np.mean([t["seconds"] for s in studies for t in s.trials])) if n_trials else float("nan")
-    man.notes.append(f"Equal-budget tuning: {len(studies)} stud{'y' if len(studies) == 1 else 'ies'} × {settings.trials} trials "
-                     f"({n_trials} trials, {sum(t['n_seeds'] for s in studies for t in s.trials)} runs), TPE (Optuna) after "
-                     f"{settings.n_startup} random trials, sampler seed {settings.sampler_seed}; a trial costs {per:.2f} s of run time on "
-                     f"average; the whole tuning and both comparisons took {seconds:.0f} s. Selection used validation splits only"
-                     + (", each seed's own (its seeds re-split one set of rows, so one choice for all seeds would have seen test rows)"
-                        if per_seed else "") + "; the test splits were read only by the final runs.")
+        man.figure(fig, "Validation score of every trial (dots) and the best so far (steps), per method: the same "
+                        "number of trials for every method, trial 0 being its defaults.")
+    man.notes.append(_budget_note(studies, settings, seconds, per_seed))
     lost = doomed(studies)
     if lost:
         man.notes.append(f"WARNING: every trial failed for {len(lost)} stud{'y' if len(lost) == 1 else 'ies'} ("
@@ -769,6 +790,32 @@ def _tuning_section(man: Any, out: Path, studies: Sequence[Study], settings: Tun
         man.notes.append("Holm-significant tuned − default differences: " + "; ".join(
             f"{r['method']} {r['metric']} {r['diff_mean']:+.3f} ({r['ci_low']:+.3f}, {r['ci_high']:+.3f})"
             + "".join(f", {g}={r[g]}" for g in group) for r in wins) + ".")
+
+
+def _tuning_summary_table(man: Any, out: Path, studies: Sequence[Study], settings: TuneSettings, keys: Sequence[str],
+                          per_seed: bool) -> None:
+    """The ``tuning_summary`` table of :func:`_tuning_section`: per study, what it tried and chose."""
+    rows = summary_rows(studies)
+    what = "per setting and seed (the seeds re-split the same rows)" if per_seed else "per setting"
+    man.table(out, "tuning_summary", f"Tuning {what}: {settings.trials} trials each (trial 0 = the defaults), "
+              f"scored on validation splits ({settings.validation:g} of each client's training data); the chosen "
+              "values are re-run on the test splits",
+              rows, show=[c for c in (*keys, "method", "trials", "failed", "metric", "validation_default",
+                                      "validation_best", "best_trial", "chosen", "seconds_per_trial")
+                          if not rows or c in rows[0]])
+
+
+def _budget_note(studies: Sequence[Study], settings: TuneSettings, seconds: float, per_seed: bool) -> str:
+    """The note of :func:`_tuning_section` on the tuning's budget, sampler, cost and splits."""
+    n_trials = sum(len(s.trials) for s in studies)
+    per = float(np.mean([t["seconds"] for s in studies for t in s.trials])) if n_trials else float("nan")
+    return (f"Equal-budget tuning: {len(studies)} stud{'y' if len(studies) == 1 else 'ies'} × {settings.trials} trials "
+            f"({n_trials} trials, {sum(t['n_seeds'] for s in studies for t in s.trials)} runs), TPE (Optuna) after "
+            f"{settings.n_startup} random trials, sampler seed {settings.sampler_seed}; a trial costs {per:.2f} s of "
+            f"run time on average; the whole tuning and both comparisons took {seconds:.0f} s. Selection used "
+            "validation splits only"
+            + (", each seed's own (its seeds re-split one set of rows, so one choice for all seeds would have seen "
+               "test rows)" if per_seed else "") + "; the test splits were read only by the final runs.")
 
 
 def tune_comparison(
@@ -797,9 +844,7 @@ def tune_comparison(
 def _tune_comparison(specs: Sequence[Job], out: Path, settings: TuneSettings, reference: str, resume: bool, jobs: int,
                      on_run: Callable[[str], None] | None) -> Path:
     """:func:`tune_comparison`, with ``out`` locked."""
-    from topofl.experiments.analysis import final_table
     from topofl.experiments.base import Manifest
-    from topofl.experiments.compare import versions
     from topofl.experiments.results import write_json_atomic
     from topofl.experiments.runs import execute
 
@@ -818,29 +863,51 @@ def _tune_comparison(specs: Sequence[Job], out: Path, settings: TuneSettings, re
     tuned_done = execute(tuned_plan(specs, studies), out / "tuned", resume=True, jobs=jobs, on_done=report)
     scenario = specs[0].key["scenario"]
     man = Manifest("tune", f"Tuned comparison on {scenario}",
-                   f"Every method tuned with the same budget on validation splits carved from the clients' training data, then "
-                   f"run on the test splits over {len({s.seed for s in specs})} seeds with its defaults and with its tuned values.")
+                   f"Every method tuned with the same budget on validation splits carved from the clients' training "
+                   f"data, then run on the test splits over {len({s.seed for s in specs})} seeds with its defaults and "
+                   "with its tuned values.")
     both = [{**d, "tuning": "default"} for d in default_done] + [{**d, "tuning": "tuned"} for d in tuned_done]
-    metrics = _metrics_of(both)
-    man.table(out, "summary", "Final test scores per method, defaults and tuned (mean ± std over seeds)",
-              final_table(both, ("tuning", "method"), metrics=metrics + (("pooled_auc",) if "auc" in metrics else ())))
-    paired = orient_wins([r for m in metrics for r in paired_differences(both, ("tuning",), reference, m)])
-    man.table(out, "paired", f"{reference} minus each method, defaults and tuned, paired over seeds (95 % t-interval, seeds {reference} "
-              "is better/worse; p: paired t-test, Holm-adjusted over the comparisons of one tuning and metric)", paired)
+    paired = _comparison_tables(man, out, both, reference)
     _tuning_section(man, out, studies, settings, default_done, tuned_done, elapsed(t0))
     for tuning in ("default", "tuned"):
         sig = [r for r in paired if r["tuning"] == tuning and r["p_holm"] < 0.05]
         man.notes.append(f"{tuning}: {reference} − method, Holm-significant: " + (
-            "; ".join(f"{r['method']} {r['metric']} {r['diff_mean']:+.3f} ({r['ci_low']:+.3f}, {r['ci_high']:+.3f}), p_Holm {r['p_holm']:.3f}"
-                      for r in sig) if sig else "none") + ".")
+            "; ".join(f"{r['method']} {r['metric']} {r['diff_mean']:+.3f} ({r['ci_low']:+.3f}, {r['ci_high']:+.3f}), "
+                      f"p_Holm {r['p_holm']:.3f}" for r in sig) if sig else "none") + ".")
     man.write(out)
-    write_json_atomic(out / "config.json", {
-        "experiment": "tune", "seeds": sorted({s.seed for s in specs}), "n_runs": 2 * len(specs) + sum(t["n_seeds"] for s in studies for t in s.trials),
-        "seconds": elapsed(t0), "tuning": asdict(settings), "reference": reference,
-        "runs": [json.loads(json.dumps({k: v for k, v in s.spec_dict().items() if k != "seed"}, default=str)) for s in specs if s.seed == specs[0].seed],
-        "versions": versions(),
-    })
+    write_json_atomic(out / "config.json", _tune_config(specs, studies, settings, reference, t0))
     return out
+
+
+def _comparison_tables(man: Any, out: Path, both: Sequence[Mapping[str, Any]], reference: str) -> list[dict[str, Any]]:
+    """The ``summary`` and ``paired`` tables of a tuned comparison (``both``: the default and the tuned
+    runs' done-records, tagged with their ``tuning``); returns the paired rows.
+    """
+    from topofl.experiments.analysis import final_table
+
+    metrics = _metrics_of(both)
+    man.table(out, "summary", "Final test scores per method, defaults and tuned (mean ± std over seeds)",
+              final_table(both, ("tuning", "method"), metrics=metrics + (("pooled_auc",) if "auc" in metrics else ())))
+    paired = orient_wins([r for m in metrics for r in paired_differences(both, ("tuning",), reference, m)])
+    man.table(out, "paired", f"{reference} minus each method, defaults and tuned, paired over seeds (95 % t-interval, "
+              f"seeds {reference} is better/worse; p: paired t-test, Holm-adjusted over the comparisons of one tuning "
+              "and metric)", paired)
+    return paired
+
+
+def _tune_config(specs: Sequence[Job], studies: Sequence[Study], settings: TuneSettings, reference: str,
+                 t0: float) -> dict[str, Any]:
+    """The ``config.json`` of a tuned comparison begun at ``t0`` (``time.perf_counter``)."""
+    from topofl.experiments.compare import versions
+
+    return {
+        "experiment": "tune", "seeds": sorted({s.seed for s in specs}),
+        "n_runs": 2 * len(specs) + sum(t["n_seeds"] for s in studies for t in s.trials),
+        "seconds": elapsed(t0), "tuning": asdict(settings), "reference": reference,
+        "runs": [json.loads(json.dumps({k: v for k, v in s.spec_dict().items() if k != "seed"}, default=str))
+                 for s in specs if s.seed == specs[0].seed],
+        "versions": versions(),
+    }
 
 
 def run_tuned_experiment(
@@ -873,8 +940,8 @@ def run_tuned_experiment(
         return _run_tuned_experiment(name, seeds, Path(out), settings, resume, jobs, profile, data_root, on_run)
 
 
-def _run_tuned_experiment(name: str, seeds: Sequence[int], out: Path, settings: TuneSettings, resume: bool, jobs: int, profile: str,
-                          data_root: str | None, on_run: Callable[[str], None] | None) -> Path:
+def _run_tuned_experiment(name: str, seeds: Sequence[int], out: Path, settings: TuneSettings, resume: bool, jobs: int,
+                          profile: str, data_root: str | None, on_run: Callable[[str], None] | None) -> Path:
     """:func:`run_tuned_experiment`, with ``out/NAME`` and ``out/NAME-tuned`` locked."""
     from topofl.experiments.compare import versions
     from topofl.experiments.driver import distinct_runs, plan_for, run_experiment
@@ -885,10 +952,12 @@ def _run_tuned_experiment(name: str, seeds: Sequence[int], out: Path, settings: 
     specs = plan_for(name, seeds, profile, data_root)
     tuned_dir = out / f"{name}-tuned"
     if not resume and holds_results(tuned_dir):
-        raise ValueError(f"{tuned_dir} already holds results; pass --resume to continue them or --overwrite to start again")
+        raise ValueError(f"{tuned_dir} already holds results; "
+                         "pass --resume to continue them or --overwrite to start again")
     report = (lambda spec, d: on_run(f"{name}: {spec.label or spec.method} seed {spec.seed}")) if on_run else None
     # the defaults are the untuned experiment, run by the same deterministic executor: its verified runs are reused
-    default_dir = run_experiment(name, seeds, out, resume=True, jobs=jobs, on_done=report, profile=profile, data_root=data_root)
+    default_dir = run_experiment(name, seeds, out, resume=True, jobs=jobs, on_done=report, profile=profile,
+                                 data_root=data_root)
     default_done = [json.loads((default_dir / "runs" / f"{s.run_id}.done.json").read_text()) for s in specs]
     studies = plan_studies(specs, settings)
     guard_settings(tuned_dir / "tuning" / "settings.json", settings, specs)
@@ -901,8 +970,8 @@ def _run_tuned_experiment(name: str, seeds: Sequence[int], out: Path, settings: 
 
     man = analyse_for(name, tuned_dir, tuned_done, profile)
     man.name, man.title = f"{name}-tuned", f"{man.title} — tuned"
-    man.description = (f"The experiment '{name}' with every setting tuned on validation splits ({settings.trials} trials each), then "
-                       f"re-run on the test splits. {man.description}")
+    man.description = (f"The experiment '{name}' with every setting tuned on validation splits ({settings.trials} "
+                       f"trials each), then re-run on the test splits. {man.description}")
     _tuning_section(man, tuned_dir, studies, settings, default_done, tuned_done, elapsed(t0))
     man.write(tuned_dir)
     write_json_atomic(tuned_dir / "config.json", {

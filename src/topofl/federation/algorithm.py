@@ -156,7 +156,8 @@ class Algorithm(ABC):
                              f"(sent {message.params.shape}, replied {update.params.shape})")
         return message.params, update.params
 
-    def reply_for_model(self, ctx: ClientContext, update: ClientUpdate, message: ServerMessage, theta: np.ndarray) -> ClientUpdate:
+    def reply_for_model(self, ctx: ClientContext, update: ClientUpdate, message: ServerMessage,
+                        theta: np.ndarray) -> ClientUpdate:
         """``update`` standing for model ``theta`` instead, every array consistent with it (the inverse
         of :meth:`reply_models`, for the attack wrappers). By default the model replaces the params.
         """
@@ -185,7 +186,8 @@ class Algorithm(ABC):
     # ---- shared helpers -----------------------------------------------------------------------
     def local_sgd(
         self, ctx: ClientContext, theta: np.ndarray, X: np.ndarray, lr_scale: float = 1.0,
-        extra_grad: ExtraGrad | None = None, rng: np.random.Generator | None = None, sample_weight: np.ndarray | None = None,
+        extra_grad: ExtraGrad | None = None, rng: np.random.Generator | None = None,
+        sample_weight: np.ndarray | None = None,
     ) -> np.ndarray:
         """Mini-batch SGD with this algorithm's local hyper-parameters (``sample_weight``: one
         weight per training sample of the local loss, see :func:`~topofl.federation.local.sgd`).

@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-ROUND_FIELDS = ("round", "client", "auc", "accuracy", "loss", "bytes_up", "bytes_down", "floats_up", "floats_down", "mse", "r2")
+ROUND_FIELDS = ("round", "client", "auc", "accuracy", "loss", "bytes_up", "bytes_down", "floats_up", "floats_down",
+                "mse", "r2")
 
 
 def nanmean(values: Iterable[float]) -> float:
@@ -33,7 +34,8 @@ def regression_summary(rows: Iterable[dict[str, Any]]) -> dict[str, float]:
     if not rows:
         return {}
     mse = [float(r["mse"]) for r in rows]
-    return {"mse": nanmean(mse), "rmse": nanmean(np.sqrt(np.maximum(mse, 0.0))), "r2": nanmean(float(r.get("r2", float("nan"))) for r in rows)}
+    return {"mse": nanmean(mse), "rmse": nanmean(np.sqrt(np.maximum(mse, 0.0))),
+            "r2": nanmean(float(r.get("r2", float("nan"))) for r in rows)}
 
 
 @dataclass
@@ -98,7 +100,8 @@ class Result:
     out_dir: str | None = None  # where a runtime wrote the run's files, if it did
     model: Any = None  # the model every client trained (topofl.models); peers: None when sizes differ
     server_params: np.ndarray | None = None  # the server's model after the run (None: it keeps none)
-    client_models: dict[int, np.ndarray] = field(default_factory=dict)  # each client's final model, the one it would use
+    # each client's final model, the one it would use
+    client_models: dict[int, np.ndarray] = field(default_factory=dict)
     client_feature_states: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)  # raw features → model input
     iterations: list[dict[str, Any]] = field(default_factory=list)  # peer family: one row per iteration
     models: dict[int, Any] = field(default_factory=dict)  # peer family: each client's model object
@@ -116,7 +119,8 @@ class Result:
         if self.models:  # peers: each client's own model object
             if client not in self.client_models:
                 raise ValueError(f"client {client!r} has no final model; clients: {sorted(self.client_models)}")
-            scores: np.ndarray = self.models[client].predict_scores(self.client_models[client], np.asarray(X, dtype=np.float64))
+            scores: np.ndarray = self.models[client].predict_scores(self.client_models[client],
+                                                                    np.asarray(X, dtype=np.float64))
             return scores
         from topofl.models.io import predict_with
 

@@ -39,8 +39,10 @@ class AffineGrad:
 
     def to_torch(self, torch: Any, dtype: Any, device: Any) -> Callable[[Any], Any]:
         """The same term on a torch parameter vector (constants converted once)."""
-        center = torch.from_numpy(np.asarray(self.center)).to(device=device, dtype=dtype) if self.center is not None else None
-        offset = torch.from_numpy(np.asarray(self.offset)).to(device=device, dtype=dtype) if self.offset is not None else None
+        center = (torch.from_numpy(np.asarray(self.center)).to(device=device, dtype=dtype) if self.center is not None
+                  else None)
+        offset = (torch.from_numpy(np.asarray(self.offset)).to(device=device, dtype=dtype) if self.offset is not None
+                  else None)
         scale = float(self.scale)
 
         def term(flat: Any) -> Any:

@@ -56,7 +56,8 @@ def client_context(data: ClientData, state: dict[str, Any], model: Model, rnd: i
     return ClientContext(data, state, model, client_rng(seed, rnd, data.client_id), rnd, seed)
 
 
-def evaluate_client(algorithm: Algorithm, ctx: ClientContext, message: ServerMessage) -> tuple[dict[str, float], np.ndarray]:
+def evaluate_client(algorithm: Algorithm, ctx: ClientContext,
+                    message: ServerMessage) -> tuple[dict[str, float], np.ndarray]:
     """Score a client on its own test split with the model it would use (DESIGN: evaluation is explicit)."""
     theta = algorithm.client_params(ctx, message)
     return evaluate(ctx.model, theta, algorithm.client_features(ctx, ctx.data.X_test), ctx.data.y_test)
@@ -80,7 +81,9 @@ class ClientPool(ABC):
     def evaluate(self, rnd: int, messages: dict[int, ServerMessage]) -> tuple[list[ClientEvaluation], list[Failure]]:
         """Test metrics of the addressed clients; evaluations in client order, and who failed."""
 
-    def final_models(self, rnd: int, messages: dict[int, ServerMessage]) -> tuple[dict[int, np.ndarray], dict[int, dict[str, np.ndarray]]]:
+    def final_models(
+        self, rnd: int, messages: dict[int, ServerMessage]
+    ) -> tuple[dict[int, np.ndarray], dict[int, dict[str, np.ndarray]]]:
         """Every client's final model — the parameters it would use (:meth:`Algorithm.client_params`)
         — and what it needs to map raw features to the model's input; empty where the clients'
         models stay with them (a real deployment).
@@ -107,15 +110,19 @@ class InProcessPool(ClientPool):
     def fit(self, rnd: int, messages: dict[int, ServerMessage]) -> tuple[list[ClientUpdate], list[Failure]]:
         data = {c.client_id: c for c in self.federation.at_round(rnd)}
         updates = [
-            self.algorithm.client_fit(client_context(data[cid], self.states[cid], self.model, rnd, self.seed), messages[cid])
+            self.algorithm.client_fit(client_context(data[cid], self.states[cid], self.model, rnd, self.seed),
+                                      messages[cid])
             for cid in sorted(messages)
         ]
         return updates, []
 
-    def final_models(self, rnd: int, messages: dict[int, ServerMessage]) -> tuple[dict[int, np.ndarray], dict[int, dict[str, np.ndarray]]]:
+    def final_models(
+        self, rnd: int, messages: dict[int, ServerMessage]
+    ) -> tuple[dict[int, np.ndarray], dict[int, dict[str, np.ndarray]]]:
         data = {c.client_id: c for c in self.federation.at_round(rnd)}
         models, states = {}, {}
-        copies: dict[int, tuple[np.ndarray, np.ndarray]] = {}   # clients that use the same array (FedAvg's global model) share one copy
+        # clients that use the same array (FedAvg's global model) share one copy
+        copies: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         for cid in sorted(messages):
             ctx = client_context(data[cid], self.states[cid], self.model, rnd, self.seed)
             params = self.algorithm.client_params(ctx, messages[cid])

@@ -23,7 +23,7 @@ from topofl._validation import TrainingWarning, check_int, check_range
 from topofl.data.federation import Federation, feature_scale_problem
 from topofl.federation.algorithm import Algorithm
 from topofl.federation.history import History, RoundSummary, nanmean, nanstd, regression_summary
-from topofl.federation.messages import BYTES_PER_FLOAT
+from topofl.federation.messages import BYTES_PER_FLOAT, ClientUpdate
 from topofl.federation.pool import ClientEvaluation, ClientPool, Failure, InProcessPool, client_rng  # noqa: F401 (re-export)
 from topofl.federation.validation import ClientInfo, evaluation_problem, screen_updates
 from topofl.limits import MAX_ROUNDS, MAX_SEED
@@ -109,10 +109,11 @@ def run_federation(
         warnings.warn(TrainingWarning(problem), stacklevel=2)
     built = algorithm.build_model(model, federation.task, federation.n_features, federation.n_classes, device=device)
     pool = InProcessPool(federation, algorithm, built, seed)
-    return run_rounds(pool, algorithm, built, rounds, seed, client_fraction=client_fraction, on_round=on_round, progress=progress)
+    return run_rounds(pool, algorithm, built, rounds, seed, client_fraction=client_fraction, on_round=on_round,
+                      progress=progress)
 
 
-def run_rounds(
+def run_rounds(  # noqa: PLR0913 (public keyword options of the round loop that every runtime drives)
     pool: ClientPool,
     algorithm: Algorithm,
     model: Model,
@@ -146,14 +147,7 @@ def run_rounds(
     check_int("min_replies", min_replies, 0)
     ids = list(pool.client_ids)
     rng = np.random.default_rng(np.random.SeedSequence([int(seed), 0x5E1EC7]))
-    if start is None:
-        algorithm.setup(model, ids, rng)
-        history, watch, first = History(method=algorithm.name, seed=seed), _DivergenceWatch(model), 1
-    else:
-        if not 1 <= start.round < rounds:
-            raise ValueError(f"a run of {rounds} round(s) cannot continue after round {start.round}")
-        algorithm, history, watch, first = start.algorithm, start.history, start.watch, start.round + 1
-        rng.bit_generator.state = start.rng_state
+    algorithm, history, watch, first = _begin(algorithm, model, ids, rng, seed, rounds, start)
     bar = _progress(progress, f"{algorithm.name} seed {seed}", rounds)
     try:
         for rnd in range(first, rounds + 1):
@@ -166,22 +160,8 @@ def run_rounds(
                 watch.all_refused(rnd, len(rejected))
             up = {u.client_id: u.n_floats() for u in valid}
             down = {cid: messages[cid].n_floats() for cid in selected}
-            for u in valid:
-                if u.metrics:
-                    history.client_metrics[u.client_id] = dict(u.metrics)
-            if len(valid) >= min_replies:
-                log_entry = algorithm.aggregate_fit(rnd, valid)
-            else:
-                log_entry = {"skipped": f"{len(valid)} valid update(s) < min_replies={min_replies}"}
-                log.warning("round %d: %s; server state unchanged", rnd, log_entry["skipped"])
-            history.server_logs.append({"round": rnd, **log_entry})
-            eval_messages = {cid: algorithm.message_for(cid) for cid in ids}
-            evaluations, eval_failures = pool.evaluate(rnd, eval_messages)
-            evaluations = _screen_evaluations(evaluations, eval_messages, pool.infos, model, rnd, eval_failures)
-            failures.extend(eval_failures)
-            for f in failures:
-                log.warning("round %d: client %s (node %s) failed in %s: %s", f.round, f.client, f.node_id, f.stage, f.reason)
-            history.failures.extend(failures)
+            _aggregate(algorithm, history, rnd, valid, min_replies)
+            evaluations = _evaluate(pool, algorithm, model, history, ids, rnd, failures)
             summary = _summarise_round(history, model, evaluations, rnd, up, down)
             history.rounds.append(summary)
             log.debug("round %d: auc=%.4f acc=%.4f", rnd, summary.auc, summary.accuracy)
@@ -191,14 +171,61 @@ def run_rounds(
             if on_checkpoint is not None:
                 on_checkpoint(RoundState(rnd, algorithm, rng.bit_generator.state, history, watch))
             if bar is not None:
-                bar[0].update(bar[1], advance=1, description=f"{algorithm.name} seed {seed} auc={summary.auc:.3f}")
+                bar[0].update(bar[1], advance=1,
+                              description=f"{algorithm.name} seed {seed} auc={summary.auc:.3f}")
     finally:
         if bar is not None:
             bar[0].stop()
     history.model = model
     history.server_params = algorithm.server_params()
-    history.client_models, history.client_feature_states = pool.final_models(rounds, {cid: algorithm.message_for(cid) for cid in ids})
+    history.client_models, history.client_feature_states = pool.final_models(
+        rounds, {cid: algorithm.message_for(cid) for cid in ids})
     return history
+
+
+def _begin(algorithm: Algorithm, model: Model, ids: list[int], rng: np.random.Generator, seed: int, rounds: int,
+           start: RoundState | None) -> tuple[Algorithm, History, _DivergenceWatch, int]:
+    """The algorithm, history and divergence watch a run starts (or, from ``start``, continues) with, and
+    its first round; a continued run's generator state is restored into ``rng``.
+    """
+    if start is None:
+        algorithm.setup(model, ids, rng)
+        return algorithm, History(method=algorithm.name, seed=seed), _DivergenceWatch(model), 1
+    if not 1 <= start.round < rounds:
+        raise ValueError(f"a run of {rounds} round(s) cannot continue after round {start.round}")
+    rng.bit_generator.state = start.rng_state
+    return start.algorithm, start.history, start.watch, start.round + 1
+
+
+def _aggregate(algorithm: Algorithm, history: History, rnd: int, valid: list[ClientUpdate], min_replies: int) -> None:
+    """Record the valid updates' client metrics and aggregate them, unless fewer than ``min_replies``
+    arrived (the server state is then left unchanged); the server log of the round goes to ``history``.
+    """
+    for u in valid:
+        if u.metrics:
+            history.client_metrics[u.client_id] = dict(u.metrics)
+    if len(valid) >= min_replies:
+        log_entry = algorithm.aggregate_fit(rnd, valid)
+    else:
+        log_entry = {"skipped": f"{len(valid)} valid update(s) < min_replies={min_replies}"}
+        log.warning("round %d: %s; server state unchanged", rnd, log_entry["skipped"])
+    history.server_logs.append({"round": rnd, **log_entry})
+
+
+def _evaluate(pool: ClientPool, algorithm: Algorithm, model: Model, history: History, ids: list[int], rnd: int,
+              failures: list[Failure]) -> list[ClientEvaluation]:
+    """Every client's evaluation with the model it would use, screened; the round's ``failures`` (fit and
+    evaluate) are logged and recorded in ``history``.
+    """
+    eval_messages = {cid: algorithm.message_for(cid) for cid in ids}
+    evaluations, eval_failures = pool.evaluate(rnd, eval_messages)
+    evaluations = _screen_evaluations(evaluations, eval_messages, pool.infos, model, rnd, eval_failures)
+    failures.extend(eval_failures)
+    for f in failures:
+        log.warning("round %d: client %s (node %s) failed in %s: %s", f.round, f.client, f.node_id, f.stage,
+                    f.reason)
+    history.failures.extend(failures)
+    return evaluations
 
 
 def _n_classes(model: Model) -> int:
@@ -215,11 +242,14 @@ def _screen_evaluations(
     good, seen = [], set()
     for ev in evaluations:
         cid = getattr(ev, "client_id", None)
-        if not isinstance(ev, ClientEvaluation) or isinstance(cid, bool) or not isinstance(cid, (int, np.integer)) or cid not in asked:
-            failures.append(Failure(rnd, None, "evaluate", f"invalid payload: an evaluation from {cid!r}, which was not asked"))
+        if (not isinstance(ev, ClientEvaluation) or isinstance(cid, bool) or not isinstance(cid, (int, np.integer))
+                or cid not in asked):
+            failures.append(Failure(rnd, None, "evaluate",
+                                    f"invalid payload: an evaluation from {cid!r}, which was not asked"))
             continue
         try:
-            reason = "a second evaluation from the same client" if cid in seen else evaluation_problem(ev, infos[int(cid)], model.task, _n_classes(model))
+            reason = ("a second evaluation from the same client" if cid in seen
+                      else evaluation_problem(ev, infos[int(cid)], model.task, _n_classes(model)))
         except Exception as exc:  # noqa: BLE001 - a malformed evaluation is refused, never a crash
             reason = f"malformed evaluation ({type(exc).__name__}: {exc})"[:300]
         seen.add(cid)
@@ -263,14 +293,15 @@ class _DivergenceWatch:
         if summary.loss > self.reference:
             self.warned = True
             warnings.warn(TrainingWarning(
-                f"round {summary.round}: the clients' mean test loss is {summary.loss:.4g}, above {self.reference:.4g}: "
-                "training diverges. Lower lr, or standardise the features "
+                f"round {summary.round}: the clients' mean test loss is {summary.loss:.4g}, "
+                f"above {self.reference:.4g}: training diverges. Lower lr, or standardise the features "
                 "(Federation.from_arrays(..., standardise='per_client' or 'federated'))"
             ), stacklevel=3)
 
 
 def _summarise_round(
-    history: History, model: Model, evaluations: list[ClientEvaluation], rnd: int, up: Mapping[int, int], down: Mapping[int, int]
+    history: History, model: Model, evaluations: list[ClientEvaluation], rnd: int, up: Mapping[int, int],
+    down: Mapping[int, int],
 ) -> RoundSummary:
     """Per-client rows (each client scored on its own test split) and the round's summary."""
     rows = []
@@ -308,6 +339,7 @@ def _progress(enabled: bool, description: str, total: int) -> tuple[Progress, Ta
         return None
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=True)
+    p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                 transient=True)
     p.start()
     return p, p.add_task(description, total=total)

@@ -62,7 +62,8 @@ def client_info(client_id: Any, values: Mapping[str, Any]) -> ClientInfo:
 
 def declared_infos(clients: Sequence[Any]) -> dict[int, ClientInfo]:
     """Declarations of in-process clients (``ClientData`` objects), from their own data."""
-    return {c.client_id: client_info(c.client_id, {"n_train": c.n_train, "n_test": int(c.X_test.shape[0])}) for c in clients}
+    return {c.client_id: client_info(c.client_id, {"n_train": c.n_train, "n_test": int(c.X_test.shape[0])})
+            for c in clients}
 
 
 # ---- what an algorithm receives ----------------------------------------------------------------
@@ -84,8 +85,10 @@ class ArraySpec:
             return f"{name} must be a plain numpy array; got {type(value).__name__}"
         if value.dtype != np.float64:
             return f"{name} must be float64; got {value.dtype}"
-        if value.ndim != len(self.shape) or any(s is not None and s != v for s, v in zip(self.shape, value.shape, strict=True)):
-            want = "(" + ", ".join("n" if s is None else str(s) for s in self.shape) + ("," if len(self.shape) == 1 else "") + ")"
+        if value.ndim != len(self.shape) or any(s is not None and s != v
+                                                for s, v in zip(self.shape, value.shape, strict=True)):
+            want = ("(" + ", ".join("n" if s is None else str(s) for s in self.shape)
+                    + ("," if len(self.shape) == 1 else "") + ")")
             return f"{name} must have shape {want}; got {value.shape}"
         if value.size == 0:
             return None
@@ -157,7 +160,8 @@ class ReplySchema:
             return f"extras must be a mapping of named arrays; got {type(update.extras).__name__}"
         unexpected = sorted(str(k) for k in extras if k not in self.extras)
         if unexpected:
-            return f"unexpected extras {', '.join(repr(k) for k in unexpected)} (this method accepts: {', '.join(self.extras) or 'none'})"
+            return (f"unexpected extras {', '.join(repr(k) for k in unexpected)} "
+                    f"(this method accepts: {', '.join(self.extras) or 'none'})")
         for key, spec in self.extras.items():
             if key not in extras:
                 if spec.required:
@@ -244,7 +248,8 @@ def as_number(value: Any) -> float | None:
 
 
 def _short(value: Any) -> str:
-    text = repr(value) if not isinstance(value, int) or abs(value) < 10**30 else f"an integer of {len(str(abs(value)))} digits"
+    text = (repr(value) if not isinstance(value, int) or abs(value) < 10**30
+            else f"an integer of {len(str(abs(value)))} digits")
     return text if len(text) <= 80 else text[:77] + "..."
 
 
@@ -327,7 +332,8 @@ def screen_updates(
                 u = ClientUpdate(cid, u.params, u.n_examples, u.descriptor,
                                  dict(u.metrics) if isinstance(u.metrics, Mapping) else u.metrics,
                                  dict(u.extras) if isinstance(u.extras, Mapping) else u.extras)
-                reason = count_problem(u.n_examples, info.n_train) or schema.problem(u) or algorithm.reply_problem(u, messages[cid], info)
+                reason = (count_problem(u.n_examples, info.n_train) or schema.problem(u)
+                          or algorithm.reply_problem(u, messages[cid], info))
                 if reason is None:
                     passed.append((u, *schema.deviation(u.params)))
                     continue
@@ -355,18 +361,36 @@ def screen_updates(
 def evaluation_problem(evaluation: Any, info: ClientInfo, task: str, n_classes: int) -> str | None:
     """Why a client's evaluation must not be averaged in; ``None`` when it is sound.
 
-    Metrics are exactly ``auc``, ``accuracy`` and ``loss`` (regression: and ``mse``, ``r2``). Classification: accuracy in [0, 1];
-    AUC in [0, 1], or NaN for a test split that holds one class (it then has no AUC: it is kept
-    in the client's record and left out of the mean, and ``n_clients_auc`` says how many counted);
-    with pooled predictions, AUC is NaN exactly when their labels hold one class. Regression: AUC
-    and accuracy NaN, MSE finite and >= 0, R² <= 1 (NaN for a constant test target). Loss finite
-    and >= 0. Pooled predictions, when sent, are labels and scores
-    for the declared number of test samples (scores in [0, 1] for classification).
+    Metrics are exactly ``auc``, ``accuracy`` and ``loss`` (regression: and ``mse``, ``r2``).
+    Classification: accuracy in [0, 1]; AUC in [0, 1], or NaN for a test split that holds one class (it
+    then has no AUC: it is kept in the client's record and left out of the mean, and ``n_clients_auc``
+    says how many counted); with pooled predictions, AUC is NaN exactly when their labels hold one
+    class. Regression: AUC and accuracy NaN, MSE finite and >= 0, R² <= 1 (NaN for a constant test
+    target). Loss finite and >= 0. Pooled predictions, when sent, are labels and scores for the
+    declared number of test samples (scores in [0, 1] for classification).
     """
     m = getattr(evaluation, "metrics", None)
     if not isinstance(m, Mapping):
         return f"metrics must be a mapping; got {type(m).__name__}"
     expected = EVALUATION_METRICS + (REGRESSION_METRICS if task == "regression" else ())
+    values = _metric_values(m, expected)
+    if isinstance(values, str):
+        return values
+    auc = values["auc"]
+    problem = _metric_range_problem(values, task)
+    if problem:
+        return problem
+    y, scores = getattr(evaluation, "y_true", None), getattr(evaluation, "scores", None)
+    reason = _pooled_problem(y, scores, info.n_test, task, n_classes)
+    if reason is None and y is not None and task != "regression" and math.isnan(auc) != (np.unique(y).size < 2):
+        reason = f"auc={auc!r} but the pooled labels hold {np.unique(y).size} class(es)"
+    return reason
+
+
+def _metric_values(m: Mapping[Any, Any], expected: tuple[str, ...]) -> dict[str, float] | str:
+    """The ``expected`` metrics of ``m`` as numbers, or why they are not: one missing, one more, or one
+    not a number.
+    """
     missing = [k for k in expected if k not in m]
     if missing:
         return f"missing metric(s) {', '.join(missing)}"
@@ -379,6 +403,11 @@ def evaluation_problem(evaluation: Any, info: ClientInfo, task: str, n_classes: 
         if x is None:
             return f"{k} must be a number; got {_short(m[k])}"
         values[k] = x
+    return values
+
+
+def _metric_range_problem(values: Mapping[str, float], task: str) -> str | None:
+    """Why the metric values are out of range for ``task``; ``None`` when they are in range."""
     auc, acc, loss = values["auc"], values["accuracy"], values["loss"]
     if not (math.isfinite(loss) and loss >= 0):
         return f"loss must be finite and >= 0; got {loss!r}"
@@ -394,11 +423,7 @@ def evaluation_problem(evaluation: Any, info: ClientInfo, task: str, n_classes: 
             return f"accuracy must be in [0, 1]; got {acc!r}"
         if not (math.isnan(auc) or 0.0 <= auc <= 1.0):
             return f"auc must be in [0, 1] (or NaN for a single-class test split); got {auc!r}"
-    y, scores = getattr(evaluation, "y_true", None), getattr(evaluation, "scores", None)
-    reason = _pooled_problem(y, scores, info.n_test, task, n_classes)
-    if reason is None and y is not None and task != "regression" and math.isnan(auc) != (np.unique(y).size < 2):
-        reason = f"auc={auc!r} but the pooled labels hold {np.unique(y).size} class(es)"
-    return reason
+    return None
 
 
 def _pooled_problem(y: Any, scores: Any, n: int, task: str, n_classes: int) -> str | None:

@@ -3,7 +3,8 @@
 * :func:`simulate_flower` — Flower's Simulation Runtime from Python;
 * ``topofl.flower.server_app:app`` / ``topofl.flower.client_app:app`` — the ServerApp and
   ClientApp that ``flwr run`` loads (see ``examples/flower-app``);
-* :class:`topofl.deploy.LocalDeployment` (operator tooling, outside this package) — a SuperLink and SuperNodes on loopback.
+* :class:`topofl.deploy.LocalDeployment` (operator tooling, outside this package) — a SuperLink and SuperNodes on
+  loopback.
 
 The algorithms are the in-process ones: the adapters only move their messages.
 """

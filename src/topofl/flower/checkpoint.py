@@ -60,7 +60,8 @@ def run_lock(run_dir: str | os.PathLike[str], key: str = "out-dir") -> Iterator[
     appending to the same files. The lock is :func:`topofl.atomic.directory_lock`'s, the one
     experiment directories use.
     """
-    with directory_lock(run_dir, f"{key}=", busy="another ServerApp is still writing that run", hint="stop it first (flwr stop <run-id>)"):
+    with directory_lock(run_dir, f"{key}=", busy="another ServerApp is still writing that run",
+                        hint="stop it first (flwr stop <run-id>)"):
         yield
 
 
@@ -90,8 +91,8 @@ def save_checkpoint(run_dir: str | os.PathLike[str], rnd: int, settings: Mapping
     name = f"checkpoint-{int(rnd)}.pkl"
     write_bytes_atomic(d / name, blob)
     previous = _read_manifest(d) if (d / MANIFEST).is_file() else None
-    write_json_atomic(d / MANIFEST, {"format": FORMAT, "round": int(rnd), "pickle": name, "pickle_sha256": _sha256(blob),
-                                     "settings": dict(settings), "files": files})
+    write_json_atomic(d / MANIFEST, {"format": FORMAT, "round": int(rnd), "pickle": name,
+                                     "pickle_sha256": _sha256(blob), "settings": dict(settings), "files": files})
     old = previous.get("pickle") if previous is not None else None
     if isinstance(old, str) and old != name and _pickle_name(old):
         (d / old).unlink(missing_ok=True)
@@ -99,7 +100,8 @@ def save_checkpoint(run_dir: str | os.PathLike[str], rnd: int, settings: Mapping
 
 def _pickle_name(name: object) -> bool:
     """Whether ``name`` is a checkpoint pickle's name in the run directory (no path)."""
-    return isinstance(name, str) and name.startswith("checkpoint-") and name.endswith(".pkl") and "/" not in name and "\\" not in name
+    return (isinstance(name, str) and name.startswith("checkpoint-") and name.endswith(".pkl")
+            and "/" not in name and "\\" not in name)
 
 
 def _read_manifest(d: Path) -> dict[str, Any]:
@@ -137,8 +139,17 @@ def load_checkpoint(run_dir: str | os.PathLike[str]) -> Checkpoint:
     """
     d = Path(run_dir)
     if not (d / MANIFEST).is_file():
-        raise ValueError(f"{d} has no {MANIFEST}: not a topofl Flower run directory, or it stopped before its first round finished")
-    m = _read_manifest(d)
+        raise ValueError(f"{d} has no {MANIFEST}: not a topofl Flower run directory, or it stopped before its first "
+                         "round finished")
+    rnd, name, digest, settings, files = _manifest_fields(d, _read_manifest(d))
+    blob = _verified_blob(d / name, digest)
+    cuts = _result_cuts(d, files, rnd)
+    payload = pickle.loads(blob)  # noqa: S301 — the server's own file, its hash checked against the manifest above
+    return Checkpoint(rnd, settings, payload, cuts)
+
+
+def _manifest_fields(d: Path, m: dict[str, Any]) -> tuple[int, str, str, dict[str, Any], dict[str, Any]]:
+    """The manifest's round, pickle name, pickle hash, settings and files, each checked; ``ValueError`` otherwise."""
     if m.get("format") != FORMAT:
         raise ValueError(f"{d / MANIFEST}: format {m.get('format')!r}, expected {FORMAT}")
     rnd, name, digest, settings, files = (m.get(k) for k in ("round", "pickle", "pickle_sha256", "settings", "files"))
@@ -148,17 +159,30 @@ def load_checkpoint(run_dir: str | os.PathLike[str]) -> Checkpoint:
         raise ValueError(f"{d / MANIFEST}: pickle and pickle_sha256 must name a checkpoint file and its hash")
     if not isinstance(settings, dict) or not isinstance(files, dict) or set(files) != set(RESULT_FILES):
         raise ValueError(f"{d / MANIFEST}: settings and files ({', '.join(RESULT_FILES)}) are required")
-    blob_path = d / name
+    return rnd, name, digest, settings, files
+
+
+def _verified_blob(blob_path: Path, digest: str) -> bytes:
+    """The checkpoint pickle's bytes, once their SHA-256 is ``digest``; ``ValueError`` otherwise."""
     try:
         blob = blob_path.read_bytes()
     except OSError as exc:
         raise ValueError(f"{blob_path}: cannot read the checkpoint ({exc})") from None
     if _sha256(blob) != digest:
-        raise ValueError(f"{blob_path}: its SHA-256 differs from {MANIFEST}'s (a torn or altered checkpoint); not resuming")
+        raise ValueError(f"{blob_path}: its SHA-256 differs from {MANIFEST}'s (a torn or altered checkpoint); "
+                         "not resuming")
+    return blob
+
+
+def _result_cuts(d: Path, files: dict[str, Any], rnd: int) -> list[tuple[Path, int]]:
+    """Where each results file is cut back to its checkpointed length (those that grew since); ``ValueError``
+    when a file's pinned head is not what the manifest recorded.
+    """
     cuts: list[tuple[Path, int]] = []
     for fname in RESULT_FILES:
         spec = files[fname]
-        if not isinstance(spec, dict) or not isinstance(spec.get("bytes"), int) or not isinstance(spec.get("sha256"), str):
+        if (not isinstance(spec, dict) or not isinstance(spec.get("bytes"), int)
+                or not isinstance(spec.get("sha256"), str)):
             raise ValueError(f"{d / MANIFEST}: files.{fname} must hold bytes and sha256")
         p = d / fname
         data = p.read_bytes() if p.is_file() else b""
@@ -168,8 +192,7 @@ def load_checkpoint(run_dir: str | os.PathLike[str]) -> Checkpoint:
                              "(the file was shortened or altered); not resuming")
         if len(data) > spec["bytes"]:
             cuts.append((p, spec["bytes"]))
-    payload = pickle.loads(blob)  # noqa: S301 — the server's own file, its hash checked against the manifest above
-    return Checkpoint(rnd, settings, payload, cuts)
+    return cuts
 
 
 def remove_checkpoint(run_dir: str | os.PathLike[str]) -> None:

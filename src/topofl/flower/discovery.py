@@ -11,7 +11,7 @@ import logging
 import os
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, overload
 
 from flwr.app import ConfigRecord, MessageType, RecordDict
@@ -42,7 +42,8 @@ def wait_for_nodes(grid: Grid, settings: FlowerSettings) -> tuple[list[int], dic
         if len(ids) >= settings.min_nodes:
             return ids, {nid: first_seen[nid] for nid in ids}
         if time.monotonic() >= deadline:
-            raise RuntimeError(f"only {len(ids)} SuperNode(s) connected after node-wait={settings.node_wait:g} s; min-nodes={settings.min_nodes}")
+            raise RuntimeError(f"only {len(ids)} SuperNode(s) connected after node-wait={settings.node_wait:g} s; "
+                               f"min-nodes={settings.min_nodes}")
         poll += 1
         time.sleep(0.5)
 
@@ -64,7 +65,8 @@ def discover(grid: Grid, settings: FlowerSettings) -> tuple[dict[int, int], dict
             raise ValueError("the reply has no 'info' ConfigRecord")
         return dict(content["info"])
 
-    infos, failures = exchange(grid, {n: n for n in node_ids}, contents, MessageType.QUERY, 0, "discover", settings.node_wait or settings.round_timeout, decode)
+    infos, failures = exchange(grid, {n: n for n in node_ids}, contents, MessageType.QUERY, 0, "discover",
+                               settings.node_wait or settings.round_timeout, decode)
     claims: dict[int, list[tuple[int, dict[str, Any]]]] = {}
     for nid, info in sorted(infos.items()):
         try:
@@ -103,11 +105,12 @@ def assign_partitions(
         rest = []
         for nid, info in claimants:
             if cid in pinned and pinned[cid] != nid:
-                failures.append(Failure(0, cid, "discover", f"claims partition-id={cid}, which partition-nodes pins to node {pinned[cid]}: "
-                                        "left out", nid))
+                failures.append(Failure(0, cid, "discover", f"claims partition-id={cid}, which partition-nodes pins to "
+                                        f"node {pinned[cid]}: left out", nid))
             elif cid not in pinned and nid in pinned_node:
-                failures.append(Failure(0, cid, "discover", f"partition-nodes pins this node to partition-id={pinned_node[nid]}, "
-                                        f"but it claims partition-id={cid}: left out", nid))
+                failures.append(Failure(0, cid, "discover", "partition-nodes pins this node to "
+                                        f"partition-id={pinned_node[nid]}, but it claims partition-id={cid}: left out",
+                                        nid))
             else:
                 rest.append((nid, info))
         if not rest:
@@ -116,13 +119,16 @@ def assign_partitions(
         earliest = [(nid, info) for nid, info in rest if first_seen.get(nid, 0) == first]
         ids = ", ".join(str(n) for n, _ in earliest)
         if len(earliest) > 1:
-            failures.extend(Failure(0, cid, "discover", f"partition-id={cid} is claimed by nodes {ids}, which connected at the same "
-                                    "time: all of them are left out (give every node its own partition-id, or pin node ids to "
-                                    "partitions with the run config's partition-nodes)", n) for n, _ in earliest)
+            failures.extend(Failure(0, cid, "discover", f"partition-id={cid} is claimed by nodes {ids}, which "
+                                    "connected at the same time: all of them are left out (give every node its own "
+                                    "partition-id, or pin node ids to partitions with the run config's "
+                                    "partition-nodes)", n)
+                            for n, _ in earliest)
         else:
             nodes[cid], by_client[cid] = earliest[0]
-        failures.extend(Failure(0, cid, "discover", f"partition-id={cid} was claimed first by node(s) {ids}, which connected earlier: "
-                                "left out (a later claimant of a partition is never trusted with it)", n)
+        failures.extend(Failure(0, cid, "discover", f"partition-id={cid} was claimed first by node(s) {ids}, which "
+                                "connected earlier: left out (a later claimant of a partition is never trusted with "
+                                "it)", n)
                         for n, _ in rest if first_seen.get(n, 0) != first)
     return nodes, by_client, failures
 
@@ -148,7 +154,8 @@ def _majority(values: dict[int, Any], what: str, key: str) -> Any:
     """The value most clients declared; ``ValueError`` on a tie naming the run-config ``key`` that decides it."""
     counts = Counter(values.values()).most_common()
     if len(counts) > 1 and counts[0][1] == counts[1][1]:
-        raise ValueError(f"the SuperNodes split evenly on {what} ({dict(counts)}); set {key} in the run config to decide")
+        raise ValueError(f"the SuperNodes split evenly on {what} ({dict(counts)}); set {key} in the run config to "
+                         "decide")
     return counts[0][0]
 
 
@@ -157,7 +164,8 @@ def _majority(values: dict[int, Any], what: str, key: str) -> Any:
 CLASS_FACTOR, CLASS_SLACK = 4, 16
 
 
-def class_problem(n_classes: int, info: Mapping[str, Any], others: list[int], bound: int | None, because: str) -> str | None:
+def class_problem(n_classes: int, info: Mapping[str, Any], others: list[int], bound: int | None,
+                  because: str) -> str | None:
     """Why a node's declared class count cannot be trusted; ``None`` when it can.
 
     ``bound``: the run's own class count (``classes`` set, or ``task='binary'``), named by
@@ -169,13 +177,14 @@ def class_problem(n_classes: int, info: Mapping[str, Any], others: list[int], bo
         return f"declared {n_classes} classes; this run has {bound} ({because})" if n_classes > bound else None
     examples = int(info["n_train"]) + int(info["n_test"])
     if n_classes > examples:
-        return f"declared {n_classes} classes but has only {examples} examples (set classes in the run config if that is right)"
+        return (f"declared {n_classes} classes but has only {examples} examples (set classes in the run config if "
+                "that is right)")
     if others:
         m = max(max(others), 2)
         limit = max(CLASS_FACTOR * m, m + CLASS_SLACK)
         if n_classes > limit:
-            return (f"declared {n_classes} classes, more than max({CLASS_FACTOR} × {m}, {m} + {CLASS_SLACK}) = {limit} where {m} is the "
-                    "most any other node declared (set classes in the run config if that is right)")
+            return (f"declared {n_classes} classes, more than max({CLASS_FACTOR} × {m}, {m} + {CLASS_SLACK}) = {limit} "
+                    f"where {m} is the most any other node declared (set classes in the run config if that is right)")
     return None
 
 
@@ -214,24 +223,12 @@ def reconcile(
         del infos[cid]
 
     family = {cid: "regression" if i["task"] == "regression" else "classification" for cid, i in infos.items()}
-    wanted = ("regression" if settings.task == "regression" else "classification") if settings.task else _majority(family, "the task", "task")
+    wanted = _task_family(settings) if settings.task else _majority(family, "the task", "task")
     for cid in [c for c, f in family.items() if f != wanted]:
         leave_out(cid, f"declared a {family[cid]} task; this run is {wanted}")
-    if shared_features:
-        dims = {cid: int(i["n_features"]) for cid, i in infos.items()}
-        if settings.n_features:
-            n_features, why = settings.n_features, f"n-features={settings.n_features} in the run config"
-        else:
-            n_features, why = _majority(dims, "the number of features", "n-features"), "the count most nodes declared"
-        for cid in [c for c, d in dims.items() if d != n_features]:
-            leave_out(cid, f"declared {dims[cid]} features; this run's model takes {n_features} ({why})")
+    n_features = _shared_features(infos, settings, leave_out) if shared_features else None
     if wanted == "classification":
-        declared = {cid: int(i["n_classes"]) for cid, i in infos.items()}
-        bound, because = ((len(settings.class_values), f"classes={settings.classes!r}") if settings.class_values else
-                          (2, "task='binary'") if settings.task == "binary" else (None, ""))
-        problems = {cid: class_problem(n, infos[cid], [m for c, m in declared.items() if c != cid], bound, because)
-                    for cid, n in declared.items()}
-        for cid, reason in problems.items():
+        for cid, reason in _class_problems(infos, settings).items():
             if reason is not None:
                 leave_out(cid, reason)
     for f in failures:
@@ -239,10 +236,47 @@ def reconcile(
     if not nodes:
         raise RuntimeError("no SuperNode is left after reconciling the declarations; see the log")
     if wanted == "regression":
-        return "regression", 0, (n_features if shared_features else None), failures
-    n_classes = len(settings.class_values) if settings.class_values else max(max(int(i["n_classes"]) for i in infos.values()), 2)
-    task = settings.task or ("multiclass" if n_classes > 2 or any(i["task"] == "multiclass" for i in infos.values()) else "binary")
-    return task, n_classes, (n_features if shared_features else None), failures
+        return "regression", 0, n_features, failures
+    task, n_classes = _classification(infos, settings)
+    return task, n_classes, n_features, failures
+
+
+def _task_family(settings: FlowerSettings) -> str:
+    """The task family the run config's ``task`` names: regression, or classification (binary or multiclass)."""
+    return "regression" if settings.task == "regression" else "classification"
+
+
+def _shared_features(infos: dict[int, dict[str, Any]], settings: FlowerSettings,
+                     leave_out: Callable[[int, str], None]) -> int:
+    """The run's feature count (the run config's ``n-features``, or else the count most nodes declared);
+    every node that declared another is left out (``leave_out``).
+    """
+    dims = {cid: int(i["n_features"]) for cid, i in infos.items()}
+    if settings.n_features:
+        n_features, why = settings.n_features, f"n-features={settings.n_features} in the run config"
+    else:
+        n_features, why = _majority(dims, "the number of features", "n-features"), "the count most nodes declared"
+    for cid in [c for c, d in dims.items() if d != n_features]:
+        leave_out(cid, f"declared {dims[cid]} features; this run's model takes {n_features} ({why})")
+    return n_features
+
+
+def _class_problems(infos: dict[int, dict[str, Any]], settings: FlowerSettings) -> dict[int, str | None]:
+    """Why each node's declared class count cannot be trusted (:func:`class_problem`; ``None``: it can)."""
+    declared = {cid: int(i["n_classes"]) for cid, i in infos.items()}
+    bound, because = ((len(settings.class_values), f"classes={settings.classes!r}") if settings.class_values else
+                      (2, "task='binary'") if settings.task == "binary" else (None, ""))
+    return {cid: class_problem(n, infos[cid], [m for c, m in declared.items() if c != cid], bound, because)
+            for cid, n in declared.items()}
+
+
+def _classification(infos: dict[int, dict[str, Any]], settings: FlowerSettings) -> tuple[str, int]:
+    """The task ("binary" or "multiclass") and number of classes of a classification run, from the kept nodes."""
+    n_classes = (len(settings.class_values) if settings.class_values
+                 else max(max(int(i["n_classes"]) for i in infos.values()), 2))
+    task = settings.task or ("multiclass" if n_classes > 2 or any(i["task"] == "multiclass" for i in infos.values())
+                             else "binary")
+    return task, n_classes
 
 
 def new_run_id() -> str:

@@ -107,8 +107,8 @@ def _retried(call: Callable[[], T], what: str) -> T:
             note_outage()
             if attempt == GRID_TRIES:
                 raise
-            log.warning("%s failed (%s: %s); trying again in %.0f s (attempt %d of %d)", what, type(exc).__name__, exc, wait,
-                        attempt + 1, GRID_TRIES)
+            log.warning("%s failed (%s: %s); trying again in %.0f s (attempt %d of %d)", what, type(exc).__name__, exc,
+                        wait, attempt + 1, GRID_TRIES)
             time.sleep(wait)
             wait *= 2
     raise AssertionError("unreachable")  # pragma: no cover
@@ -135,77 +135,101 @@ def send_and_receive(grid: Any, messages: list[Message], timeout: float, *, rese
     return [reply for _, reply in _exchange_replies(grid, messages, timeout, resend=resend)]
 
 
-def _exchange_replies(grid: Any, messages: Sequence[Message], timeout: float, *, resend: bool = True) -> list[tuple[int | None, Message]]:
+def _exchange_replies(grid: Any, messages: Sequence[Message], timeout: float,
+                      *, resend: bool = True) -> list[tuple[int | None, Message]]:
     """``(index in messages, reply)`` for every reply (``None``: a reply to a message not sent here)."""
     if not (hasattr(grid, "push_messages") and hasattr(grid, "pull_messages")):
         replies = list(grid.send_and_receive(list(messages), timeout=timeout))
         index = {m.metadata.message_id: k for k, m in enumerate(messages)}
         return [(index.get(r.metadata.reply_to_message_id), r) for r in replies]
     watch_flower_connections()
-    start = time.monotonic()
-    deadline = start + timeout
-    key_of: dict[str, int] = {}           # message id (of a message or a copy) → index of the message
-    outstanding: set[str] = set()          # ids whose reply has not come
-    sent_at: dict[int, float] = {}         # index → when its last copy was pushed
-    copies: dict[int, int] = {}            # index → copies sent again
-    answered: dict[int, Message] = {}
-    held: dict[int, Message] = {}          # index → a transient error reply, while its node may come back
-    unknown: list[Message] = []
+    ex = _PushPull(grid, messages, resend)
+    deadline = ex.start + timeout
+    ex.push(list(enumerate(messages)))
+    while True:
+        if ex.outstanding:
+            ex.pull()
+        ex.send_again()
+        elapsed = time.monotonic() - ex.start
+        if len(ex.answered) == len(messages) or (not ex.outstanding and not ex.held) or elapsed >= timeout:
+            break
+        time.sleep(min(POLL_S if elapsed < FAST_POLL_FOR else SLOW_POLL_S, max(deadline - time.monotonic(), 0.0)))
+    return ex.replies()
 
-    def push(batch: list[tuple[int, Message]]) -> None:
-        ids = _retried(lambda: list(grid.push_messages([m for _, m in batch])), "pushing messages to the SuperLink")
+
+class _PushPull:
+    """The state of one exchange through a grid's ``push_messages``/``pull_messages`` (:func:`_exchange_replies`)."""
+
+    def __init__(self, grid: Any, messages: Sequence[Message], resend: bool) -> None:
+        self.grid, self.messages, self.resend = grid, messages, resend
+        self.start = time.monotonic()
+        self.key_of: dict[str, int] = {}       # message id (of a message or a copy) → index of the message
+        self.outstanding: set[str] = set()      # ids whose reply has not come
+        self.sent_at: dict[int, float] = {}     # index → when its last copy was pushed
+        self.copies: dict[int, int] = {}        # index → copies sent again
+        self.answered: dict[int, Message] = {}
+        self.held: dict[int, Message] = {}      # index → a transient error reply, while its node may come back
+        self.unknown: list[Message] = []
+        self.online: set[int] = set()
+        self.nodes_read_at = -float("inf")
+
+    def push(self, batch: list[tuple[int, Message]]) -> None:
+        ids = _retried(lambda: list(self.grid.push_messages([m for _, m in batch])),
+                       "pushing messages to the SuperLink")
         now = time.monotonic()
         for (k, m), mid in zip(batch, ids, strict=False):
             mid = mid or m.metadata.message_id  # '' or None: not stored now, perhaps stored before a restart
-            key_of[mid] = k
-            outstanding.add(mid)
-            sent_at[k] = now
+            self.key_of[mid] = k
+            self.outstanding.add(mid)
+            self.sent_at[k] = now
 
-    push(list(enumerate(messages)))
-    online: set[int] = set()
-    nodes_read_at = -float("inf")
-    while True:
-        if outstanding:
-            got: Iterable[Message] = _retried(lambda: list(grid.pull_messages(set(outstanding))), "pulling replies from the SuperLink")
-            for reply in got:
-                mid = reply.metadata.reply_to_message_id
-                outstanding.discard(mid)
-                k = key_of.get(mid)
-                if k is None:
-                    unknown.append(reply)
-                elif k in answered:
-                    log.debug("a second reply to message %d (a copy sent after an outage); ignored", k)
-                elif (resend and _transient(reply) and copies.get(k, 0) < MAX_RESENDS
-                      and outage_since(start - OUTAGE_MEMORY_S) is not None):
-                    held[k] = reply
-                else:
-                    answered[k] = reply
-                    held.pop(k, None)
+    def pull(self) -> None:
+        """Pull the replies that came and sort each (answered, held while its node may come back, or unknown)."""
+        got: Iterable[Message] = _retried(lambda: list(self.grid.pull_messages(set(self.outstanding))),
+                                          "pulling replies from the SuperLink")
+        for reply in got:
+            mid = reply.metadata.reply_to_message_id
+            self.outstanding.discard(mid)
+            k = self.key_of.get(mid)
+            if k is None:
+                self.unknown.append(reply)
+            elif k in self.answered:
+                log.debug("a second reply to message %d (a copy sent after an outage); ignored", k)
+            elif (self.resend and _transient(reply) and self.copies.get(k, 0) < MAX_RESENDS
+                  and outage_since(self.start - OUTAGE_MEMORY_S) is not None):
+                self.held[k] = reply
+            else:
+                self.answered[k] = reply
+                self.held.pop(k, None)
+
+    def send_again(self) -> None:
+        """After a SuperLink outage, push copies of the messages whose replies were lost to connected nodes."""
         now = time.monotonic()
-        outage = outage_since(start - OUTAGE_MEMORY_S) if resend else None
-        if outage is not None:
-            due = [k for k in range(len(messages)) if k not in answered and copies.get(k, 0) < MAX_RESENDS
-                   and (k in held or sent_at[k] <= outage)]
-            if due and now - nodes_read_at >= NODE_POLL_S:
-                online = set(_retried(lambda: list(grid.get_node_ids()), "reading the connected SuperNodes"))
-                nodes_read_at = time.monotonic()
-            batch = [(k, _copy(messages[k])) for k in due if messages[k].metadata.dst_node_id in online]
-            if batch:
-                log.warning("sending %d message(s) again after a SuperLink outage (nodes %s): their replies were lost or the "
-                            "SuperLink reported them unavailable", len(batch), sorted({m.metadata.dst_node_id for _, m in batch}))
-                for k, _ in batch:
-                    copies[k] = copies.get(k, 0) + 1
-                    held.pop(k, None)
-                push(batch)
-                online -= {m.metadata.dst_node_id for _, m in batch}  # read again before another copy goes out
-        elapsed = time.monotonic() - start
-        if len(answered) == len(messages) or (not outstanding and not held) or elapsed >= timeout:
-            break
-        time.sleep(min(POLL_S if elapsed < FAST_POLL_FOR else SLOW_POLL_S, max(deadline - time.monotonic(), 0.0)))
-    out: list[tuple[int | None, Message]] = [(k, r) for k, r in answered.items()]
-    out += [(k, r) for k, r in held.items() if k not in answered]
-    out += [(None, r) for r in unknown]
-    return out
+        outage = outage_since(self.start - OUTAGE_MEMORY_S) if self.resend else None
+        if outage is None:
+            return
+        due = [k for k in range(len(self.messages)) if k not in self.answered and self.copies.get(k, 0) < MAX_RESENDS
+               and (k in self.held or self.sent_at[k] <= outage)]
+        if due and now - self.nodes_read_at >= NODE_POLL_S:
+            self.online = set(_retried(lambda: list(self.grid.get_node_ids()), "reading the connected SuperNodes"))
+            self.nodes_read_at = time.monotonic()
+        batch = [(k, _copy(self.messages[k])) for k in due if self.messages[k].metadata.dst_node_id in self.online]
+        if batch:
+            log.warning("sending %d message(s) again after a SuperLink outage (nodes %s): their replies were lost or "
+                        "the SuperLink reported them unavailable", len(batch),
+                        sorted({m.metadata.dst_node_id for _, m in batch}))
+            for k, _ in batch:
+                self.copies[k] = self.copies.get(k, 0) + 1
+                self.held.pop(k, None)
+            self.push(batch)
+            self.online -= {m.metadata.dst_node_id for _, m in batch}  # read again before another copy goes out
+
+    def replies(self) -> list[tuple[int | None, Message]]:
+        """``(index, reply)``: the answered, then the held ones still unanswered, then the unknown (index ``None``)."""
+        out: list[tuple[int | None, Message]] = [(k, r) for k, r in self.answered.items()]
+        out += [(k, r) for k, r in self.held.items() if k not in self.answered]
+        out += [(None, r) for r in self.unknown]
+        return out
 
 
 def exchange(
@@ -225,7 +249,8 @@ def exchange(
     outage (no reply, or an unavailable message or node) says so in its reason (:data:`OUTAGE_MARK`).
     """
     cids = list(contents)
-    sent = [Message(contents[cid], dst_node_id=nodes[cid], message_type=message_type, group_id=str(rnd)) for cid in cids]
+    sent = [Message(contents[cid], dst_node_id=nodes[cid], message_type=message_type, group_id=str(rnd))
+            for cid in cids]
     start = time.monotonic()
     replies = _exchange_replies(grid, sent, timeout) if sent else []
     out: dict[int, T] = {}
@@ -260,10 +285,15 @@ def exchange(
         lost.add(cid)
     outage = outage_since(start - OUTAGE_MEMORY_S)
     if outage is not None and lost:
-        failures = [Failure(f.round, f.client, f.stage, f"{f.reason} ({OUTAGE_MARK} {time.monotonic() - outage:.0f} s before the "
-                            "exchange ended: not recovered by sending the message again within round-timeout)", f.node_id)
-                    if f.client in lost else f for f in failures]
+        failures = _blamed_on_outage(failures, lost, outage)
     return out, failures
+
+
+def _blamed_on_outage(failures: list[Failure], lost: set[int], outage: float) -> list[Failure]:
+    """``failures``, the reason of each failure of a ``lost`` client naming the outage seen at ``outage``."""
+    return [Failure(f.round, f.client, f.stage, f"{f.reason} ({OUTAGE_MARK} {time.monotonic() - outage:.0f} s before "
+                    "the exchange ended: not recovered by sending the message again within round-timeout)", f.node_id)
+            if f.client in lost else f for f in failures]
 
 
 def outage_rounds(failures: Iterable[Failure]) -> list[int]:

@@ -36,7 +36,8 @@ log = logging.getLogger(__name__)
 def job_key(job: Mapping[str, Any]) -> str:
     """A short fingerprint of the job (method, hyper-parameters, data, seed): state of another job is ignored."""
     keys = ("method", "hyperparameters", "scenario", "scenario_params", "seed", "classes", "model", "attack", "lineage")
-    return hashlib.blake2b(json.dumps({k: job.get(k) for k in keys}, sort_keys=True).encode(), digest_size=8).hexdigest()
+    return hashlib.blake2b(json.dumps({k: job.get(k) for k in keys}, sort_keys=True).encode(),
+                           digest_size=8).hexdigest()
 
 
 @lru_cache(maxsize=4)
@@ -80,9 +81,11 @@ def node_data(node_config: Mapping[str, Any], job: Mapping[str, Any], rnd: int =
         try:  # labels are never guessed: 0..C-1, or the run config's task / classes
             task, n_classes, mapping = resolve_labels([data.y_train, data.y_test], job.get("task") or None, classes)
         except ValueError as exc:
-            raise ValueError(f"data-path={node_config['data-path']!r}: {exc} (in the run config: task=..., classes='a,b')") from None
+            raise ValueError(f"data-path={node_config['data-path']!r}: {exc} "
+                             "(in the run config: task=..., classes='a,b')") from None
         if mapping is not None:
-            data = ClientData(data.X_train, mapping(data.y_train), data.X_test, mapping(data.y_test), data.client_id, data.meta)
+            data = ClientData(data.X_train, mapping(data.y_train), data.X_test, mapping(data.y_test), data.client_id,
+                              data.meta)
         return data, task, n_classes
     fed = _scenario(str(job["scenario"]), int(job["seed"]), str(job.get("scenario_params", "{}")))
     ids = fed.client_ids
@@ -101,7 +104,8 @@ def _algorithm(method: str, hyperparameters: str):
 
 
 @lru_cache(maxsize=4)
-def _model(method: str, hyperparameters: str, spec: str, task: str, n_features: int, n_classes: int, device: str) -> Any:
+def _model(method: str, hyperparameters: str, spec: str, task: str, n_features: int, n_classes: int,
+           device: str) -> Any:
     """The job's model on this node, built once per node process (a torch model is costly to build)."""
     return _algorithm(method, hyperparameters).build_model(spec, task, n_features, n_classes, device=device)
 
@@ -114,7 +118,8 @@ def client_ids(node_config: Mapping[str, Any], job: Mapping[str, Any]) -> list[i
     if node_config.get("data-path"):
         n = node_config.get("num-partitions")
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"an attack on nodes with their own data-path needs num-partitions (>= 1) in the node config; got {n!r}")
+            raise ValueError("an attack on nodes with their own data-path needs num-partitions (>= 1) in the node "
+                             f"config; got {n!r}")
         return list(range(n))
     return _scenario(str(job["scenario"]), int(job["seed"]), str(job.get("scenario_params", "{}"))).client_ids
 
@@ -159,14 +164,14 @@ def _context(node_config, state: RecordDict, content: RecordDict, stage: str):
     if data.n_features != int(config["n_features"]):
         raise ValueError(f"this node has {data.n_features} features but the run's model expects {config['n_features']}")
     algorithm = job_algorithm(node_config, config)
-    model = _model(str(config["method"]), str(config["hyperparameters"]), str(config.get("model", "linear")), str(config["task"]),
-                   data.n_features, int(config["n_classes"]), str(config.get("device", "cpu")))
+    model = _model(str(config["method"]), str(config["hyperparameters"]), str(config.get("model", "linear")),
+                   str(config["task"]), data.n_features, int(config["n_classes"]), str(config.get("device", "cpu")))
     key = job_key(config)
     st, had = load_round_state(state, key, message_seq(rnd, stage), state_dir(node_config))
     if not had and rnd > 1 and algorithm.client_state_recovery:
-        log.warning("client %d has no state of this job before round %d %s (selected for the first time, or its state was lost: "
-                    "the SuperNode restarted, or a resumed run reached new SuperNodes); %s: %s", data.client_id, rnd, stage,
-                    algorithm.name, algorithm.client_state_recovery)
+        log.warning("client %d has no state of this job before round %d %s (selected for the first time, or its state "
+                    "was lost: the SuperNode restarted, or a resumed run reached new SuperNodes); %s: %s",
+                    data.client_id, rnd, stage, algorithm.name, algorithm.client_state_recovery)
     return algorithm, client_context(data, st, model, rnd, int(config["seed"])), message, config, key
 
 

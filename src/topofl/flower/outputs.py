@@ -27,7 +27,8 @@ FAILURE_FIELDS = ("n_clients", "n_failures")
 SERVER_CURVE_FIELDS = tuple(f for f in ROUND_SUMMARY_FIELDS if f not in ("mse", "rmse", "r2")) + FAILURE_FIELDS
 #: a relayed peer run: what the relay sees of each node (accuracy, loss, model size) and of each iteration
 RELAY_RECORD_FIELDS = PEER_RECORD_FIELDS[:5]
-RELAY_CURVE_FIELDS = ("round", "accuracy", "accuracy_std", "loss", "bits", "cumulative_bits", "map_storage_bytes") + FAILURE_FIELDS
+RELAY_CURVE_FIELDS = (("round", "accuracy", "accuracy_std", "loss", "bits", "cumulative_bits", "map_storage_bytes")
+                      + FAILURE_FIELDS)
 
 #: environment variable, set on the host running the ServerApp, naming the results root
 RESULTS_ROOT_ENV = "TOPOFL_RESULTS_ROOT"
@@ -95,7 +96,8 @@ class RunOutputs:
 
     def state(self) -> dict[str, Any]:
         """The bookkeeping a checkpoint keeps (the files themselves are pinned by the checkpoint)."""
-        return {"failures": list(self.failures), "last": dict(self.last), "n_rounds": self.n_rounds, "clients": sorted(self.clients)}
+        return {"failures": list(self.failures), "last": dict(self.last), "n_rounds": self.n_rounds,
+                "clients": sorted(self.clients)}
 
     def restore(self, state: Mapping[str, Any]) -> None:
         """Continue from a checkpoint's :meth:`state` (the files were cut back to it)."""
@@ -120,9 +122,11 @@ class RunOutputs:
         for f in failures:
             append_jsonl(self.dir / "failures.jsonl", f.as_dict())
 
-    def finish(self, method: str, settings: Mapping[str, Any], extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    def finish(self, method: str, settings: Mapping[str, Any],
+               extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
         result = {
-            "method": method, "rounds": self.n_rounds, "final": {k: _null_nan(v) for k, v in self.last.items()}, "clients": sorted(self.clients),
+            "method": method, "rounds": self.n_rounds, "final": {k: _null_nan(v) for k, v in self.last.items()},
+            "clients": sorted(self.clients),
             "failures": [f.as_dict() for f in self.failures], "settings": dict(settings), **dict(extra or {}),
         }
         if self.dir is not None:
@@ -141,8 +145,8 @@ def run_status(failures: Iterable[Failure], unit: str = "round") -> dict[str, An
     """
     rounds = outage_rounds(failures)
     if rounds:
-        log.warning("the run finished DEGRADED: a SuperLink outage lost clients' replies in %s(s) %s (see failures.jsonl); "
-                    "its metrics differ from an undisturbed run's", unit, rounds)
+        log.warning("the run finished DEGRADED: a SuperLink outage lost clients' replies in %s(s) %s "
+                    "(see failures.jsonl); its metrics differ from an undisturbed run's", unit, rounds)
     return {"status": "degraded" if rounds else "completed", "degraded_rounds": rounds}
 
 

@@ -48,9 +48,11 @@ def peer_model(task: str, n_features: int, n_classes: int, l2: float, spec: str 
     return build_model(spec or "linear", task=task, n_features=n_features, n_classes=max(int(n_classes), 2), l2=l2)
 
 
-def _reply(node, client: int, report: Mapping[str, float], outbox: Mapping[int, np.ndarray] | None = None) -> RecordDict:
+def _reply(node, client: int, report: Mapping[str, float],
+           outbox: Mapping[int, np.ndarray] | None = None) -> RecordDict:
     rd = RecordDict({
-        "report": MetricRecord({"norm": float(np.linalg.norm(node.peer.theta)), "state_bytes": int(node.state_bytes()), **report}),
+        "report": MetricRecord({"norm": float(np.linalg.norm(node.peer.theta)), "state_bytes": int(node.state_bytes()),
+                                **report}),
         "meta": ConfigRecord({"client": int(client)}),
     })
     if outbox is not None:
@@ -66,11 +68,15 @@ def setup(node_config: Mapping[str, Any], state: RecordDict, content: RecordDict
     n_nodes = config.get("n_nodes")
     if isinstance(n_nodes, bool) or not isinstance(n_nodes, int) or not spec.node < n_nodes:
         raise ValueError(f"the relay's n_nodes must be an integer above this node's index {spec.node}; got {n_nodes!r}")
-    algorithm = peer_algorithm(str(config["method"]), str(config["hyperparameters"]), str(config.get("attack") or ""), n_nodes)
-    model = peer_model(str(config["task"]), data.n_features, int(config["n_classes"]), algorithm.config.l2, str(config.get("model", "linear")))
+    algorithm = peer_algorithm(str(config["method"]), str(config["hyperparameters"]), str(config.get("attack") or ""),
+                               n_nodes)
+    model = peer_model(str(config["task"]), data.n_features, int(config["n_classes"]), algorithm.config.l2,
+                       str(config.get("model", "linear")))
     if model.n_params != spec.dim:
-        raise ValueError(f"node {spec.node}: its model has {model.n_params} parameters but the relay's spec says dim={spec.dim}")
-    theta = initial_theta(model, int(config["seed"]), spec.node, algorithm.config.model_init) if is_deep(model) else model.init()
+        raise ValueError(f"node {spec.node}: its model has {model.n_params} parameters but the relay's spec says "
+                         f"dim={spec.dim}")
+    theta = (initial_theta(model, int(config["seed"]), spec.node, algorithm.config.model_init) if is_deep(model)
+             else model.init())
     node = algorithm.make_node(spec, Peer(spec.node, data, model, theta))
     save_round_state(state, job_key(config), _seq(config), {"node": node, "rng": None, "rng_k": 0})
     return _reply(node, data.client_id, {})

@@ -50,7 +50,8 @@ class FlowerPool(ClientPool):
     """
 
     def __init__(self, grid: Any, nodes: Mapping[int, int], job: Mapping[str, Any], timeout: float,
-                 infos: Mapping[int, ClientInfo], client_ids: Sequence[int] | None = None, schema: SchemaFn | None = None) -> None:
+                 infos: Mapping[int, ClientInfo], client_ids: Sequence[int] | None = None,
+                 schema: SchemaFn | None = None) -> None:
         self.grid, self.nodes, self.job, self.timeout = grid, dict(nodes), dict(job), float(timeout)
         # a resumed run keeps its clients, those without a node now included (each of their rounds fails)
         self.client_ids = sorted(self.nodes) if client_ids is None else sorted(client_ids)
@@ -61,7 +62,8 @@ class FlowerPool(ClientPool):
               decode: Callable[[int, RecordDict], Any]) -> tuple[list[Any], list[Failure]]:
         contents = {cid: encode_server_message(m, self.job, rnd) for cid, m in messages.items() if cid in self.nodes}
         got, failures = exchange(self.grid, self.nodes, contents, message_type, rnd, stage, self.timeout, decode)
-        failures += [Failure(rnd, cid, stage, "no SuperNode for this client since the run was resumed") for cid in sorted(set(messages) - set(self.nodes))]
+        failures += [Failure(rnd, cid, stage, "no SuperNode for this client since the run was resumed")
+                     for cid in sorted(set(messages) - set(self.nodes))]
         return [got[cid] for cid in sorted(got)], failures
 
     def fit(self, rnd, messages):

@@ -34,8 +34,8 @@ def arrays_record(arrays: Mapping[str, np.ndarray]) -> ArrayRecord:
     return ArrayRecord({str(k): Array(np.ascontiguousarray(v)) for k, v in arrays.items()})
 
 
-def record_arrays(content: RecordDict, key: str, required: bool = True,
-                  expect: Mapping[str, ArraySpec] | None = None, free_values: int = MAX_REPLY_FREE_VALUES) -> dict[str, np.ndarray]:
+def record_arrays(content: RecordDict, key: str, required: bool = True, expect: Mapping[str, ArraySpec] | None = None,
+                  free_values: int = MAX_REPLY_FREE_VALUES) -> dict[str, np.ndarray]:
     """The named arrays of ArrayRecord ``key`` of a RecordDict.
 
     With ``expect`` (array name → :class:`~topofl.federation.validation.ArraySpec`) an array of
@@ -77,13 +77,29 @@ def array_problem(array: Any, shape: Sequence[int | None], free_values: int = MA
     be the record's, and the bytes after the header exactly that many float64 values, so the
     decoded array is exactly what was checked.
     """
+    problem = _record_problem(array)
+    if problem is not None:
+        return problem
+    declared = tuple(array.shape)
+    problem = _shape_problem(declared, shape, free_values)
+    if problem is not None:
+        return problem
+    return _data_problem(array.data, declared, math.prod(declared))
+
+
+def _record_problem(array: Any) -> str | None:
+    """Why ``array`` is not a Flower ``Array`` whose record declares a float64 numpy array; ``None`` when it is."""
     if not isinstance(array, Array):
         return f"must be an Array; got {type(array).__name__}"
     if array.stype != "numpy.ndarray":
         return f"must be a serialised numpy array; its record declares stype {str(array.stype)[:40]!r}"
     if array.dtype != "float64":
         return f"must be float64; its record declares dtype {str(array.dtype)[:40]!r}"
-    declared = tuple(array.shape)
+    return None
+
+
+def _shape_problem(declared: tuple[Any, ...], shape: Sequence[int | None], free_values: int) -> str | None:
+    """Why the ``declared`` shape of an array does not fit ``shape`` (:func:`array_problem`); ``None`` when it does."""
     if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in declared):
         return f"declares an invalid shape {str(declared)[:80]}"
     if len(declared) != len(shape) or any(s is not None and s != d for s, d in zip(shape, declared, strict=False)):
@@ -92,7 +108,11 @@ def array_problem(array: Any, shape: Sequence[int | None], free_values: int = MA
     fixed = math.prod(s for s in shape if s is not None)
     if any(s is None for s in shape) and count > max(int(free_values), fixed):
         return f"declares {count} values; at most {max(int(free_values), fixed)} are accepted"
-    data = array.data
+    return None
+
+
+def _data_problem(data: Any, declared: tuple[int, ...], count: int) -> str | None:
+    """Why ``data`` is not the ``.npy`` bytes of ``count`` float64 values of shape ``declared``; ``None`` when it is."""
     if not isinstance(data, bytes):
         return f"must carry bytes; got {type(data).__name__}"
     try:
@@ -103,7 +123,8 @@ def array_problem(array: Any, shape: Sequence[int | None], free_values: int = MA
     except Exception as exc:  # noqa: BLE001 - any malformed header is the sender's
         return f"has no valid .npy header ({type(exc).__name__}: {str(exc)[:120]})"
     if tuple(h_shape) != declared or h_dtype != np.dtype(np.float64) or fortran:
-        return f"carries data of shape {tuple(h_shape)} and dtype {h_dtype} while its record declares {declared} float64"
+        return (f"carries data of shape {tuple(h_shape)} and dtype {h_dtype} while its record declares "
+                f"{declared} float64")
     if len(data) - fh.tell() != count * 8:
         return f"carries {len(data) - fh.tell()} bytes of data; {declared} float64 values take {count * 8}"
     return None
@@ -116,7 +137,9 @@ def config_record(values: Mapping[str, Any]) -> ConfigRecord:
 
 # ---- server → client -------------------------------------------------------------------------
 def encode_server_message(message: ServerMessage, job: Mapping[str, Any], rnd: int) -> RecordDict:
-    """The records of a server message: its params and extras, and a config of the job keys, its own config and the round."""
+    """The records of a server message: its params and extras, and a config of the job keys, its own config and
+    the round.
+    """
     return RecordDict({
         "params": arrays_record({"params": message.params}),
         "extras": arrays_record(message.extras),
@@ -134,11 +157,14 @@ def decode_server_message(content: RecordDict) -> tuple[ServerMessage, dict[str,
 
 # ---- client → server -------------------------------------------------------------------------
 def encode_update(update: ClientUpdate) -> RecordDict:
-    """The records of a client update: params, extras, metrics with ``num-examples``, the client id and any descriptor."""
+    """The records of a client update: params, extras, metrics with ``num-examples``, the client id and any
+    descriptor.
+    """
     rd = RecordDict({
         "params": arrays_record({"params": update.params}),
         "extras": arrays_record(update.extras),
-        "metrics": MetricRecord({"num-examples": int(update.n_examples), **{k: float(v) for k, v in update.metrics.items()}}),
+        "metrics": MetricRecord({"num-examples": int(update.n_examples),
+                                 **{k: float(v) for k, v in update.metrics.items()}}),
         "meta": config_record({"client": int(update.client_id)}),
     })
     if update.descriptor is not None:
@@ -156,7 +182,8 @@ def decode_update(content: RecordDict, schema: ReplySchema | None = None) -> Cli
     if schema is not None:
         params_spec: dict[str, ArraySpec] | None = {"params": schema.params}
         extras_spec: dict[str, ArraySpec] | None = dict(schema.extras)
-        descriptor_spec: dict[str, ArraySpec] | None = {"phi": schema.descriptor} if schema.descriptor is not None else {}
+        descriptor_spec: dict[str, ArraySpec] | None = ({"phi": schema.descriptor} if schema.descriptor is not None
+                                                        else {})
     else:
         params_spec = extras_spec = descriptor_spec = None
     params = record_arrays(content, "params", expect=params_spec).get("params")
@@ -262,7 +289,8 @@ def _snapshots(directory: Path, key: str) -> dict[int, Path]:
     return out
 
 
-def load_round_state(state: RecordDict, key: str, seq: int, directory: Path | None = None) -> tuple[dict[str, Any], bool]:
+def load_round_state(state: RecordDict, key: str, seq: int,
+                     directory: Path | None = None) -> tuple[dict[str, Any], bool]:
     """A federated client's state as it was *before* message ``seq`` (:func:`message_seq`), and
     whether the node had it.
 

@@ -25,8 +25,10 @@ _JOB = {f.name: f.default for f in dataclasses.fields(Job) if f.default is not d
 
 #: run-config key → (settings field, default, help); the keys of the run's :class:`~topofl.job.Job` take its defaults
 KEYS: dict[str, tuple[str, Any, str]] = {
-    "method": ("method", _JOB["method"], "a federated method (topofl methods) or a decentralised one: sheaf, dfedu, dpsgd, local-peers"),
-    "scenario": ("scenario", _JOB["data"], "built-in scenario each node takes its partition from (unless its node config has data-path)"),
+    "method": ("method", _JOB["method"],
+               "a federated method (topofl methods) or a decentralised one: sheaf, dfedu, dpsgd, local-peers"),
+    "scenario": ("scenario", _JOB["data"],
+                 "built-in scenario each node takes its partition from (unless its node config has data-path)"),
     "scenario-params": ("scenario_params", "", "scenario parameters, 'k=v,k=v'"),
     "num-server-rounds": ("rounds", _JOB["rounds"], "rounds (iterations for decentralised methods)"),
     "seed": ("seed", 0, "seed of every random choice (the scenario too)"),
@@ -35,28 +37,32 @@ KEYS: dict[str, tuple[str, Any, str]] = {
     "min-nodes": ("min_nodes", 1, "wait for at least this many connected nodes before round 1"),
     "node-wait": ("node_wait", 60.0, "seconds to wait for min-nodes"),
     "min-replies": ("min_replies", 1, "valid replies a round needs to update the server state"),
-    "client-fraction": ("client_fraction", 1.0, "share of the clients a federated round selects, in (0, 1] (partial participation; "
-                        "the same seeded choice as in process)"),
+    "client-fraction": ("client_fraction", 1.0, "share of the clients a federated round selects, in (0, 1] (partial "
+                        "participation; the same seeded choice as in process)"),
     "round-timeout": ("round_timeout", 120.0, "seconds to wait for the replies of one message exchange"),
-    "graph": ("graph", _JOB["graph"], "communication graph of decentralised methods (topofl.decentralised.make_graph kinds)"),
+    "graph": ("graph", _JOB["graph"],
+              "communication graph of decentralised methods (topofl.decentralised.make_graph kinds)"),
     "graph-params": ("graph_params", "", "graph parameters, 'k=v,k=v' (e.g. p=0.3)"),
-    "pooled-metrics": ("pooled_metrics", False, "clients also send test labels and scores so the server can compute pooled metrics"),
-    "task": ("task", "", "binary | multiclass | regression; '' = what most nodes declare (nodes that disagree are left out)"),
-    "classes": ("classes", "", "label values in class order, 'a,b,c': a node with its own data-path maps label classes[i] to class i"),
-    "n-features": ("n_features", 0, "features of the model of a federated method; nodes that declare another count are left out "
-                   "(0 = the count most nodes declare)"),
-    "partition-nodes": ("partition_nodes", "", "pin partitions to SuperNodes, 'partition-id=node-id,...': only that node may hold "
-                        "the partition ('' = the first node to connect that claims it)"),
-    "model": ("model", "linear", "the model every node trains: linear, cnn-small, cnn-same, cnn-medium, cnn-large, convnet2, resnet18, mlp, or "
-              "'package.module:factory' (installed on every node)"),
+    "pooled-metrics": ("pooled_metrics", False,
+                       "clients also send test labels and scores so the server can compute pooled metrics"),
+    "task": ("task", "",
+             "binary | multiclass | regression; '' = what most nodes declare (nodes that disagree are left out)"),
+    "classes": ("classes", "", "label values in class order, 'a,b,c': a node with its own data-path maps label "
+                "classes[i] to class i"),
+    "n-features": ("n_features", 0, "features of the model of a federated method; nodes that declare another count "
+                   "are left out (0 = the count most nodes declare)"),
+    "partition-nodes": ("partition_nodes", "", "pin partitions to SuperNodes, 'partition-id=node-id,...': only that "
+                        "node may hold the partition ('' = the first node to connect that claims it)"),
+    "model": ("model", "linear", "the model every node trains: linear, cnn-small, cnn-same, cnn-medium, cnn-large, "
+              "convnet2, resnet18, mlp, or 'package.module:factory' (installed on every node)"),
     "device": ("device", "cpu", "where a PyTorch model computes on each node: cpu, cuda or auto"),
-    "resume-dir": ("resume_dir", "", "continue the run whose directory this is (inside the results root, as out-dir; e.g. "
-                   "'trial1/run-42') from its last checkpointed round, with its settings ('' = a new run)"),
-    "robust-defaults": ("robust_defaults", True, "apply topofl.flower.settings.DEPLOYMENT_DEFAULTS (a Byzantine-robust server rule "
-                        "and a cap on any one client's share) to every hyper-parameter the run does not set; false = the "
-                        "papers' rules (opt-out)"),
-    "attack": ("attack", "", "robustness trials: hostile clients, 'kind:key=value,...' (topofl.robustness.attacks, e.g. "
-               "'sign_flip:fraction=0.25,start_round=2'); each node whose client id (graph node, for a "
+    "resume-dir": ("resume_dir", "", "continue the run whose directory this is (inside the results root, as out-dir; "
+                   "e.g. 'trial1/run-42') from its last checkpointed round, with its settings ('' = a new run)"),
+    "robust-defaults": ("robust_defaults", True, "apply topofl.flower.settings.DEPLOYMENT_DEFAULTS (a Byzantine-robust "
+                        "server rule and a cap on any one client's share) to every hyper-parameter the run does not "
+                        "set; false = the papers' rules (opt-out)"),
+    "attack": ("attack", "", "robustness trials: hostile clients, 'kind:key=value,...' (topofl.robustness.attacks, "
+               "e.g. 'sign_flip:fraction=0.25,start_round=2'); each node whose client id (graph node, for a "
                "decentralised method) is chosen attacks ('' = none)"),
 }
 
@@ -159,7 +165,8 @@ class FlowerSettings:
             from topofl.robustness.peer_attacks import AttackedPeers
 
             try:
-                AttackedPeers(build_peer(self.job.method, dict(self.job.hyperparameters)), parse_attack(self.job.attack), ())
+                AttackedPeers(build_peer(self.job.method, dict(self.job.hyperparameters)),
+                              parse_attack(self.job.attack), ())
             except ValueError as exc:
                 raise ValueError(f"attack={self.job.attack!r}: {exc}") from None
         if self.classes:

@@ -75,7 +75,8 @@ def simulate_flower(
             try:
                 run = FlowerSettings.from_saved(saved)
             except TypeError as exc:
-                raise ValueError(f"resume-dir={settings.resume_dir!r}: checkpoint.json's settings are not valid settings ({exc})") from None
+                raise ValueError(f"resume-dir={settings.resume_dir!r}: checkpoint.json's settings are not valid "
+                                 f"settings ({exc})") from None
         n_nodes = len(make_scenario(run.job.data, run.job.seed, **dict(run.job.data_params)))
     if settings.min_nodes < n_nodes:
         settings = dataclasses.replace(settings, min_nodes=n_nodes)
@@ -88,8 +89,8 @@ def simulate_flower(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # run_simulation's own deprecation notice
         try:
-            run_simulation(make_server_app(settings, results.append, results_root, errors.append), client_app, num_supernodes=n_nodes,
-                           backend_config=backend, verbose_logging=verbose)
+            run_simulation(make_server_app(settings, results.append, results_root, errors.append), client_app,
+                           num_supernodes=n_nodes, backend_config=backend, verbose_logging=verbose)
         except ValueError:
             raise  # bad input (settings, a checkpoint that does not verify): the caller's error, with its message
         except Exception as exc:

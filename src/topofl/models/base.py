@@ -41,7 +41,8 @@ class Model(Protocol):
     def loss(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> float:
         """Mean loss with the L2 penalty."""
 
-    def grad(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None = None) -> np.ndarray:
+    def grad(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray,
+             sample_weight: np.ndarray | None = None) -> np.ndarray:
         """Gradient of :meth:`loss` (of the weighted mean loss with ``sample_weight``)."""
 
     def predict_scores(self, theta: np.ndarray, X: np.ndarray) -> np.ndarray:

@@ -27,7 +27,8 @@ class ConvNet2Builder:
         return nn.Sequential(
             nn.Conv2d(c, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
             nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Flatten(), nn.Linear(64 * (h // 4) * (w // 4), self.hidden), nn.ReLU(), nn.Linear(self.hidden, self.n_classes),
+            nn.Flatten(), nn.Linear(64 * (h // 4) * (w // 4), self.hidden), nn.ReLU(),
+            nn.Linear(self.hidden, self.n_classes),
         )
 
     def n_params(self) -> int:
@@ -56,14 +57,16 @@ class ResNet18Builder:
                     nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False), nn.GroupNorm(min(g, c_out), c_out), nn.ReLU(),
                     nn.Conv2d(c_out, c_out, 3, 1, 1, bias=False), nn.GroupNorm(min(g, c_out), c_out),
                 )
-                self.skip = (nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False), nn.GroupNorm(min(g, c_out), c_out))
+                self.skip = (nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False),
+                                           nn.GroupNorm(min(g, c_out), c_out))
                              if stride != 1 or c_in != c_out else nn.Identity())
                 self.act = nn.ReLU()
 
             def forward(self, x: Any) -> Any:
                 return self.act(self.body(x) + self.skip(x))
 
-        layers: list[Any] = [nn.Conv2d(self.input_shape[0], 64, 3, 1, 1, bias=False), nn.GroupNorm(min(g, 64), 64), nn.ReLU()]
+        layers: list[Any] = [nn.Conv2d(self.input_shape[0], 64, 3, 1, 1, bias=False), nn.GroupNorm(min(g, 64), 64),
+                             nn.ReLU()]
         c = 64
         for width, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
             layers += [Block(c, width, stride), Block(width, width, 1)]

@@ -27,12 +27,13 @@ def _feature_input(state: dict[str, np.ndarray], X: np.ndarray) -> np.ndarray:
         return X
     from topofl.tda.features import TopoContext
 
-    topo = TopoContext(np.asarray(state["centroid"]), float(np.asarray(state["scale"])[0]), np.asarray(state["client_stats"]))
+    topo = TopoContext(np.asarray(state["centroid"]), float(np.asarray(state["scale"])[0]),
+                       np.asarray(state["client_stats"]))
     return topo.augment(X)
 
 
-def predict_with(model: Any, server: np.ndarray | None, clients: dict[int, np.ndarray], states: dict[int, dict[str, np.ndarray]],
-                 X: np.ndarray, client: int | None = None) -> np.ndarray:
+def predict_with(model: Any, server: np.ndarray | None, clients: dict[int, np.ndarray],
+                 states: dict[int, dict[str, np.ndarray]], X: np.ndarray, client: int | None = None) -> np.ndarray:
     """Scores of ``X`` under a client's model, or under the server's (``client=None``)."""
     if model is None:
         raise ValueError("no model: this result holds no trained model")
@@ -43,8 +44,9 @@ def predict_with(model: Any, server: np.ndarray | None, clients: dict[int, np.nd
         if server.ndim != 1:
             raise ValueError(f"the server holds {server.shape[0]} models (one per cluster); pass client=k")
         if X.ndim == 2 and X.shape[1] != model.n_features:
-            raise ValueError(f"the server's model takes {model.n_features} inputs per row, {X.shape[1]} given: its clients append "
-                             "features of their own (pTopoFL's §3.2 TDA features); predict for a client (client=k)")
+            raise ValueError(f"the server's model takes {model.n_features} inputs per row, {X.shape[1]} given: "
+                             "its clients append features of their own (pTopoFL's §3.2 TDA features); "
+                             "predict for a client (client=k)")
         return model.predict_scores(server, X)
     if client not in clients:
         raise ValueError(f"client {client!r} has no saved model; clients: {sorted(clients)}")
@@ -119,14 +121,16 @@ def load_models(path: str | Path, model: Any = None) -> TrainedModels:
     except (KeyError, ValueError, UnicodeDecodeError):
         raise ValueError(f"{path}: not a topofl models file (no valid manifest)") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise ValueError(f"{path}: not a topofl models file (format {manifest.get('format') if isinstance(manifest, dict) else None!r})")
+        raise ValueError(f"{path}: not a topofl models file "
+                         f"(format {manifest.get('format') if isinstance(manifest, dict) else None!r})")
     hashes = manifest.get("sha256", {})
     if set(hashes) != set(data):
         raise ValueError(f"{path}: its arrays {sorted(data)} do not match its manifest {sorted(hashes)}")
     for key, array in data.items():
         if array.dtype != np.float64 or _sha(array) != hashes[key]:
             raise ValueError(f"{path}: array {key!r} does not match its SHA-256 in the manifest (the file was altered)")
-    built = model if model is not None and hasattr(model, "predict_scores") else _rebuild(manifest["model"], model, path)
+    built = (model if model is not None and hasattr(model, "predict_scores")
+             else _rebuild(manifest["model"], model, path))
     clients: dict[int, np.ndarray] = {}
     states: dict[int, dict[str, np.ndarray]] = {}
     for key, array in data.items():
@@ -154,7 +158,8 @@ def _rebuild(desc: dict[str, Any], spec: Any, path: Path) -> Any:
         return make_model(desc["task"], int(desc["n_features"]), classes, float(desc["l2"]))
     if spec is None:
         if not desc.get("name"):
-            raise ValueError(f"{path}: these models use your own torch module ({desc.get('builder')}); pass it again: load_models(path, model=...)")
+            raise ValueError(f"{path}: these models use your own torch module ({desc.get('builder')}); "
+                             "pass it again: load_models(path, model=...)")
         return rebuild_registered(desc)
     shape = tuple(int(v) for v in desc["input_shape"])
     return build_model(spec, task=desc["task"], n_features=int(np.prod(shape)), n_classes=int(desc["n_classes"]),

@@ -107,7 +107,8 @@ class LinearModel:
     def loss(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> float:
         return self.loss_grad(theta, X, y)[0]
 
-    def grad(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None = None) -> np.ndarray:
+    def grad(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray,
+             sample_weight: np.ndarray | None = None) -> np.ndarray:
         return self.loss_grad(theta, X, y, sample_weight)[1]
 
     def predict_scores(self, theta: np.ndarray, X: np.ndarray) -> np.ndarray:
@@ -178,7 +179,8 @@ class LeastSquares(LinearModel):
 
     def loss_grad(self, theta, X, y, sample_weight=None):
         r = self._logits(theta, X)[:, 0] - y
-        return 0.5 * float(r @ _weigh(r, sample_weight)) / len(r) + self._penalty(theta), self._pack_grad(X, _weigh(r[:, None], sample_weight), theta)
+        return (0.5 * float(r @ _weigh(r, sample_weight)) / len(r) + self._penalty(theta),
+                self._pack_grad(X, _weigh(r[:, None], sample_weight), theta))
 
     def predict_scores(self, theta, X):
         return self._logits(theta, X)[:, 0]

@@ -20,8 +20,10 @@ MODELS: dict[str, str] = {
     "cnn-small": "Sheaf-FMTL's small CNN: conv3×3(16), maxpool 3/2, FC (23,210 parameters on 1×28×28, 10 classes)",
     "cnn-medium": "Sheaf-FMTL's medium CNN: conv5×5(24), maxpool 2, conv5×5(48), FC (123,562 on 1×28×28)",
     "cnn-large": "Sheaf-FMTL's large CNN: conv3×3(32), pool, conv3×3(64), pool, FC 120, FC (212,146 on 1×28×28)",
-    "cnn-same": "Sheaf-FMTL's same-size CNN (§4.2, Table 4): conv3×3(32), pool, conv3×3(64), pool, FC (34,826 on 1×28×28)",
-    "convnet2": "LEAF's FEMNIST CNN: conv5×5(32), pool, conv5×5(64), pool, FC 2048, FC (6,479,626 on 1×28×28, 10 classes)",
+    "cnn-same": "Sheaf-FMTL's same-size CNN (§4.2, Table 4): conv3×3(32), pool, conv3×3(64), pool, FC "
+                "(34,826 on 1×28×28)",
+    "convnet2": "LEAF's FEMNIST CNN: conv5×5(32), pool, conv5×5(64), pool, FC 2048, FC "
+                "(6,479,626 on 1×28×28, 10 classes)",
     "resnet18": "ResNet-18, CIFAR variant, GroupNorm instead of BatchNorm (11,173,962 on 3×32×32, 10 classes)",
     "mlp": "two hidden ReLU layers of 64 on flat features",
 }
@@ -80,26 +82,49 @@ def build_model(
         return spec
     if task not in ("binary", "multiclass"):
         raise ValueError(f"PyTorch models classify; the task is {task!r} (use the linear model for regression)")
-    from topofl.models import deep
-    from topofl.models.torch_models import TorchClassifier, _require_torch, cnn
+    from topofl.models.torch_models import TorchClassifier, _require_torch
 
     torch = _require_torch()
     classes = 2 if task == "binary" else max(int(n_classes), 2)
     common: dict[str, Any] = {"l2": l2, "dtype": dtype, "task": task, "device": device}
     if isinstance(spec, str) and ":" not in spec:
-        name = spec.strip().lower()
-        if name not in MODELS:
-            raise ValueError(f"unknown model {spec!r}; available: {', '.join(MODELS)}, 'package.module:factory', or a torch.nn.Module")
-        if name.startswith("cnn-"):
-            return cnn(name[4:], input_shape or deep.image_shape(n_features), classes, **common)
-        if name == "convnet2":
-            shape = input_shape or deep.image_shape(n_features)
-            return TorchClassifier(deep.ConvNet2Builder(_three(shape), classes), shape, classes, **common)
-        if name == "resnet18":
-            shape = input_shape or deep.image_shape(n_features)
-            return TorchClassifier(deep.ResNet18Builder(_three(shape), classes), shape, classes, **common)
-        shape = input_shape or (n_features,)
-        return TorchClassifier(deep.MLPBuilder(n_features, classes), shape, classes, **common)
+        return _registered(spec, n_features, classes, input_shape, common)
+    factory = _factory(spec, torch)
+    try:
+        return TorchClassifier(factory, input_shape or (n_features,), classes, **common)
+    except (TypeError, RuntimeError) as exc:
+        raise ValueError(f"the model does not fit this data ({n_features} features, "
+                         f"{classes} classes): {exc}") from None
+
+
+def _registered(spec: str, n_features: int, classes: int, input_shape: tuple[int, ...] | None,
+                common: dict[str, Any]) -> Any:
+    """The registered PyTorch model :data:`MODELS` names ``spec`` (``ValueError`` for an unknown name)."""
+    from topofl.models import deep
+    from topofl.models.torch_models import TorchClassifier, cnn
+
+    name = spec.strip().lower()
+    if name not in MODELS:
+        raise ValueError(f"unknown model {spec!r}; available: {', '.join(MODELS)}, 'package.module:factory', "
+                         "or a torch.nn.Module")
+    if name.startswith("cnn-"):
+        return cnn(name[4:], input_shape or deep.image_shape(n_features), classes, **common)
+    if name == "convnet2":
+        shape = input_shape or deep.image_shape(n_features)
+        return TorchClassifier(deep.ConvNet2Builder(_three(shape), classes), shape, classes, **common)
+    if name == "resnet18":
+        shape = input_shape or deep.image_shape(n_features)
+        return TorchClassifier(deep.ResNet18Builder(_three(shape), classes), shape, classes, **common)
+    shape = input_shape or (n_features,)
+    return TorchClassifier(deep.MLPBuilder(n_features, classes), shape, classes, **common)
+
+
+def _factory(spec: Any, torch: Any) -> Callable[[], Any]:
+    """What builds the user's network: a ``"package.module:factory"`` path, a copy of a ``torch.nn.Module``,
+    or the factory itself.
+    """
+    from topofl.models import deep
+
     factory: Callable[[], Any]
     if isinstance(spec, str):
         factory = import_factory(spec)
@@ -108,11 +133,9 @@ def build_model(
     elif callable(spec):
         factory = spec
     else:
-        raise ValueError(f"model must be a name, 'package.module:factory', a torch.nn.Module or a factory; got {type(spec).__name__}")
-    try:
-        return TorchClassifier(factory, input_shape or (n_features,), classes, **common)
-    except (TypeError, RuntimeError) as exc:
-        raise ValueError(f"the model does not fit this data ({n_features} features, {classes} classes): {exc}") from None
+        raise ValueError("model must be a name, 'package.module:factory', a torch.nn.Module or a factory; "
+                         f"got {type(spec).__name__}")
+    return factory
 
 
 def import_factory(path: str) -> Callable[[], Any]:
@@ -137,8 +160,9 @@ def describe(model: Any) -> dict[str, Any]:
     :func:`rebuild_registered` builds the same network again.
     """
     if not is_deep(model):
-        return {"kind": "linear", "class": type(model).__name__, "task": model.task, "n_features": int(model.n_features),
-                "n_outputs": int(model.n_outputs), "l2": float(model.l2), "n_params": int(model.n_params)}
+        return {"kind": "linear", "class": type(model).__name__, "task": model.task,
+                "n_features": int(model.n_features), "n_outputs": int(model.n_outputs), "l2": float(model.l2),
+                "n_params": int(model.n_params)}
     import dataclasses
 
     from topofl.models import deep
@@ -149,11 +173,12 @@ def describe(model: Any) -> dict[str, Any]:
     if isinstance(builder, CNNBuilder):
         name = next((f"cnn-{k}" for k, a in PAPER_ARCHITECTURES.items() if a == builder.architecture), None)
     elif isinstance(builder, (deep.ConvNet2Builder, deep.ResNet18Builder, deep.MLPBuilder)):
-        name = {deep.ConvNet2Builder: "convnet2", deep.ResNet18Builder: "resnet18", deep.MLPBuilder: "mlp"}[type(builder)]
+        name = {deep.ConvNet2Builder: "convnet2", deep.ResNet18Builder: "resnet18",
+                deep.MLPBuilder: "mlp"}[type(builder)]
         args = {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(builder).items()}
     return {"kind": "torch", "name": name, "builder": repr(builder)[:500], "builder_args": args, "task": model.task,
-            "input_shape": list(model.input_shape), "n_classes": int(model.n_classes), "l2": float(model.l2), "dtype": model.dtype,
-            "n_params": int(model.n_params)}
+            "input_shape": list(model.input_shape), "n_classes": int(model.n_classes), "l2": float(model.l2),
+            "dtype": model.dtype, "n_params": int(model.n_params)}
 
 
 def rebuild_registered(desc: dict[str, Any]) -> Any:

@@ -146,7 +146,8 @@ class TorchClassifier:
         _require_torch()
         shape = tuple(int(s) for s in np.atleast_1d(self.input_shape))
         if not shape or min(shape) < 1:
-            raise ValueError(f"input_shape must hold positive sizes, e.g. (C, H, W) or (n_features,); got {self.input_shape!r}")
+            raise ValueError("input_shape must hold positive sizes, e.g. (C, H, W) or (n_features,); "
+                             f"got {self.input_shape!r}")
         object.__setattr__(self, "input_shape", shape)
         check_int("n_classes", self.n_classes, 2)
         check_range("l2", self.l2, 0.0)
@@ -269,7 +270,8 @@ class TorchClassifier:
                 else:
                     loss = (F.cross_entropy(rt.module(xb), yb, reduction="none") * sample_w[start:stop]).sum() / n
                 gs = torch.autograd.grad(loss, rt.params, allow_unused=True)
-            flat_g = torch.cat([(g if g is not None else torch.zeros_like(p)).reshape(-1) for g, p in zip(gs, rt.params, strict=True)])
+            flat_g = torch.cat([(g if g is not None else torch.zeros_like(p)).reshape(-1)
+                                for g, p in zip(gs, rt.params, strict=True)])
             grad = flat_g if grad is None else grad.add_(flat_g)
             total += float(loss.detach())
         assert grad is not None  # n > 0: at least one chunk
@@ -290,7 +292,8 @@ class TorchClassifier:
         data = float(torch.nn.functional.cross_entropy(logits, torch.from_numpy(labels)))
         return data + self._penalty(theta)
 
-    def grad(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None = None) -> np.ndarray:
+    def grad(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray,
+             sample_weight: np.ndarray | None = None) -> np.ndarray:
         return self.loss_grad(theta, X, y, sample_weight)[1]
 
     def _sample_weight(self, sample_weight: np.ndarray | None, n: int) -> Tensor | None:
@@ -412,7 +415,8 @@ class TorchClassifier:
             # one reduction; a non-finite sum of finite parameters (an overflow) is checked element-wise
             if not bool(torch.isfinite(flat.sum())) and not bool(torch.isfinite(flat).all()):
                 raise FloatingPointError(
-                    f"local SGD (epoch {epoch + 1}) diverged (non-finite parameters) with lr={lr}, epochs={epochs}, batch_size={bs}; "
+                    f"local SGD (epoch {epoch + 1}) diverged (non-finite parameters) with lr={lr}, epochs={epochs}, "
+                    f"batch_size={bs}; "
                     "lower the step sizes"
                 )
         return flat.detach().to(device="cpu", dtype=torch.float64, copy=True).numpy()   # one copy, owned by the caller
@@ -542,7 +546,9 @@ def cnn(
     task: str = "multiclass",
     device: str = "cpu",
 ) -> TorchClassifier:
-    """The paper's ``size`` CNN ("small", "medium" or "large" of Table 2, or §4.2's "same") for images of ``input_shape``."""
+    """The paper's ``size`` CNN ("small", "medium" or "large" of Table 2, or §4.2's "same") for images of
+    ``input_shape``.
+    """
     _require_torch()
     check_choice("size", size, tuple(PAPER_ARCHITECTURES))
     shape = tuple(int(s) for s in input_shape)
@@ -550,7 +556,8 @@ def cnn(
         raise ValueError(f"a CNN takes images of shape (C, H, W); got input_shape={input_shape!r}")
     shape3: tuple[int, int, int] = (shape[0], shape[1], shape[2])
     builder = CNNBuilder(PAPER_ARCHITECTURES[size], shape3, int(n_classes))
-    return TorchClassifier(builder, shape3, int(n_classes), l2=l2, dtype=dtype, chunk_size=chunk_size, task=task, device=device)
+    return TorchClassifier(builder, shape3, int(n_classes), l2=l2, dtype=dtype, chunk_size=chunk_size, task=task,
+                           device=device)
 
 
 def small_cnn(input_shape=MNIST_SHAPE, n_classes: int = 10, **kwargs) -> TorchClassifier:
@@ -589,11 +596,13 @@ def dataset_shape(dataset: str) -> tuple[int, int, int]:
     """Image shape of a dataset name such as "mnist", "r-mnist", "rotated_mnist", "cifar" or "cifar-10"."""
     key = dataset.lower().replace("-", "").replace("_", "").replace(" ", "")
     if key not in DATASET_SHAPES:
-        raise ValueError(f"dataset must be one of {', '.join(DATASET_SHAPES)} (case, '-' and '_' ignored); got {dataset!r}")
+        raise ValueError(f"dataset must be one of {', '.join(DATASET_SHAPES)} (case, '-' and '_' ignored); "
+                         f"got {dataset!r}")
     return DATASET_SHAPES[key]
 
 
-def paper_cnn(size: str, dataset: str, *, n_classes: int = 10, l2: float = 1e-3, dtype: str = "float32") -> TorchClassifier:
+def paper_cnn(size: str, dataset: str, *, n_classes: int = 10, l2: float = 1e-3,
+              dtype: str = "float32") -> TorchClassifier:
     """The Sheaf-FMTL CNN of a size ("small", "medium", "large", "same") for a dataset ("rmnist", "cifar10", …)."""
     _require_torch()
     check_choice("size", size, tuple(CNN_FACTORIES))

@@ -5,5 +5,5 @@ and their accounting through ``dp-accounting`` (:mod:`topofl.privacy.accounting`
 from topofl.privacy.dp import DPConfig, descriptor_mechanism, dp_fedavg_aggregate, privacy_report
 from topofl.privacy.risk import ALPHA_C, client_privacy, descriptor_risk, gradient_risk, mi_proxy
 
-__all__ = ["ALPHA_C", "DPConfig", "client_privacy", "descriptor_mechanism", "descriptor_risk", "dp_fedavg_aggregate", "gradient_risk", "mi_proxy",
-           "privacy_report"]
+__all__ = ["ALPHA_C", "DPConfig", "client_privacy", "descriptor_mechanism", "descriptor_risk", "dp_fedavg_aggregate",
+           "gradient_risk", "mi_proxy", "privacy_report"]

@@ -34,7 +34,8 @@ def dp_accounting() -> Any:
         import dp_accounting as dpa
     except ImportError as exc:  # pragma: no cover - exercised by monkeypatching sys.modules in the tests
         raise ImportError(
-            f"differential-privacy accounting needs Google's dp-accounting library, which is not installed: {_INSTALL_HINT}"
+            "differential-privacy accounting needs Google's dp-accounting library, which is not installed: "
+            f"{_INSTALL_HINT}"
         ) from exc
     return dpa
 
@@ -71,7 +72,8 @@ def _gaussian_rounds_event(noise_multiplier: float, sampling_rate: float, rounds
     return dpa.SelfComposedDpEvent(event, rounds)
 
 
-def epsilon_of_event(event: Any, delta: float, accountant: str = "pld", pld_interval: float = PLD_DISCRETISATION) -> float:
+def epsilon_of_event(event: Any, delta: float, accountant: str = "pld",
+                     pld_interval: float = PLD_DISCRETISATION) -> float:
     """ε at ``delta`` of any ``dp_accounting`` event, by a fresh accountant of the named kind.
 
     Parameters
@@ -146,14 +148,16 @@ def dp_fedavg_epsilon(
     if adjacency == "replace":
         if sampling_rate < 1.0:
             raise ValueError(
-                f"adjacency='replace' is accounted only for full participation (sampling_rate = 1); got sampling_rate={sampling_rate!r}"
+                "adjacency='replace' is accounted only for full participation (sampling_rate = 1); "
+                f"got sampling_rate={sampling_rate!r}"
             )
         z = noise_multiplier / 2.0
     interval = _pld_interval([(z, rounds)]) if sampling_rate == 1.0 else PLD_DISCRETISATION
     return epsilon_of_event(_gaussian_rounds_event(z, sampling_rate, rounds), delta, accountant, interval)
 
 
-def gaussian_epsilon(sigma_over_sensitivity: float, delta: float, compositions: int = 1, accountant: str = "pld") -> float:
+def gaussian_epsilon(sigma_over_sensitivity: float, delta: float, compositions: int = 1,
+                     accountant: str = "pld") -> float:
     """ε of ``compositions`` releases of a Gaussian mechanism with noise σ = s·Δ (no subsampling).
 
     The descriptor channel (:func:`topofl.privacy.dp.descriptor_mechanism`): each release adds
@@ -302,7 +306,8 @@ def noise_for_epsilon(
                 break
         else:
             z = hi  # meets the target; not searched below hi / 16
-    log.debug("noise_for_epsilon: z=%.6g for epsilon=%g, delta=%g, rounds=%d, q=%g (%s)", z, target_epsilon, delta, rounds, sampling_rate, accountant)
+    log.debug("noise_for_epsilon: z=%.6g for epsilon=%g, delta=%g, rounds=%d, q=%g (%s)", z, target_epsilon, delta,
+              rounds, sampling_rate, accountant)
     return z
 
 

@@ -142,7 +142,8 @@ def dp_fedavg_aggregate(
     else:
         w = np.asarray(weights, dtype=np.float64)
         if w.shape != (n,) or not np.isfinite(w).all() or (w < 0).any() or (w > 1).any():
-            raise ValueError(f"weights must be {n} numbers in [0, 1] (one per row of deltas); got {np.asarray(weights).tolist()}")
+            raise ValueError(f"weights must be {n} numbers in [0, 1] (one per row of deltas); "
+                             f"got {np.asarray(weights).tolist()}")
     if not np.isfinite(D).all():
         raise ValueError(f"deltas row {int(np.argmax(~np.isfinite(D).all(axis=1)))} holds non-finite values")
     norms = tuple(l2_norm(row) for row in D)
@@ -237,7 +238,8 @@ def gaussian_sigma(sensitivity: float, epsilon: float, delta: float, method: str
     check_choice("method", method, GAUSSIAN_METHODS)
     from topofl.privacy import accounting
 
-    unit = accounting.analytic_gaussian_sigma(epsilon, delta) if method == "analytic" else accounting.classic_gaussian_sigma(epsilon, delta)
+    unit = (accounting.analytic_gaussian_sigma(epsilon, delta) if method == "analytic"
+            else accounting.classic_gaussian_sigma(epsilon, delta))
     return sensitivity * unit
 
 
@@ -381,7 +383,8 @@ def privacy_report(config: DPConfig, rounds: int, descriptor_releases: int = 0) 
     check_int("descriptor_releases", descriptor_releases, 0)
     acc = config.accountant
     out = {
-        "dp_epsilon": accounting.dp_fedavg_epsilon(config.noise_multiplier, config.sampling_rate, rounds, config.delta, acc),
+        "dp_epsilon": accounting.dp_fedavg_epsilon(config.noise_multiplier, config.sampling_rate, rounds,
+                                                   config.delta, acc),
         "dp_delta": config.delta,
         "dp_noise_multiplier": config.noise_multiplier,
         "dp_clip": config.clip,
@@ -391,8 +394,8 @@ def privacy_report(config: DPConfig, rounds: int, descriptor_releases: int = 0) 
         s = gaussian_sigma(1.0, config.descriptor_epsilon, config.delta, config.descriptor_method)
         out["dp_epsilon_descriptor"] = accounting.gaussian_epsilon(s, config.delta, descriptor_releases, acc)
         if config.sampling_rate < 1.0:
-            log.warning("privacy_report: no total ε of both channels with sampling_rate=%g < 1 (accounted for full participation only)",
-                        config.sampling_rate)
+            log.warning("privacy_report: no total ε of both channels with sampling_rate=%g < 1 "
+                        "(accounted for full participation only)", config.sampling_rate)
         else:
             out["dp_epsilon_total"] = accounting.combined_epsilon(
                 config.delta, [(config.noise_multiplier / 2.0, rounds), (s, descriptor_releases)], acc

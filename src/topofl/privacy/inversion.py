@@ -40,12 +40,14 @@ def _as_stack(v: Any, field: str) -> np.ndarray:
     arr = as_real(v, field)
     arr = arr[None, :] if arr.ndim == 1 else arr
     if arr.ndim != 2 or arr.shape[0] == 0 or arr.shape[1] < 2:
-        raise ValueError(f"{field} must be a vector of length d + 1 >= 2 or a (T, d + 1) stack of them; got shape {np.shape(v)}")
+        raise ValueError(f"{field} must be a vector of length d + 1 >= 2 or a (T, d + 1) stack of them; "
+                         f"got shape {np.shape(v)}")
     check_finite(arr, field)
     return arr
 
 
-def logistic_update(theta: np.ndarray, X: np.ndarray, y: np.ndarray, *, lr: float, steps: int = 1, l2: float = 0.0) -> np.ndarray:
+def logistic_update(theta: np.ndarray, X: np.ndarray, y: np.ndarray, *, lr: float, steps: int = 1,
+                    l2: float = 0.0) -> np.ndarray:
     """Update ``θ_K − θ_0`` after ``steps`` full-batch gradient steps of size ``lr`` on ``(X, y)``.
 
     The forward model of :func:`match_updates`: ``θ_{k+1} = θ_k − lr·∇L(θ_k)`` with ``∇L`` the
@@ -115,7 +117,8 @@ def invert_single_gradient(gradient: np.ndarray, theta: np.ndarray, l2: float = 
     check_range("l2", l2, 0.0)
     gb = float(g[-1])
     if gb == 0.0:
-        raise ValueError("gradient's bias entry is 0: σ(w·x + b) = y is impossible for a finite logit, so this is not a one-example gradient")
+        raise ValueError("gradient's bias entry is 0: σ(w·x + b) = y is impossible for a finite logit, "
+                         "so this is not a one-example gradient")
     x = (g[:-1] - l2 * theta[:-1]) / gb
     return x, 1.0 if gb < 0 else 0.0
 
@@ -164,7 +167,8 @@ class Reconstruction:
 
 
 def _matching_loss(
-    z: np.ndarray, updates: np.ndarray, thetas: np.ndarray, B: int, lr: float, steps: int, l2: float, labels: np.ndarray | None,
+    z: np.ndarray, updates: np.ndarray, thetas: np.ndarray, B: int, lr: float, steps: int, l2: float,
+    labels: np.ndarray | None,
 ) -> tuple[float, np.ndarray]:
     """Loss ``Σ_t ||û_t − u_t||²`` (unnormalised) and its gradient in ``z = [X.ravel(), v]``.
 
@@ -200,7 +204,7 @@ def _matching_loss(
     return loss, gX.ravel()
 
 
-def match_updates(
+def match_updates(  # noqa: PLR0913 (the attack's user-facing keyword options)
     updates: np.ndarray,
     thetas: np.ndarray,
     batch_size: int,
@@ -292,7 +296,8 @@ def match_updates(
             if y_fixed is None:
                 z0 = np.concatenate([z0, rng.normal(0.0, 1.0, B)])
             with np.errstate(over="ignore"):
-                res = minimize(fun, z0, jac=True, method="L-BFGS-B", options={"maxiter": max_iter, "ftol": 1e-16, "gtol": 1e-12})
+                res = minimize(fun, z0, jac=True, method="L-BFGS-B",
+                               options={"maxiter": max_iter, "ftol": 1e-16, "gtol": 1e-12})
             restarts, evaluations = restarts + 1, evaluations + int(res.nfev)
             if best is None or res.fun < best.fun:
                 best = res
@@ -302,7 +307,8 @@ def match_updates(
     return Reconstruction(X_hat, y_hat, float(best.fun), restarts, evaluations)
 
 
-def dlg(gradients: np.ndarray, thetas: np.ndarray, batch_size: int, *, l2: float = 0.0, **options: Any) -> Reconstruction:
+def dlg(gradients: np.ndarray, thetas: np.ndarray, batch_size: int, *, l2: float = 0.0,
+        **options: Any) -> Reconstruction:
     """DLG (Zhu et al. 2019) on logistic-regression gradients: :func:`match_updates` with one step.
 
     A gradient ``g`` is the update ``−g`` of one step of size 1, so matching updates matches
@@ -449,7 +455,8 @@ def rescale_cloud(X: np.ndarray, factor: float) -> np.ndarray:
 
 
 def predict_statistics(
-    pool_phi: np.ndarray, pool_stats: np.ndarray, phi: np.ndarray, alphas: Sequence[float] = tuple(np.logspace(-3, 3, 13)),
+    pool_phi: np.ndarray, pool_stats: np.ndarray, phi: np.ndarray,
+    alphas: Sequence[float] = tuple(np.logspace(-3, 3, 13)),
 ) -> np.ndarray:
     """Predict positive cloud statistics from descriptors by ridge regression over a public pool.
 
@@ -476,8 +483,10 @@ def predict_statistics(
     P = as_real(pool_phi, "pool_phi")
     S = as_real(pool_stats, "pool_stats")
     Q = as_real(phi, "phi")
-    if P.ndim != 2 or S.ndim != 2 or Q.ndim != 2 or S.shape[0] != P.shape[0] or Q.shape[1] != P.shape[1] or P.shape[0] < 3:
-        raise ValueError(f"pool_phi (K, m) with K >= 3, pool_stats (K, s) and phi (M, m) must agree; got {P.shape}, {S.shape}, {Q.shape}")
+    if (P.ndim != 2 or S.ndim != 2 or Q.ndim != 2 or S.shape[0] != P.shape[0] or Q.shape[1] != P.shape[1]
+            or P.shape[0] < 3):
+        raise ValueError("pool_phi (K, m) with K >= 3, pool_stats (K, s) and phi (M, m) must agree; "
+                         f"got {P.shape}, {S.shape}, {Q.shape}")
     for name, arr in (("pool_phi", P), ("pool_stats", S), ("phi", Q)):
         check_finite(arr, name)
     if np.any(S <= 0):

@@ -70,7 +70,8 @@ def _updates(updates: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
     """``updates`` as a finite float64 array of shape (n, d), n >= 1, d >= 1."""
     U = as_real(np.vstack(updates) if isinstance(updates, (list, tuple)) else updates, "updates")
     if U.ndim != 2 or U.shape[0] < 1 or U.shape[1] < 1:
-        raise ValueError(f"updates must be an array of shape (n_clients, n_params) with n_clients, n_params >= 1; got shape {U.shape}")
+        raise ValueError("updates must be an array of shape (n_clients, n_params) with n_clients, n_params >= 1; "
+                         f"got shape {U.shape}")
     check_finite(U, "updates")
     return U
 
@@ -386,7 +387,8 @@ def bulyan(updates: np.ndarray | Sequence[np.ndarray], f: int) -> AggregateResul
 
 
 def norm_clip(
-    updates: np.ndarray | Sequence[np.ndarray], weights: np.ndarray | Sequence[float], clip_norm: float, reference: np.ndarray
+    updates: np.ndarray | Sequence[np.ndarray], weights: np.ndarray | Sequence[float], clip_norm: float,
+    reference: np.ndarray,
 ) -> np.ndarray:
     """Norm thresholding (Sun et al. 2019, §4): Σ_k s_k (r_k + Δ_k / max(1, ‖Δ_k‖ / M)), Δ_k = u_k − r_k.
 
@@ -457,8 +459,8 @@ def guarded_mean(
     hostile clients that are a minority of the round can be half of a small cluster, whose own
     median they would then decide (measured: two sign-flippers in a cluster of four got the two
     honest members flagged). Without them, fewer than :data:`GUARD_MIN_GROUP` updates skip the
-    direction check (two updates' median is their mean, which one hostile change decides). If every update is flagged, none is left out (the check cannot
-    tell the majority) and only clipping applies.
+    direction check (two updates' median is their mean, which one hostile change decides). If every
+    update is flagged, none is left out (the check cannot tell the majority) and only clipping applies.
 
     Parameters
     ----------
@@ -539,7 +541,8 @@ def guarded_mean(
     clipped = keep & (factor < 1.0)
     sk = np.zeros(n)
     kept_w = s[keep]
-    sk[keep] = cap_shares(kept_w if kept_w.sum() > 0 else np.ones(kept_w.size), max_share)  # zero-weight kept: equal shares
+    # zero-weight kept: equal shares
+    sk[keep] = cap_shares(kept_w if kept_w.sum() > 0 else np.ones(kept_w.size), max_share)
     rows = R if R.ndim == 2 else np.broadcast_to(R, U.shape)
     out: np.ndarray = sk @ (rows + delta * factor[:, None])
     idx = np.arange(n)
@@ -547,7 +550,7 @@ def guarded_mean(
                            tuple(int(i) for i in idx[clipped]), tuple(float(c) for c in cosines))
 
 
-def robust_aggregate(
+def robust_aggregate(  # noqa: PLR0913 (one keyword option per rule parameter: the public entry point of every rule)
     name: str,
     vectors: np.ndarray | Sequence[np.ndarray],
     weights: np.ndarray | Sequence[float],
@@ -617,7 +620,7 @@ def robust_aggregate(
     if reference is None:
         raise ValueError(f"{name} needs reference, the model the server sent")
     if name == "guarded_mean":
-        return guarded_mean(U, weights, reference, min_cosine=min_cosine, clip_multiplier=clip_multiplier, direction=direction,
-                            norm_scale=norm_scale, history=history, max_norm_ratio=max_norm_ratio,
-                            max_share=max_share)
+        return guarded_mean(U, weights, reference, min_cosine=min_cosine, clip_multiplier=clip_multiplier,
+                            direction=direction, norm_scale=norm_scale, history=history,
+                            max_norm_ratio=max_norm_ratio, max_share=max_share)
     return AggregateResult(norm_clip(U, weights, clip_norm, reference), everyone)

@@ -114,7 +114,8 @@ class AttackConfig(Config):
             if name not in _COMMON and name not in USES[self.kind] and getattr(self, name) != defaults[name]:
                 raise ValueError(f"{name}={getattr(self, name)!r} is not used by kind={self.kind!r} (it reads: "
                                  f"{', '.join(_COMMON + USES[self.kind])})")
-        if self.kind in ("feature_poison", "descriptor_forgery", "crude_forgery") and self.feature_scale == 1.0 and self.shift == 0.0:
+        if (self.kind in ("feature_poison", "descriptor_forgery", "crude_forgery") and self.feature_scale == 1.0
+                and self.shift == 0.0):
             raise ValueError(f"kind={self.kind!r} with feature_scale=1.0 and shift=0.0 changes nothing; set either")
 
     @property
@@ -138,7 +139,8 @@ def parse_attack(text: str | AttackConfig) -> AttackConfig:
     if isinstance(text, AttackConfig):
         return text
     if not isinstance(text, str) or not text.strip():
-        raise ValueError(f"attack must be 'kind' or 'kind:key=value,...' with kind one of {', '.join(KINDS)}; got {text!r}")
+        raise ValueError(f"attack must be 'kind' or 'kind:key=value,...' with kind one of {', '.join(KINDS)}; "
+                         f"got {text!r}")
     kind, _, rest = text.strip().partition(":")
     values = parse_assignments([p for p in rest.split(",") if p.strip()], "attack")
     if "kind" in values:
@@ -224,7 +226,8 @@ def sent_and_trained(method: Algorithm, update: ClientUpdate, message: ServerMes
     return method.reply_models(update, message)
 
 
-def with_trained(method: Algorithm, ctx: ClientContext, update: ClientUpdate, message: ServerMessage, theta: np.ndarray) -> ClientUpdate:
+def with_trained(method: Algorithm, ctx: ClientContext, update: ClientUpdate, message: ServerMessage,
+                 theta: np.ndarray) -> ClientUpdate:
     """``update`` standing for model ``theta`` instead, every array consistent with it — the method's own
     :meth:`~topofl.federation.algorithm.Algorithm.reply_for_model` (SCAFFOLD: Δy = θ − x and
     Δc = −c − Δy/(K·η_l), its option-II control-variate change).
@@ -373,8 +376,10 @@ class AttackedAlgorithm(Algorithm):
         """
         key = f"attack_shadow_{self._depth}"
         if key not in ctx.state:
-            ctx.state[key] = copy.deepcopy({k: v for k, v in ctx.state.items() if not str(k).startswith("attack_shadow_")})
-        shadow_ctx = ClientContext(ctx.data, ctx.state[key], ctx.model, client_rng(ctx.seed, ctx.round, ctx.client_id), ctx.round, ctx.seed)
+            ctx.state[key] = copy.deepcopy({k: v for k, v in ctx.state.items()
+                                            if not str(k).startswith("attack_shadow_")})
+        shadow_ctx = ClientContext(ctx.data, ctx.state[key], ctx.model, client_rng(ctx.seed, ctx.round, ctx.client_id),
+                                   ctx.round, ctx.seed)
         honest = self.inner.client_fit(shadow_ctx, message)
         extras = {k: v for k, v in poisoned.extras.items() if k not in DESCRIPTOR_EXTRAS}
         extras.update({k: v for k, v in honest.extras.items() if k in DESCRIPTOR_EXTRAS})

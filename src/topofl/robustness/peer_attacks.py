@@ -140,8 +140,9 @@ class AttackedPeers(PeerAlgorithm):
         if not isinstance(inner, PeerAlgorithm):
             raise ValueError(f"attacked_peers() wraps a decentralised topofl PeerAlgorithm; got {type(inner).__name__}")
         if attack.kind not in PEER_KINDS:
-            raise ValueError(f"attack kind={attack.kind!r} does not apply to peer methods (it forges pTopoFL's descriptor, "
-                             f"which peers do not send); peer kinds: {', '.join(PEER_KINDS)}")
+            raise ValueError(f"attack kind={attack.kind!r} does not apply to peer methods "
+                             "(it forges pTopoFL's descriptor, which peers do not send); "
+                             f"peer kinds: {', '.join(PEER_KINDS)}")
         exchange = getattr(inner.config, "exchange", "paper")
         if attack.kind in PEER_REPLY_KINDS and exchange != "paper":
             raise ValueError(f"attack kind={attack.kind!r} alters one payload per edge and iteration; it needs "
@@ -219,6 +220,7 @@ def attacked_peers(algorithm: PeerAlgorithm, attack: AttackConfig | str, adversa
     """
     config = parse_attack(attack)
     wrapped = AttackedPeers(algorithm, config, adversaries)
-    log.info("peer attack %s by node(s) %s from iteration %d", config.spec, sorted(wrapped.adversaries), config.start_round)
+    log.info("peer attack %s by node(s) %s from iteration %d", config.spec, sorted(wrapped.adversaries),
+             config.start_round)
     return wrapped
 

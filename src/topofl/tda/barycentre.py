@@ -62,12 +62,14 @@ def diagram_barycentre(client_dgms: Sequence[Sequence[np.ndarray]]) -> list[np.n
         raise ValueError("diagram_barycentre needs the diagrams of at least one client")
     dims = {len(d) for d in client_dgms}
     if len(dims) != 1:
-        raise ValueError(f"every client must send the same homological dimensions; got {sorted(dims)} diagrams per client")
+        raise ValueError("every client must send the same homological dimensions; "
+                         f"got {sorted(dims)} diagrams per client")
     return [frechet_mean([d[j] for d in client_dgms]) for j in range(dims.pop())]
 
 
 def distances_to_barycentre(
-    client_dgms: Sequence[Sequence[np.ndarray]], barycentre: Sequence[np.ndarray], p: float = 2.0, rel_error: float = 0.0
+    client_dgms: Sequence[Sequence[np.ndarray]], barycentre: Sequence[np.ndarray], p: float = 2.0,
+    rel_error: float = 0.0,
 ) -> np.ndarray:
     """W_p(PD_k, PD̄) for every client k, summed over homological dimensions (the distances of Eq. 12).
 

@@ -254,7 +254,8 @@ def descriptors(
     return np.vstack(rows)
 
 
-def descriptor_problems(phi: np.ndarray, n_thresholds: int = DEFAULT_N_THRESHOLDS, n_points: int | None = None) -> str | None:
+def descriptor_problems(phi: np.ndarray, n_thresholds: int = DEFAULT_N_THRESHOLDS,
+                        n_points: int | None = None) -> str | None:
     """Why ``phi`` cannot be the descriptor of any point cloud; ``None`` when it can.
 
     Checks the invariants of :func:`descriptor_from_diagrams` for a cloud of ``n_points``
@@ -289,7 +290,8 @@ def descriptor_problems(phi: np.ndarray, n_thresholds: int = DEFAULT_N_THRESHOLD
         if not -1e-12 <= ent <= ent_max + 1e-9:
             return f"descriptor h{j}_entropy must be in [0, log β_{j} = {ent_max:.6g}]; got {ent:.6g}"
         if amp < 0 or (amp > 0) != (b > 0):
-            return f"descriptor h{j}_amplitude must be > 0 when h{j}_betti > 0 and 0 otherwise; got {amp:.6g} with β_{j} = {b:.0f}"
+            return (f"descriptor h{j}_amplitude must be > 0 when h{j}_betti > 0 and 0 otherwise; "
+                    f"got {amp:.6g} with β_{j} = {b:.0f}")
         if npers != np.round(npers) or not 0 <= npers <= b // 2:
             return f"descriptor h{j}_n_persistent must be an integer in [0, {int(b // 2)}]; got {npers:.6g}"
     curves = (phi[len(_SCALARS): len(_SCALARS) + L], phi[len(_SCALARS) + L:])
@@ -297,7 +299,8 @@ def descriptor_problems(phi: np.ndarray, n_thresholds: int = DEFAULT_N_THRESHOLD
         bad = (curve != np.round(curve)) | (curve < 0) | (curve > b)
         if bad.any():
             i = int(np.argmax(bad))
-            return f"descriptor {names[len(_SCALARS) + j * L + i]} must be an integer in [0, {b:.0f}]; got {curve[i]:.6g}"
+            return (f"descriptor {names[len(_SCALARS) + j * L + i]} must be an integer in [0, {b:.0f}]; "
+                    f"got {curve[i]:.6g}")
     h0 = curves[0]
     if h0[0] != counts[0] or np.any(np.diff(h0) > 0):
         return "descriptor h0_curve must start at h0_betti and never increase (every H0 pair is born at 0)"

@@ -36,20 +36,23 @@ EXPECTED_FAILED_CHECKS: dict[str, str] = {
     "check_positive_only_tag_during_fit": _ROWS,
     "check_estimators_dtypes": _ROWS,
     "check_dtype_object": _ROWS + " (a 1-D object array of clouds is accepted)",
-    "check_estimators_empty_data_messages": "expects scikit-learn's message for a 2-D array of 0 features; a 2-D array is refused "
-                                            "as not a sequence of clouds (a cloud of 0 features is refused by name)",
+    "check_estimators_empty_data_messages": "expects scikit-learn's message for a 2-D array of 0 features; "
+                                            "a 2-D array is refused as not a sequence of clouds "
+                                            "(a cloud of 0 features is refused by name)",
     "check_pipeline_consistency": _ROWS,
-    "check_estimators_nan_inf": "expects the NaN/inf message for a 2-D array of rows, which is refused as such; a cloud holding "
-                                "NaN or inf is refused by name",
+    "check_estimators_nan_inf": "expects the NaN/inf message for a 2-D array of rows, which is refused as such; "
+                                "a cloud holding NaN or inf is refused by name",
     "check_estimators_pickle": _ROWS,
     "check_f_contiguous_array_estimator": _ROWS,
     "check_transformer_data_not_an_array": _ROWS + " (wrapped in an object that is not an array)",
     "check_transformer_general": _ROWS,
     "check_transformer_preserve_dtypes": _ROWS + "; the output is float64 whatever the input precision",
-    "check_methods_sample_order_invariance": _ROWS + "; and cloud k is subsampled with a generator seeded by (seed, k), so "
-                                             "reordering clouds of more than n_sub points changes their subsamples",
+    "check_methods_sample_order_invariance": _ROWS + "; and cloud k is subsampled with a generator seeded by "
+                                             "(seed, k), so reordering clouds of more than n_sub points changes "
+                                             "their subsamples",
     "check_methods_subset_invariance": _ROWS + "; and cloud k's subsample depends on its position k",
-    "check_fit2d_1sample": "expects scikit-learn's message for a 2-D array of one row; a 2-D array is refused as not a sequence of clouds",
+    "check_fit2d_1sample": "expects scikit-learn's message for a 2-D array of one row; a 2-D array is refused as "
+                           "not a sequence of clouds",
     "check_fit2d_1feature": _ROWS + " (clouds of one feature are accepted)",
     "check_fit2d_predict1d": _ROWS,
     "check_dict_unchanged": _ROWS,
@@ -63,19 +66,22 @@ def point_clouds(X: Any) -> list[np.ndarray]:
     number of features; a ``ValueError`` saying what is wrong otherwise.
     """
     if hasattr(X, "toarray") or hasattr(X, "tocsr"):
-        raise ValueError(f"sparse input is not supported: X must be a sequence of dense point clouds; got {type(X).__name__}")
+        raise ValueError("sparse input is not supported: X must be a sequence of dense point clouds; "
+                         f"got {type(X).__name__}")
     if X is None or isinstance(X, (str, bytes)):
-        raise ValueError(f"X must be a sequence of point clouds (arrays of shape (n_points, n_features)); got {type(X).__name__}")
+        raise ValueError("X must be a sequence of point clouds (arrays of shape (n_points, n_features)); "
+                         f"got {type(X).__name__}")
     if isinstance(X, np.ndarray) and X.dtype.kind == "c":  # a cloud of complex numbers is refused by as_points
         raise ValueError("Complex data not supported: point clouds must be real")
     if isinstance(X, np.ndarray):
         if X.ndim == 2:
             raise ValueError(
-                f"X must be a sequence of point clouds (arrays of shape (n_points, n_features)); got a 2-D array of shape {X.shape}: "
-                "pass [X] for a single cloud"
+                "X must be a sequence of point clouds (arrays of shape (n_points, n_features)); "
+                f"got a 2-D array of shape {X.shape}: pass [X] for a single cloud"
             )
         if X.ndim != 3 and not (X.dtype == object and X.ndim == 1):
-            raise ValueError(f"X must be a sequence of point clouds or a 3-D array (n_clouds, n_points, n_features); got shape {X.shape}")
+            raise ValueError("X must be a sequence of point clouds or a 3-D array "
+                             f"(n_clouds, n_points, n_features); got shape {X.shape}")
     try:
         items = list(X)
     except TypeError:

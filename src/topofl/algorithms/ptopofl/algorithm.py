@@ -138,8 +138,8 @@ class PTopoFLConfig(DPAggregateConfig, RobustRuleConfig, AlgorithmConfig):
     )
     alpha_c: float = hp(0.1, "compression factor α_c of the descriptor-risk proxy (Eq. 11)", low=0.0, high=1.0)
     intra_aggregator: str = hp(
-        "mean", "rule aggregating each cluster's models: mean = Eq. 6's weighted average; the robust rules ignore Eq. 6's "
-        "weights except multi_krum and norm_clip, which use them: " + AGGREGATOR_HELP,
+        "mean", "rule aggregating each cluster's models: mean = Eq. 6's weighted average; the robust rules ignore "
+        "Eq. 6's weights except multi_krum and norm_clip, which use them: " + AGGREGATOR_HELP,
         choices=AGGREGATORS,
     )
     descriptor_dp_radius: float = hp(
@@ -186,18 +186,20 @@ class PTopoFLConfig(DPAggregateConfig, RobustRuleConfig, AlgorithmConfig):
         self.check_dp_rule("intra_aggregator", self.intra_aggregator)
         clash = {"on": ("sample_weight", "off"), "off": ("augment", "sample_weight")}.get(self.augment, ())
         if self.topo_features in clash:
-            raise ValueError(f"topo_features={self.topo_features!r} contradicts augment={self.augment!r}; set one of them "
-                             "(augment='auto' defers to topo_features)")
+            raise ValueError(f"topo_features={self.topo_features!r} contradicts augment={self.augment!r}; "
+                             "set one of them (augment='auto' defers to topo_features)")
         if self.intra_weighting == "wasserstein_exp" and self.dp_descriptors:
-            raise ValueError("intra_weighting='wasserstein_exp' cannot be combined with descriptor_dp_radius > 0: Eq. 12 needs the "
-                             "persistence diagrams, which would be sent without noise; use intra_weighting='eq6'")
+            raise ValueError("intra_weighting='wasserstein_exp' cannot be combined with descriptor_dp_radius > 0: "
+                             "Eq. 12 needs the persistence diagrams, which would be sent without noise; "
+                             "use intra_weighting='eq6'")
         if self.intra_weighting == "wasserstein_exp" and self.dp_updates:
-            raise ValueError("intra_weighting='wasserstein_exp' has no effect with dp_noise_multiplier > 0: DP-FedAvg aggregates "
-                             "with uniform weights; use intra_weighting='eq6'")
+            raise ValueError("intra_weighting='wasserstein_exp' has no effect with dp_noise_multiplier > 0: "
+                             "DP-FedAvg aggregates with uniform weights; use intra_weighting='eq6'")
         if self.dp_descriptors and self.cluster_distance != "l2":
             raise ValueError(
-                f"cluster_distance={self.cluster_distance!r} cannot be combined with descriptor_dp_radius={self.descriptor_dp_radius!r}: "
-                "a diagram distance needs the persistence diagrams, which would be sent without noise; use cluster_distance='l2'"
+                f"cluster_distance={self.cluster_distance!r} cannot be combined with "
+                f"descriptor_dp_radius={self.descriptor_dp_radius!r}: a diagram distance needs the persistence "
+                "diagrams, which would be sent without noise; use cluster_distance='l2'"
             )
 
     @property
@@ -220,8 +222,9 @@ class PTopoFL(Algorithm):
     """Personalised topology-aware federated learning (paper Algorithm 1)."""
 
     client_state_recovery = (
-        "it recomputes its descriptor from its data (the same subsample, unless descriptor_every > 0, whose schedule restarts) and "
-        "sends it again; with descriptor DP its release count restarts, while the server's accountant counts every release it received"
+        "it recomputes its descriptor from its data (the same subsample, unless descriptor_every > 0, whose "
+        "schedule restarts) and sends it again; with descriptor DP its release count restarts, while the "
+        "server's accountant counts every release it received"
     )
 
     name = "ptopofl"
@@ -238,7 +241,8 @@ class PTopoFL(Algorithm):
         """
         a, t = self.config.augment, self.config.topo_features
         if a == "on" and deep:
-            raise ValueError("augment='on' appends four TDA features to a deep model's input, an image; use augment='auto' or 'off'")
+            raise ValueError("augment='on' appends four TDA features to a deep model's input, an image; "
+                             "use augment='auto' or 'off'")
         if t == "auto":
             return "augment" if a == "on" or (a == "auto" and not deep) else "off"
         if t == "augment" and deep:
@@ -252,7 +256,9 @@ class PTopoFL(Algorithm):
 
     @property
     def sends_diagrams(self) -> bool:
-        """Whether clients send their persistence diagrams with φ: a diagram clustering distance, or Eq. 12's weights."""
+        """Whether clients send their persistence diagrams with φ: a diagram clustering distance, or Eq. 12's
+        weights.
+        """
         return self.config.cluster_distance != "l2" or self.config.intra_weighting == "wasserstein_exp"
 
     def subsample_size(self, deep: bool) -> int:
@@ -322,7 +328,8 @@ class PTopoFL(Algorithm):
         if mode == "augment":
             st["topo"] = TopoContext.from_data(X, dgms, min(X.shape[0], n_sub))
         elif mode == "sample_weight":
-            points = representation(ctx.model, theta, X) if theta is not None and self.space(deep) == "representation" else X
+            points = (representation(ctx.model, theta, X) if theta is not None and self.space(deep) == "representation"
+                      else X)
             st["sample_weight"] = topological_sample_weights(scale_points(points, c.descriptor_scale), dgms[0])
 
     def client_features(self, ctx: ClientContext, X: np.ndarray) -> np.ndarray:
@@ -347,7 +354,8 @@ class PTopoFL(Algorithm):
             extras = {f"dgm{j}": d for j, d in enumerate(st["dgms"])}
         n, d = ctx.data.X_train.shape
         metrics = client_privacy(n, d, theta.size, st["phi"].size, self.config.alpha_c)
-        return ClientUpdate(ctx.client_id, theta, n, descriptor=st["phi"] if send else None, metrics=metrics, extras=extras)
+        return ClientUpdate(ctx.client_id, theta, n, descriptor=st["phi"] if send else None, metrics=metrics,
+                            extras=extras)
 
     # ================================ server side =============================================
     def descriptor_size(self) -> int:
@@ -361,20 +369,24 @@ class PTopoFL(Algorithm):
         invariants) — the diagrams when clustering by a diagram distance, and the privacy metrics.
         """
         c = self.config
-        check = None if c.dp_descriptors else partial(descriptor_problems, n_thresholds=c.n_thresholds,
-                                                      n_points=min(info.n_train, self.subsample_size(is_deep(self.model))))
+        check = None if c.dp_descriptors else partial(
+            descriptor_problems, n_thresholds=c.n_thresholds,
+            n_points=min(info.n_train, self.subsample_size(is_deep(self.model))))
         dgm = ArraySpec((None, 2), required=False, low=0.0)
         return ReplySchema(
             ArraySpec((self.update_size(),)),
             centers=message.params[None, :],
             extras={"dgm0": dgm, "dgm1": dgm} if self.sends_diagrams else {},
-            descriptor=ArraySpec((self.descriptor_size(),), required=bool(message.config.get("need_descriptor", False))),
+            descriptor=ArraySpec((self.descriptor_size(),),
+                                 required=bool(message.config.get("need_descriptor", False))),
             descriptor_check=check,
             metrics={k: (0.0, float("inf")) for k in PRIVACY_METRICS},
         )
 
     def reply_problem(self, update: ClientUpdate, message: ServerMessage, info: ClientInfo) -> str | None:
-        """With a diagram distance (or Eq. 12's weights), the descriptor must be the one of the diagrams sent beside it."""
+        """With a diagram distance (or Eq. 12's weights), the descriptor must be the one of the diagrams sent
+        beside it.
+        """
         if not self.sends_diagrams:
             return None
         dgms = [update.extras.get(k) for k in ("dgm0", "dgm1")]
@@ -382,12 +394,14 @@ class PTopoFL(Algorithm):
             return "diagrams sent without a descriptor" if any(d is not None for d in dgms) else None
         if any(d is None for d in dgms):
             c = self.config
-            why = f"cluster_distance={c.cluster_distance!r}" if c.cluster_distance != "l2" else f"intra_weighting={c.intra_weighting!r}"
+            why = (f"cluster_distance={c.cluster_distance!r}" if c.cluster_distance != "l2"
+                   else f"intra_weighting={c.intra_weighting!r}")
             return f"{why} needs the diagrams dgm0 and dgm1 with the descriptor"
         present = cast("list[np.ndarray]", dgms)  # no None left: checked just above
         if any(np.any(d[:, 1] <= d[:, 0]) for d in present):
             return "diagram pairs must die after they are born"
-        if not np.allclose(descriptor_from_diagrams(present, self.config.n_thresholds), update.descriptor, rtol=1e-9, atol=1e-12):
+        if not np.allclose(descriptor_from_diagrams(present, self.config.n_thresholds), update.descriptor,
+                           rtol=1e-9, atol=1e-12):
             return "the descriptor does not match the diagrams sent with it"
         return None
 
@@ -407,7 +421,8 @@ class PTopoFL(Algorithm):
         self.sent: dict[int, np.ndarray] = {}  # the model each client was last sent (norm clipping's reference)
         self.warned: set[str] = set()  # robust aggregation's fallback notes already logged as warnings
         self.reputation = UpdateReputation()  # guarded_mean: each client's cosines so far
-        # DP: the server's own noise generator (spawned only for DP runs) and the distinct descriptors received per client
+        # DP: the server's own noise generator (spawned only for DP runs) and the distinct descriptors received
+        # per client
         self._dp_rng = dp_server_rng(rng) if self.config.dp_updates else None
         self.descriptor_releases: dict[int, int] = {}
         self.clustered_round = 0  # the round of the latest (re-)clustering (cluster_after, recluster_every)
@@ -430,8 +445,8 @@ class PTopoFL(Algorithm):
         messages = {
             cid: ServerMessage(
                 self._params_for(cid),
-                config={"lr_scale": boost if cid in self.boosted else 1.0, "need_descriptor": bool(refresh) or cid not in self.phi,
-                        **refresh},
+                config={"lr_scale": boost if cid in self.boosted else 1.0,
+                        "need_descriptor": bool(refresh) or cid not in self.phi, **refresh},
             )
             for cid in selected
         }
@@ -487,7 +502,8 @@ class PTopoFL(Algorithm):
         if c.cluster_distance == "l2":
             D = pairwise_descriptor_distances(np.vstack([self.phi[i] for i in ids]))
         else:
-            D = pairwise_diagram_distances([self.dgms[i] for i in ids], c.cluster_distance, c.wasserstein_p, c.wasserstein_rel_error)
+            D = pairwise_diagram_distances([self.dgms[i] for i in ids], c.cluster_distance, c.wasserstein_p,
+                                           c.wasserstein_rel_error)
         labels = maths.cluster_clients(D, c.n_clusters)
         old_labels, old_raw, consensus = self.labels, self.cluster_raw, (self.server_params() if self.labels else None)
         self.labels = dict(zip(ids, labels.tolist(), strict=True))
@@ -499,7 +515,8 @@ class PTopoFL(Algorithm):
             for cid, j in self.labels.items():
                 if cid in old_labels:
                     starts[j].append(old_raw[old_labels[cid]])
-            self.cluster_raw = {j: np.mean(v, axis=0) if v else cast(np.ndarray, consensus).copy() for j, v in starts.items()}
+            self.cluster_raw = {j: np.mean(v, axis=0) if v else cast(np.ndarray, consensus).copy()
+                                for j, v in starts.items()}
         if fresh:
             self.history = {cid: [phi] for cid, phi in self.phi.items()}
 
@@ -519,10 +536,12 @@ class PTopoFL(Algorithm):
             w = self._weights(members, sorted(u.client_id for u in members), None, distances)
             self.init_params = self._aggregate(members, w, robust, "all", members)
         c = self.config
-        waiting = (f"{len(self.phi)} descriptor(s) < n_clusters={c.n_clusters}: clustering waits" if len(self.phi) < c.n_clusters
+        waiting = (f"{len(self.phi)} descriptor(s) < n_clusters={c.n_clusters}: clustering waits"
+                   if len(self.phi) < c.n_clusters
                    else f"warm-up round {rnd} of cluster_after={c.cluster_after}: clustering waits")
         return {"clusters": {}, "trust": self.trust, "z": z, "flagged": flagged, "drift": {}, "reclustered": [],
-                "waiting": waiting, **self._weights_log(distances), **self._robust_log(robust), **self._dp_log(rnd, robust)}
+                "waiting": waiting, **self._weights_log(distances), **self._robust_log(robust),
+                **self._dp_log(rnd, robust)}
 
     def _weights(self, members: list[ClientUpdate], group: list[int], centroid: np.ndarray | None,
                  distances: dict[int, float]) -> np.ndarray:
@@ -541,13 +560,15 @@ class PTopoFL(Algorithm):
             if bary is None:
                 bary = diagram_barycentre([self.dgms[cid] for cid in group])
             self.barycentres_used[key] = bary
-            W = distances_to_barycentre([self.dgms[u.client_id] for u in members], bary, c.wasserstein_p, c.wasserstein_rel_error)
+            W = distances_to_barycentre([self.dgms[u.client_id] for u in members], bary, c.wasserstein_p,
+                                        c.wasserstein_rel_error)
             distances.update({u.client_id: float(d) for u, d in zip(members, W, strict=True)})
             w = maths.wasserstein_weights(W, c.wasserstein_temperature)
         else:
             phi_hat = normalise_rows(np.vstack([self.phi[u.client_id] for u in members]))
             w = maths.intra_cluster_weights(
-                np.array([u.n_examples for u in members], float), phi_hat, phi_hat.mean(axis=0) if centroid is None else centroid,
+                np.array([u.n_examples for u in members], float), phi_hat,
+                phi_hat.mean(axis=0) if centroid is None else centroid,
                 np.array([self.trust[u.client_id] for u in members]),
             )
         if c.max_client_weight < 1.0:
@@ -555,7 +576,9 @@ class PTopoFL(Algorithm):
         return w
 
     def _weights_log(self, distances: dict[int, float]) -> dict[str, Any]:
-        """With Eq. 12's weights, the round's W_p(PD_k, PD̄) per participant (``barycentre_distance``); nothing otherwise."""
+        """With Eq. 12's weights, the round's W_p(PD_k, PD̄) per participant (``barycentre_distance``); nothing
+        otherwise.
+        """
         if self.config.intra_weighting != "wasserstein_exp":
             return {}
         self.barycentres, self.barycentres_used = self.barycentres_used, {}  # keep the barycentres this round used
@@ -593,7 +616,8 @@ class PTopoFL(Algorithm):
             robust.setdefault("aggregation_fallback", {})[group] = note
         return result.vector
 
-    def _dp_aggregate(self, members: list[ClientUpdate], base: np.ndarray, size: int, robust: dict[str, Any]) -> np.ndarray:
+    def _dp_aggregate(self, members: list[ClientUpdate], base: np.ndarray, size: int,
+                      robust: dict[str, Any]) -> np.ndarray:
         """One group's model under DP-FedAvg (McMahan et al. 2018, Algorithm 1, fixed denominator):
         ``base`` + (Σ_k clip(θ_k − θ_sent,k, C) + N(0, (zC)² I)) / ``size``, with θ_sent,k the
         model client k was sent (recorded by :meth:`configure_fit`), uniform weights and ``size``
@@ -602,8 +626,8 @@ class PTopoFL(Algorithm):
         """
         c = self.config
         assert self._dp_rng is not None, "setup() first"
-        deltas = (np.vstack([np.asarray(u.params, dtype=np.float64) - self.sent[u.client_id] for u in members]) if members
-                  else np.zeros((0, base.size)))
+        deltas = (np.vstack([np.asarray(u.params, dtype=np.float64) - self.sent[u.client_id] for u in members])
+                  if members else np.zeros((0, base.size)))
         agg = dp_fedavg_aggregate(deltas, c.dp_clip, c.dp_noise_multiplier, self._dp_rng, float(size))
         robust.setdefault("dp_clipped", []).extend(int(members[i].client_id) for i in agg.clipped)
         out: np.ndarray = base + agg.update
@@ -628,7 +652,8 @@ class PTopoFL(Algorithm):
             out["dp_clipped"] = sorted(robust.get("dp_clipped", []))
         elif c.dp_descriptors and releases > 0:
             s = gaussian_sigma(1.0, c.descriptor_dp_epsilon, c.dp_delta)
-            out.update(dp_epsilon_descriptor=accounting.gaussian_epsilon(s, c.dp_delta, releases, c.dp_accountant), dp_delta=c.dp_delta)
+            out.update(dp_epsilon_descriptor=accounting.gaussian_epsilon(s, c.dp_delta, releases, c.dp_accountant),
+                       dp_delta=c.dp_delta)
         if c.dp_descriptors:
             out["dp_descriptor_releases"] = releases
         return out
@@ -683,14 +708,15 @@ class PTopoFL(Algorithm):
             [i for i, f in zip(ids, flagged, strict=True) if f],
         )
 
-    def aggregate_fit(self, rnd: int, updates: list[ClientUpdate]) -> dict[str, Any]:
-        """The server step of Algorithm 1: clustering (§3.3), drift and re-assignment (§3.5, Eq. 9), trust
-        (§3.4, Eq. 8), each cluster's aggregate (Eq. 6, Eq. 12, a robust rule or DP-FedAvg) and the blend (Eq. 7).
+    def _receive_descriptors(self, updates: list[ClientUpdate]) -> None:
+        """Keep each reply's descriptor φ_k (and its diagrams), counting a DP release per new descriptor;
+        then append every client's latest φ to its signature history.
         """
         for u in updates:
             if u.descriptor is not None:
                 new = np.asarray(u.descriptor, dtype=np.float64)
-                if self.config.dp_descriptors and not (u.client_id in self.phi and np.array_equal(self.phi[u.client_id], new)):
+                if self.config.dp_descriptors and not (u.client_id in self.phi
+                                                       and np.array_equal(self.phi[u.client_id], new)):
                     self.descriptor_releases[u.client_id] = self.descriptor_releases.get(u.client_id, 0) + 1
                 self.phi[u.client_id] = new
                 if u.extras:
@@ -698,6 +724,30 @@ class PTopoFL(Algorithm):
                     self.dgm_version[u.client_id] = self.dgm_version.get(u.client_id, 0) + 1
         for cid, phi in self.phi.items():  # signature tracking: φ_k^(r) ← φ_k (Algorithm 1)
             self.history.setdefault(cid, []).append(phi)
+
+    def _aggregate_clusters(self, updates: list[ClientUpdate], centroids: dict[int, np.ndarray],
+                            robust: dict[str, Any], distances: dict[int, float]) -> None:
+        """Each cluster's raw aggregate ``cluster_raw[j]``: DP-FedAvg for every cluster, participants or not;
+        otherwise Eq. 6 / Eq. 12's weights and the intra-cluster rule over the cluster's participants.
+        """
+        sizes = self._sizes()
+        for j in sorted(set(self.labels.values())):
+            members = [u for u in updates if self.labels.get(u.client_id) == j]
+            if self.config.dp_updates:  # every cluster, participants or not: one release per client per round
+                self.cluster_raw[j] = self._dp_aggregate(members, self.cluster_models.get(j, self.init_params),
+                                                         sizes[j], robust)
+                continue
+            if not members:
+                continue
+            group = sorted(cid for cid, lab in self.labels.items() if lab == j and cid in self.dgms)
+            w = self._weights(members, group, centroids[j], distances)
+            self.cluster_raw[j] = self._aggregate(members, w, robust, str(j), updates)
+
+    def aggregate_fit(self, rnd: int, updates: list[ClientUpdate]) -> dict[str, Any]:
+        """The server step of Algorithm 1: clustering (§3.3), drift and re-assignment (§3.5, Eq. 9), trust
+        (§3.4, Eq. 8), each cluster's aggregate (Eq. 6, Eq. 12, a robust rule or DP-FedAvg) and the blend (Eq. 7).
+        """
+        self._receive_descriptors(updates)
         fresh = self._refresh_due(rnd)  # as configure_fit decided for this round
         if not self.labels and (len(self.phi) < self.config.n_clusters or rnd <= self.config.cluster_after):
             return self._provisional(rnd, updates)
@@ -711,17 +761,7 @@ class PTopoFL(Algorithm):
         centroids = maths.cluster_centroids(self.phi, self.labels)
         robust: dict[str, Any] = {}
         distances: dict[int, float] = {}
-        sizes = self._sizes()
-        for j in sorted(set(self.labels.values())):
-            members = [u for u in updates if self.labels.get(u.client_id) == j]
-            if self.config.dp_updates:  # every cluster, participants or not: one release per client per round
-                self.cluster_raw[j] = self._dp_aggregate(members, self.cluster_models.get(j, self.init_params), sizes[j], robust)
-                continue
-            if not members:
-                continue
-            group = sorted(cid for cid, lab in self.labels.items() if lab == j and cid in self.dgms)
-            w = self._weights(members, group, centroids[j], distances)
-            self.cluster_raw[j] = self._aggregate(members, w, robust, str(j), updates)
+        self._aggregate_clusters(updates, centroids, robust, distances)
         self.cluster_models = maths.blend(self.cluster_raw, self._sizes(), self.config.beta)
         return {
             "clusters": {int(k): int(v) for k, v in self.labels.items()},

@@ -31,7 +31,8 @@ def _read_split(directory: Path) -> dict[str, dict[str, Any]]:
             doc = json.loads(f.read_text())
             data = doc["user_data"]
         except (ValueError, KeyError, TypeError) as exc:
-            raise ValueError(f"{f}: not a LEAF JSON file (need 'users' and 'user_data'; {type(exc).__name__}: {exc})") from None
+            raise ValueError(f"{f}: not a LEAF JSON file (need 'users' and 'user_data'; "
+                             f"{type(exc).__name__}: {exc})") from None
         for user in doc.get("users", list(data)):
             if user not in data:
                 raise ValueError(f"{f}: user {user!r} is listed in 'users' but has no 'user_data'")
@@ -48,7 +49,8 @@ def _arrays(where: str, record: dict[str, Any], invert: str) -> tuple[np.ndarray
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"FEMNIST {where}: needs numeric 'x' and 'y' ({type(exc).__name__}: {exc})") from None
     if X.ndim != 2 or X.shape[1] != N_PIXELS or y.shape != (X.shape[0],):
-        raise ValueError(f"FEMNIST {where}: 'x' must be n rows of {N_PIXELS} pixels and 'y' n labels; got {X.shape} and {y.shape}")
+        raise ValueError(f"FEMNIST {where}: 'x' must be n rows of {N_PIXELS} pixels and 'y' n labels; "
+                         f"got {X.shape} and {y.shape}")
     if not np.isfinite(X).all() or X.min() < 0 or X.max() > 1:
         raise ValueError(f"FEMNIST {where}: pixels must be finite values in [0, 1]")
     if np.any(y != np.round(y)) or y.min() < 0 or y.max() >= N_CLASSES:

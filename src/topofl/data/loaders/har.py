@@ -129,7 +129,8 @@ def load_har(
         where = from_train[rows]
         partition = "train" if where.all() else "test" if not where.any() else "both"
         parts.append((X[rows], y[rows], {"subject": int(subject), "partition": partition, "n_rows": int(rows.size)}))
-    clients, record = build_clients(parts, seed=seed, protocol=protocol, test_fraction=test_fraction, keep=keep, what="HAR")
+    clients, record = build_clients(parts, seed=seed, protocol=protocol, test_fraction=test_fraction, keep=keep,
+                                    what="HAR")
     info = {
         "source": {
             "dataset": "UCI HAR Dataset (Anguita et al. 2013)",

@@ -22,7 +22,8 @@ from topofl.data.partition import train_test_split
 SITES = {"cleveland": "processed.cleveland.data", "hungary": "processed.hungarian.data",
          "switzerland": "processed.switzerland.data", "va": "processed.va.data"}
 #: the 13 feature columns of the UCI documentation, in file order (the 14th is the diagnosis)
-FEATURES = ("age", "sex", "cp", "trestbps", "chol", "fbs", "restecg", "thalach", "exang", "oldpeak", "slope", "ca", "thal")
+FEATURES = ("age", "sex", "cp", "trestbps", "chol", "fbs", "restecg", "thalach", "exang", "oldpeak", "slope", "ca",
+            "thal")
 #: columns where a recorded 0 means "not measured" (Switzerland's cholesterol)
 ZERO_MEANS_MISSING = ("chol",)
 
@@ -53,11 +54,13 @@ def read_site(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
             continue
         if not line.isascii():
             bad = next(ch for ch in line if not ch.isascii())
-            raise ValueError(f"{path.name} line {i}: not ASCII text ({bad!r}); the UCI files hold ASCII numbers and '?'")
+            raise ValueError(f"{path.name} line {i}: not ASCII text ({bad!r}); "
+                             "the UCI files hold ASCII numbers and '?'")
         cells = [c.strip() for c in line.split(",")]
         if len(cells) != 14:
             raise ValueError(f"{path.name} line {i}: expected 14 comma-separated values; got {len(cells)}")
-        row = [parse_cell(cell, f"{path.name} line {i}", name, missing="?") for name, cell in zip((*FEATURES, "num"), cells, strict=True)]
+        row = [parse_cell(cell, f"{path.name} line {i}", name, missing="?")
+               for name, cell in zip((*FEATURES, "num"), cells, strict=True)]
         if np.isnan(row[-1]) or row[-1] not in (0, 1, 2, 3, 4):
             raise ValueError(f"{path.name} line {i}: diagnosis 'num' must be 0-4; got {cells[-1]!r}")
         rows.append(row[:-1])
@@ -71,13 +74,15 @@ def read_site(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     return X, np.array(labels, dtype=np.int64)
 
 
-def impute_site(X_train: np.ndarray, X_test: np.ndarray, columns: Sequence[int], indicators: bool) -> tuple[np.ndarray, np.ndarray]:
+def impute_site(X_train: np.ndarray, X_test: np.ndarray, columns: Sequence[int],
+                indicators: bool) -> tuple[np.ndarray, np.ndarray]:
     """Fill one site's missing values with the medians of its own training rows (0 where the site
     never observed a column) and append a 0/1 indicator per column of ``columns``.
     """
     with np.errstate(all="ignore"):
         observed = ~np.isnan(X_train)
-        med = np.array([np.median(X_train[observed[:, j], j]) if observed[:, j].any() else 0.0 for j in range(X_train.shape[1])])
+        med = np.array([np.median(X_train[observed[:, j], j]) if observed[:, j].any() else 0.0
+                        for j in range(X_train.shape[1])])
     out = []
     for X in (X_train, X_test):
         miss = np.isnan(X)
@@ -146,7 +151,8 @@ def load_heart_disease(
     return Federation.from_arrays(arrays, task="binary", name="heart-disease", meta=meta, standardise=standardise)
 
 
-def feature_names(indicators: bool = True, root: str | Path | None = None, sites: Sequence[str] = tuple(SITES)) -> list[str]:
+def feature_names(indicators: bool = True, root: str | Path | None = None,
+                  sites: Sequence[str] = tuple(SITES)) -> list[str]:
     """The column names of :func:`load_heart_disease`'s features (indicators as ``NAME_missing``)."""
     base = Path(root) if root is not None else heart_disease_dir()
     data = [read_site(base / SITES[s])[0] for s in sites]

@@ -114,33 +114,19 @@ def _read_mnist(root: str | Path, use_test: bool) -> tuple[np.ndarray, np.ndarra
     parts = [("train", True)]
     if use_test:
         parts.append(("t10k", False))
-    if _find_idx(root, "train-images-idx3-ubyte") is None and _find_idx(root, "mnist-10k-images-idx3-ubyte") is not None:
+    if (_find_idx(root, "train-images-idx3-ubyte") is None
+            and _find_idx(root, "mnist-10k-images-idx3-ubyte") is not None):
         parts = [("mnist-10k", True)]  # the 10,000-digit set shipped with topofl (and in ../shared/data)
     images: list[np.ndarray] = []
     labels: list[np.ndarray] = []
     files: list[str] = []
     n_official_train = 0
     for prefix, required in parts:
-        pi = _find_idx(root, f"{prefix}-images-idx3-ubyte")
-        pl = _find_idx(root, f"{prefix}-labels-idx1-ubyte")
-        if pi is None and pl is None and not required:
+        pair = _mnist_pair(root, prefix, required)
+        if pair is None:
             continue
-        for found, stem in ((pi, f"{prefix}-images-idx3-ubyte"), (pl, f"{prefix}-labels-idx1-ubyte")):
-            if found is None:
-                raise ValueError(
-                    f"MNIST: file not found: {root / stem} (or {stem}.gz); expected the MNIST IDX file {stem}"
-                )
-        assert pi is not None and pl is not None  # both checked just above
-        img = read_idx(pi, IDX_IMAGES_MAGIC)
-        lab = read_idx(pl, IDX_LABELS_MAGIC)
-        if img.ndim != 3 or img.dtype != np.uint8:
-            raise ValueError(f"{pi}: expected unsigned-byte images of shape (n, rows, cols); got {img.dtype} {img.shape}")
-        if lab.ndim != 1:
-            raise ValueError(f"{pl}: expected a 1-D label vector; got shape {lab.shape}")
-        if lab.shape[0] != img.shape[0]:
-            raise ValueError(f"{pl}: holds {lab.shape[0]} labels but {pi} holds {img.shape[0]} images")
-        if lab.size and int(lab.max()) > 9:
-            raise ValueError(f"{pl}: holds label {int(lab.max())}; MNIST labels are 0..9")
+        pi, pl = pair
+        img, lab = _checked_mnist(pi, pl)
         if images and img.shape[1:] != images[0].shape[1:]:
             raise ValueError(f"{pi}: images are {img.shape[1:]} but the training images are {images[0].shape[1:]}")
         if prefix == "train":
@@ -149,6 +135,38 @@ def _read_mnist(root: str | Path, use_test: bool) -> tuple[np.ndarray, np.ndarra
         labels.append(lab.astype(np.int64))
         files += [str(pi), str(pl)]
     return np.concatenate(images), np.concatenate(labels), files, n_official_train
+
+
+def _mnist_pair(root: Path, prefix: str, required: bool) -> tuple[Path, Path] | None:
+    """The image and label files of ``prefix`` (``train``, ``t10k``, ...) in ``root``; ``None`` when both are
+    absent and not ``required``, a ``ValueError`` naming the file when one is missing otherwise.
+    """
+    pi = _find_idx(root, f"{prefix}-images-idx3-ubyte")
+    pl = _find_idx(root, f"{prefix}-labels-idx1-ubyte")
+    if pi is None and pl is None and not required:
+        return None
+    for found, stem in ((pi, f"{prefix}-images-idx3-ubyte"), (pl, f"{prefix}-labels-idx1-ubyte")):
+        if found is None:
+            raise ValueError(
+                f"MNIST: file not found: {root / stem} (or {stem}.gz); expected the MNIST IDX file {stem}"
+            )
+    assert pi is not None and pl is not None  # both checked just above
+    return pi, pl
+
+
+def _checked_mnist(pi: Path, pl: Path) -> tuple[np.ndarray, np.ndarray]:
+    """The images (n, rows, cols) uint8 and labels (n,) 0..9 of one pair of MNIST IDX files."""
+    img = read_idx(pi, IDX_IMAGES_MAGIC)
+    lab = read_idx(pl, IDX_LABELS_MAGIC)
+    if img.ndim != 3 or img.dtype != np.uint8:
+        raise ValueError(f"{pi}: expected unsigned-byte images of shape (n, rows, cols); got {img.dtype} {img.shape}")
+    if lab.ndim != 1:
+        raise ValueError(f"{pl}: expected a 1-D label vector; got shape {lab.shape}")
+    if lab.shape[0] != img.shape[0]:
+        raise ValueError(f"{pl}: holds {lab.shape[0]} labels but {pi} holds {img.shape[0]} images")
+    if lab.size and int(lab.max()) > 9:
+        raise ValueError(f"{pl}: holds label {int(lab.max())}; MNIST labels are 0..9")
+    return img, lab
 
 
 def load_mnist_idx(root: str | Path, use_test: bool = True) -> tuple[np.ndarray, np.ndarray]:
@@ -225,7 +243,7 @@ def _shares(n: int, n_clients: int, per_client: int | None, seed: int, what: str
     return [np.sort(s) for s in perm[: per_client * n_clients].reshape(n_clients, per_client)]
 
 
-def _rotated(
+def _rotated(  # noqa: PLR0913 (private helper of the two rotated loaders: their options, passed through by keyword)
     images: np.ndarray,
     labels: np.ndarray,
     scale: float,
@@ -247,7 +265,8 @@ def _rotated(
         rotated = np.rot90(images[rows], angle // 90, axes=(1, 2))
         X = rotated.reshape(rows.size, -1) / scale
         parts.append((X, labels[rows], {"group": int(group[k]), "angle": angle, "n_rows": int(rows.size)}))
-    clients, record = build_clients(parts, seed=seed, protocol=protocol, test_fraction=test_fraction, keep=keep, what=what)
+    clients, record = build_clients(parts, seed=seed, protocol=protocol, test_fraction=test_fraction, keep=keep,
+                                    what=what)
     facts = {
         "protocol": record,
         "angles": list(angles),
@@ -464,6 +483,59 @@ def load_cifar10_arrays(root: str | Path) -> tuple[np.ndarray, np.ndarray]:
     return np.vstack([d for d, _ in parts]).astype(np.float64) / 255.0, np.concatenate([y for _, y in parts])
 
 
+def _cifar_batches(root: Path, use_test: bool) -> tuple[Path, list[Path]]:
+    """The ``cifar-10-batches-py`` directory (``root`` or the one in it) and its batch files (``test_batch``
+    last, with ``use_test`` and when present); a ``ValueError`` naming a missing directory or training batch.
+    """
+    if not (root / "data_batch_1").is_file() and (root / "cifar-10-batches-py").is_dir():
+        root = root / "cifar-10-batches-py"
+    if not root.is_dir():
+        raise ValueError(
+            f"CIFAR-10: directory not found: {root}; expected the cifar-10-batches-py directory "
+            "with data_batch_1..data_batch_5 and test_batch"
+        )
+    paths = [root / f"data_batch_{i}" for i in range(1, 6)]
+    for p in paths:
+        if not p.is_file():
+            raise ValueError(
+                f"CIFAR-10: file not found: {p}; expected the CIFAR-10 python batch {p.name} (pickled dict)"
+            )
+    if use_test and (root / "test_batch").is_file():
+        paths.append(root / "test_batch")
+    return root, paths
+
+
+def _cifar_parts(data: np.ndarray, labels: np.ndarray, seed: int, n_clients: int, cpc: int,
+                 spc: int) -> list[tuple[np.ndarray, np.ndarray, dict[str, Any]]]:
+    """Every client's ``(X, y, meta)``: ``cpc`` seeded classes and ``spc`` images drawn without replacement
+    (see :func:`load_cifar10`); a ``ValueError`` when a class has fewer images than its clients need.
+    """
+    rng = stream(seed, ASSIGN)
+    held = [np.sort(rng.choice(10, size=cpc, replace=False)) for _ in range(n_clients)]
+    counts = [np.full(cpc, spc // cpc) + (np.arange(cpc) < spc % cpc) for _ in range(n_clients)]
+    pools = [stream(seed, ASSIGN, 1, c).permutation(np.flatnonzero(labels == c)) for c in range(10)]
+    used = np.zeros(10, dtype=np.int64)
+    demand = np.zeros(10, dtype=np.int64)
+    for cls, cnt in zip(held, counts, strict=True):
+        np.add.at(demand, cls, cnt)
+    for c in range(10):
+        if demand[c] > pools[c].size:
+            raise ValueError(
+                f"CIFAR-10: class {c} ({CIFAR10_CLASSES[c]}) has {pools[c].size} images but its clients need "
+                f"{demand[c]}; lower samples_per_client or n_clients"
+            )
+    parts = []
+    for k in range(n_clients):
+        picked = []
+        for c, m in zip(held[k], counts[k], strict=True):
+            picked.append(pools[c][used[c]: used[c] + m])
+            used[c] += m
+        rows = np.sort(np.concatenate(picked))
+        meta = {"classes": held[k].tolist(), "class_counts": counts[k].tolist(), "n_rows": int(rows.size)}
+        parts.append((data[rows] / 255.0, labels[rows], meta))
+    return parts
+
+
 def load_cifar10(
     root: str | Path,
     n_clients: int = 40,
@@ -530,50 +602,13 @@ def load_cifar10(
     check_int("classes_per_client", classes_per_client, 1, 10)
     check_int("samples_per_client", samples_per_client, max(4, int(classes_per_client)))
     n_clients, cpc, spc = int(n_clients), int(classes_per_client), int(samples_per_client)
-    root = Path(root)
-    if not (root / "data_batch_1").is_file() and (root / "cifar-10-batches-py").is_dir():
-        root = root / "cifar-10-batches-py"
-    if not root.is_dir():
-        raise ValueError(
-            f"CIFAR-10: directory not found: {root}; expected the cifar-10-batches-py directory "
-            "with data_batch_1..data_batch_5 and test_batch"
-        )
-    paths = [root / f"data_batch_{i}" for i in range(1, 6)]
-    for p in paths:
-        if not p.is_file():
-            raise ValueError(
-                f"CIFAR-10: file not found: {p}; expected the CIFAR-10 python batch {p.name} (pickled dict)"
-            )
-    if use_test and (root / "test_batch").is_file():
-        paths.append(root / "test_batch")
+    root, paths = _cifar_batches(Path(root), use_test)
     batches = [_read_cifar_batch(p) for p in paths]
     data = np.concatenate([b[0] for b in batches])
     labels = np.concatenate([b[1] for b in batches])
-
-    rng = stream(seed, ASSIGN)
-    held = [np.sort(rng.choice(10, size=cpc, replace=False)) for _ in range(n_clients)]
-    counts = [np.full(cpc, spc // cpc) + (np.arange(cpc) < spc % cpc) for _ in range(n_clients)]
-    pools = [stream(seed, ASSIGN, 1, c).permutation(np.flatnonzero(labels == c)) for c in range(10)]
-    used = np.zeros(10, dtype=np.int64)
-    demand = np.zeros(10, dtype=np.int64)
-    for cls, cnt in zip(held, counts, strict=True):
-        np.add.at(demand, cls, cnt)
-    for c in range(10):
-        if demand[c] > pools[c].size:
-            raise ValueError(
-                f"CIFAR-10: class {c} ({CIFAR10_CLASSES[c]}) has {pools[c].size} images but its clients need "
-                f"{demand[c]}; lower samples_per_client or n_clients"
-            )
-    parts = []
-    for k in range(n_clients):
-        picked = []
-        for c, m in zip(held[k], counts[k], strict=True):
-            picked.append(pools[c][used[c]: used[c] + m])
-            used[c] += m
-        rows = np.sort(np.concatenate(picked))
-        meta = {"classes": held[k].tolist(), "class_counts": counts[k].tolist(), "n_rows": int(rows.size)}
-        parts.append((data[rows] / 255.0, labels[rows], meta))
-    clients, record = build_clients(parts, seed=seed, protocol=protocol, test_fraction=test_fraction, keep=keep, what="CIFAR-10")
+    parts = _cifar_parts(data, labels, seed, n_clients, cpc, spc)
+    clients, record = build_clients(parts, seed=seed, protocol=protocol, test_fraction=test_fraction, keep=keep,
+                                    what="CIFAR-10")
     info = {
         "source": {"dataset": "CIFAR-10 (python version)", "root": str(root), "files": [str(p) for p in paths],
                    "n_images": int(data.shape[0])},

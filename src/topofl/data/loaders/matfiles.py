@@ -80,15 +80,7 @@ def read_mat_cells(
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"{what}: file not found: {path}; expected {expected}")
-    try:
-        mat = scipy.io.loadmat(str(path))
-    except NotImplementedError:  # scipy's answer to a v7.3 (HDF5) file
-        raise ValueError(
-            f"{path}: a MATLAB v7.3 (HDF5) file, which scipy.io.loadmat cannot read; "
-            f"re-save it in MATLAB with save(file, '{x_key}', '{y_key}', '-v7')"
-        ) from None
-    except Exception as exc:  # scipy raises ValueError / TypeError / OSError / MatReadError
-        raise ValueError(f"{path}: not a readable .mat file ({type(exc).__name__}: {exc})") from None
+    mat = _load_mat(path, x_key, y_key)
     names = sorted(k for k in mat if not k.startswith("__"))
     for key in (x_key, y_key):
         if key not in mat:
@@ -105,19 +97,7 @@ def read_mat_cells(
     ys: list[np.ndarray] = []
     for k, (xc, yc) in enumerate(zip(x_cells, y_cells, strict=True)):
         fx, fy = f"{x_key} cell {k} (client {k})", f"{y_key} cell {k} (client {k})"
-        X = _matrix(xc, path, fx)
-        y = _matrix(yc, path, fy)
-        if X.ndim != 2 or X.shape[0] < 1 or X.shape[1] < 1:
-            raise ValueError(f"{path}: {fx} must be a non-empty 2-D matrix (n_k x d); got shape {X.shape}")
-        if y.ndim > 2 or (y.ndim == 2 and 1 not in y.shape):
-            raise ValueError(f"{path}: {fy} must be a vector (n_k x 1); got shape {y.shape}")
-        y = y.ravel()
-        if y.shape[0] != X.shape[0]:
-            raise ValueError(f"{path}: {fx} has {X.shape[0]} rows but {fy} has {y.shape[0]} labels")
-        X = X.astype(np.float64)
-        y = y.astype(np.float64)
-        check_finite(X, f"{path}: {fx}")
-        check_finite(y, f"{path}: {fy}")
+        X, y = _client_cells(xc, yc, path, fx, fy)
         if Xs and X.shape[1] != Xs[0].shape[1]:
             raise ValueError(
                 f"{path}: {fx} has {X.shape[1]} features but {x_key} cell 0 has {Xs[0].shape[1]}"
@@ -125,6 +105,39 @@ def read_mat_cells(
         Xs.append(X)
         ys.append(y)
     return Xs, ys, path
+
+
+def _load_mat(path: Path, x_key: str, y_key: str) -> dict[str, Any]:
+    """The variables of the .mat file ``path``; a ``ValueError`` for a v7.3 (HDF5) or an unreadable file."""
+    try:
+        return scipy.io.loadmat(str(path))
+    except NotImplementedError:  # scipy's answer to a v7.3 (HDF5) file
+        raise ValueError(
+            f"{path}: a MATLAB v7.3 (HDF5) file, which scipy.io.loadmat cannot read; "
+            f"re-save it in MATLAB with save(file, '{x_key}', '{y_key}', '-v7')"
+        ) from None
+    except Exception as exc:  # scipy raises ValueError / TypeError / OSError / MatReadError
+        raise ValueError(f"{path}: not a readable .mat file ({type(exc).__name__}: {exc})") from None
+
+
+def _client_cells(xc: Any, yc: Any, path: Path, fx: str, fy: str) -> tuple[np.ndarray, np.ndarray]:
+    """One client's cells as a float64 (n_k, d) matrix and a float64 vector of n_k finite labels;
+    a ``ValueError`` naming the cell (``fx``, ``fy``) otherwise.
+    """
+    X = _matrix(xc, path, fx)
+    y = _matrix(yc, path, fy)
+    if X.ndim != 2 or X.shape[0] < 1 or X.shape[1] < 1:
+        raise ValueError(f"{path}: {fx} must be a non-empty 2-D matrix (n_k x d); got shape {X.shape}")
+    if y.ndim > 2 or (y.ndim == 2 and 1 not in y.shape):
+        raise ValueError(f"{path}: {fy} must be a vector (n_k x 1); got shape {y.shape}")
+    y = y.ravel()
+    if y.shape[0] != X.shape[0]:
+        raise ValueError(f"{path}: {fx} has {X.shape[0]} rows but {fy} has {y.shape[0]} labels")
+    X = X.astype(np.float64)
+    y = y.astype(np.float64)
+    check_finite(X, f"{path}: {fx}")
+    check_finite(y, f"{path}: {fy}")
+    return X, y
 
 
 def _binary_labels(ys: list[np.ndarray], path: Path, y_key: str) -> tuple[list[np.ndarray], dict[str, int]]:
@@ -153,7 +166,8 @@ def _load_binary(path, *, name, dataset, expected, protocol, seed, test_fraction
     Xs, ys, path = read_mat_cells(path, what=name, expected=expected, x_key=x_key, y_key=y_key)
     ys, label_map = _binary_labels(ys, path, y_key)
     parts = [(X, y, {"cell": k, "n_rows": int(X.shape[0])}) for k, (X, y) in enumerate(zip(Xs, ys, strict=True))]
-    clients, record = build_clients(parts, seed=seed, protocol=protocol, test_fraction=test_fraction, keep=keep, what=name)
+    clients, record = build_clients(parts, seed=seed, protocol=protocol, test_fraction=test_fraction, keep=keep,
+                                    what=name)
     info = {
         "source": {"dataset": dataset, "file": str(path), "format": f".mat cell arrays {x_key}, {y_key}"},
         "protocol": record,
@@ -325,12 +339,14 @@ def load_school(
         x_key=x_key, y_key=y_key,
     )
     parts = [(X, y, {"cell": k, "n_rows": int(X.shape[0])}) for k, (X, y) in enumerate(zip(Xs, ys, strict=True))]
-    clients, record = build_clients(parts, seed=seed, protocol=protocol, test_fraction=test_fraction, keep=keep, what="school")
+    clients, record = build_clients(parts, seed=seed, protocol=protocol, test_fraction=test_fraction, keep=keep,
+                                    what="school")
     check_choice("standardise", standardise, ("none", "per_client"))
     if standardise == "per_client":
         clients = [standardise_regression_client(c) for c in clients]
     info = {
-        "source": {"dataset": "School (MTL benchmark)", "file": str(path), "format": f".mat cell arrays {x_key}, {y_key}"},
+        "source": {"dataset": "School (MTL benchmark)", "file": str(path),
+                   "format": f".mat cell arrays {x_key}, {y_key}"},
         "protocol": record,
         "n_features": int(Xs[0].shape[1]),
     }
@@ -351,4 +367,5 @@ def standardise_regression_client(c: ClientData) -> ClientData:
         X[:, j], Xt[:, j] = (col - mu) / (sd or 1.0), (Xt[:, j] - mu) / (sd or 1.0)
     y_mean, y_scale = float(c.y_train.mean()), float(c.y_train.std()) or 1.0
     meta = {**dict(c.meta), "y_mean": y_mean, "y_scale": y_scale}
-    return ClientData(X, (c.y_train - y_mean) / y_scale, Xt, (c.y_test - y_mean) / y_scale, client_id=c.client_id, meta=meta)
+    return ClientData(X, (c.y_train - y_mean) / y_scale, Xt, (c.y_test - y_mean) / y_scale,
+                      client_id=c.client_id, meta=meta)

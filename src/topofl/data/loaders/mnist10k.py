@@ -61,10 +61,10 @@ def apply_style(X: np.ndarray, style: dict[str, float], side: int = 28) -> np.nd
     return out
 
 
-def image_federation(
-    X: np.ndarray, y: np.ndarray, n_clients: int, *, partition_kind: str = "dirichlet", alpha: float = 0.5, n_samples: int | None = None,
-    test_fraction: float = 0.25, styles: float = 0.0, seed: int = 0, min_size: int = 20, shards_per_client: int = 2,
-    name: str = "images", n_classes: int = 10,
+def image_federation(  # noqa: PLR0913 (public API: the keyword options of an image federation)
+    X: np.ndarray, y: np.ndarray, n_clients: int, *, partition_kind: str = "dirichlet", alpha: float = 0.5,
+    n_samples: int | None = None, test_fraction: float = 0.25, styles: float = 0.0, seed: int = 0, min_size: int = 20,
+    shards_per_client: int = 2, name: str = "images", n_classes: int = 10,
 ) -> Federation:
     """Images ``X`` (flattened, in [0, 1]) with labels ``y`` split among ``n_clients``: a seeded
     subset of ``n_samples`` rows, a partition (:mod:`topofl.data.partition`), each client's share
@@ -82,7 +82,8 @@ def image_federation(
     rng = np.random.default_rng(np.random.SeedSequence([int(seed), 0x3A157]))
     keep = rng.permutation(X.shape[0])[:n_samples]
     X, y = X[keep], np.asarray(y)[keep].astype(np.float64)
-    parts = partition(partition_kind, y, n_clients, rng, alpha=alpha, min_size=min_size, shards_per_client=shards_per_client)
+    parts = partition(partition_kind, y, n_clients, rng, alpha=alpha, min_size=min_size,
+                      shards_per_client=shards_per_client)
     clients = []
     for k, idx in enumerate(parts):
         idx = rng.permutation(idx)
@@ -92,17 +93,21 @@ def image_federation(
         style = client_style(rng, styles) if styles > 0 else None
         if style is not None:
             Xtr, Xte = apply_style(Xtr, style), apply_style(Xte, style)
-        meta = {"partition": partition_kind, "classes": sorted({int(v) for v in y[tr]}), **({"style": style} if style else {})}
+        meta = {"partition": partition_kind, "classes": sorted({int(v) for v in y[tr]}),
+                **({"style": style} if style else {})}
         clients.append(ClientData(Xtr, y[tr], Xte, y[te], client_id=k, meta=meta))
     return Federation(clients, task="multiclass", n_classes=n_classes, name=name,
-                      info={"partition": partition_kind, "alpha": alpha, "styles": styles, "n_samples": n_samples, "seed": seed})
+                      info={"partition": partition_kind, "alpha": alpha, "styles": styles, "n_samples": n_samples,
+                            "seed": seed})
 
 
 def mnist_federation(
-    n_clients: int = 10, *, partition_kind: str = "dirichlet", alpha: float = 0.5, n_samples: int = 10_000, test_fraction: float = 0.25,
-    styles: float = 0.0, seed: int = 0, min_size: int = 20, shards_per_client: int = 2, root: str | Path | None = None,
+    n_clients: int = 10, *, partition_kind: str = "dirichlet", alpha: float = 0.5, n_samples: int = 10_000,
+    test_fraction: float = 0.25, styles: float = 0.0, seed: int = 0, min_size: int = 20, shards_per_client: int = 2,
+    root: str | Path | None = None,
 ) -> Federation:
     """An image federation of MNIST-10k (see :func:`image_federation`)."""
     X, y = load_mnist_10k(root)
-    return image_federation(X, y, n_clients, partition_kind=partition_kind, alpha=alpha, n_samples=n_samples, test_fraction=test_fraction,
-                            styles=styles, seed=seed, min_size=min_size, shards_per_client=shards_per_client, name="mnist")
+    return image_federation(X, y, n_clients, partition_kind=partition_kind, alpha=alpha, n_samples=n_samples,
+                            test_fraction=test_fraction, styles=styles, seed=seed, min_size=min_size,
+                            shards_per_client=shards_per_client, name="mnist")

@@ -171,7 +171,8 @@ def build_clients(
         clients = reduce_half(clients, stream(seed, REDUCE), keep)
     else:
         clients = [
-            ClientData(c.X_train, c.y_train, c.X_test, c.y_test, client_id=c.client_id, meta={**dict(c.meta), "n_train_full": c.n_train, "reduced": False})
+            ClientData(c.X_train, c.y_train, c.X_test, c.y_test, client_id=c.client_id,
+                       meta={**dict(c.meta), "n_train_full": c.n_train, "reduced": False})
             for c in clients
         ]
     record = {

@@ -46,7 +46,7 @@ def _check_subsets(feature_subsets: Sequence[Sequence[int]], n_clients: int, n_f
     return out
 
 
-def synthetic_tabular(
+def synthetic_tabular(  # noqa: PLR0913 (public API: the user-facing options of the synthetic data generator)
     n_clients: int = 12,
     n_features: int = 30,
     feature_subsets: Sequence[Sequence[int]] | None = None,
@@ -156,7 +156,8 @@ def synthetic_tabular(
         y = np.argmax(logits + gen.gumbel(size=logits.shape), axis=1)
         meta: dict[str, Any] = {"features": subsets[k].tolist(), "group": int(group[k]), "n_rows": int(sizes_n[k])}
         parts.append((x[:, subsets[k]], y, meta))
-    clients, record = build_clients(parts, seed=seed, protocol=protocol, test_fraction=test_fraction, keep=keep, what="synthetic tabular")
+    clients, record = build_clients(parts, seed=seed, protocol=protocol, test_fraction=test_fraction, keep=keep,
+                                    what="synthetic tabular")
     info = {
         "source": {"dataset": "synthetic (topofl.data.loaders.synthetic_tabular)", "files": []},
         "protocol": record,

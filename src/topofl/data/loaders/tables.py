@@ -37,7 +37,8 @@ MAX_COLUMNS = 100_000
 MAX_VALUES = MAX_SCENARIO_VALUES
 #: Names of columns shown in an error before "... (N in all)".
 _SHOWN = 12
-_FIX = "rescale the column (change its unit, or take a log) or drop the row; a sentinel for a missing value must be removed first"
+_FIX = ("rescale the column (change its unit, or take a log) or drop the row; "
+        "a sentinel for a missing value must be removed first")
 
 
 def parse_cell(text: str, where: str, column: str, missing: str | None = None) -> float:
@@ -73,9 +74,11 @@ def parse_cell(text: str, where: str, column: str, missing: str | None = None) -
     except ValueError:
         raise ValueError(f"{where}: column {column!r} holds {cell[:40]!r}, not a number") from None
     if not math.isfinite(value):
-        raise ValueError(f"{where}: column {column!r} holds {cell[:40]!r}, not a finite number (fill or drop missing values first)")
+        raise ValueError(f"{where}: column {column!r} holds {cell[:40]!r}, not a finite number "
+                         "(fill or drop missing values first)")
     if abs(value) > MAX_ABS_VALUE:
-        raise ValueError(f"{where}: column {column!r} holds {value:.6g}, beyond ±{MAX_ABS_VALUE:g} (the largest magnitude topofl reads); {_FIX}")
+        raise ValueError(f"{where}: column {column!r} holds {value:.6g}, beyond ±{MAX_ABS_VALUE:g} "
+                         f"(the largest magnitude topofl reads); {_FIX}")
     return value
 
 
@@ -90,39 +93,58 @@ def _quoted(names: Iterable[str], limit: int = _SHOWN) -> str:
     return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
-def _checked_header(raw: list[str], name: str, site_column: str | None, label_column: str) -> tuple[list[str], dict[str, int]]:
+def _checked_header(raw: list[str], name: str, site_column: str | None,
+                    label_column: str) -> tuple[list[str], dict[str, int]]:
     """The header's names (whitespace stripped) and a name → index map, in linear time; a
     ``ValueError`` naming the file for too many, unnamed, duplicate or missing columns.
     """
     if len(raw) > MAX_COLUMNS:
-        raise ValueError(f"{name}: {len(raw):,} columns; at most {MAX_COLUMNS:,} (site, label and features) are read from a CSV file")
+        raise ValueError(f"{name}: {len(raw):,} columns; at most {MAX_COLUMNS:,} (site, label and features) "
+                         "are read from a CSV file")
     header = [h.strip() for h in raw]
+    index = _header_index(header, name)
+    if site_column is not None and site_column == label_column:
+        raise ValueError(f"{name}: the site column and the label column are both {label_column!r}; "
+                         "they must be two different columns")
+    for col in (site_column, label_column):
+        if col is not None and col not in index:
+            raise _missing_column(name, col, header)
+    return header, index
+
+
+def _header_index(header: list[str], name: str) -> dict[str, int]:
+    """A name → index map of the stripped ``header``; a ``ValueError`` for an unnamed or a duplicate column."""
     index: dict[str, int] = {}
     duplicates: dict[str, list[int]] = {}
     for j, h in enumerate(header):
         if h == "":
-            hint = " (pandas writes its row index as an unnamed first column: save with to_csv(..., index=False))" if j == 0 else ""
-            raise ValueError(f"{name}: column {j + 1} has no name{hint}; every column needs a unique name in the header")
+            hint = (" (pandas writes its row index as an unnamed first column: save with to_csv(..., index=False))"
+                    if j == 0 else "")
+            raise ValueError(f"{name}: column {j + 1} has no name{hint}; "
+                             "every column needs a unique name in the header")
         if h in index:
             duplicates.setdefault(h, [index[h] + 1]).append(j + 1)
         else:
             index[h] = j
     if duplicates:
-        where = "; ".join(f"{h!r} (columns {' and '.join(map(str, cols))})" for h, cols in list(duplicates.items())[:_SHOWN])
+        where = "; ".join(f"{h!r} (columns {' and '.join(map(str, cols))})"
+                          for h, cols in list(duplicates.items())[:_SHOWN])
         raise ValueError(f"{name}: duplicate column name(s) {where}; rename them so that each column has its own name")
-    if site_column is not None and site_column == label_column:
-        raise ValueError(f"{name}: the site column and the label column are both {label_column!r}; they must be two different columns")
-    for col in (site_column, label_column):
-        if col is not None and col not in index:
-            sep = next((s for s in (";", "\t", "|") if len(header) == 1 and s in header[0]), None)
-            if sep is not None:
-                raise ValueError(f"{name}: no column {col!r}; the file seems to be separated by {sep!r}, not commas: save it as "
-                                 "comma-separated values (decimal points, not commas)")
-            alike = [h for h in header if h.casefold() == col.casefold()]
-            if alike:
-                raise ValueError(f"{name}: no column {col!r} (there is {alike[0]!r}: names are case-sensitive)")
-            raise ValueError(f"{name}: no column {col!r}; columns: {_shown(header)}")
-    return header, index
+    return index
+
+
+def _missing_column(name: str, col: str, header: list[str]) -> ValueError:
+    """The error for a site or label column ``col`` the header lacks: a wrong separator, a name in another case, or
+    the columns there are.
+    """
+    sep = next((s for s in (";", "\t", "|") if len(header) == 1 and s in header[0]), None)
+    if sep is not None:
+        return ValueError(f"{name}: no column {col!r}; the file seems to be separated by {sep!r}, not commas: "
+                          "save it as comma-separated values (decimal points, not commas)")
+    alike = [h for h in header if h.casefold() == col.casefold()]
+    if alike:
+        return ValueError(f"{name}: no column {col!r} (there is {alike[0]!r}: names are case-sensitive)")
+    return ValueError(f"{name}: no column {col!r}; columns: {_shown(header)}")
 
 
 def read_csv_sites(path: str | Path, site_column: str | None, label_column: str) -> list[Site]:
@@ -155,39 +177,15 @@ def read_csv_sites(path: str | Path, site_column: str | None, label_column: str)
     try:
         with path.open(newline="", encoding="utf-8-sig") as fh:
             reader = csv.reader(fh)
-            raw = next((r for r in reader if any(c.strip() for c in r)), None)
-            if raw is None:
-                raise ValueError(f"{name}: empty file (a header row is needed)")
-            header, index = _checked_header(raw, name, site_column, label_column)
-            fi = [j for j, h in enumerate(header) if h not in (site_column, label_column)]
-            if not fi:
-                raise ValueError(f"{name}: no feature columns besides {label_column!r}" + (f" and {site_column!r}" if site_column else ""))
+            header, index, fi = _read_header(reader, name, site_column, label_column)
             features = [header[j] for j in fi]
-            li = index[label_column]
-            si = index[site_column] if site_column is not None else None
-            width, budget = len(header), MAX_VALUES
-            groups: dict[str, tuple[list[array.array[float]], list[float]]] = {}
-            for row in reader:
-                if not any(cell.strip() for cell in row):
-                    continue
-                where = f"{name} line {reader.line_num}"
-                if len(row) != width:
-                    raise ValueError(f"{where}: {len(row)} values for {width} columns")
-                budget -= width
-                if budget < 0:
-                    raise ValueError(f"{where}: more than {MAX_VALUES:,} values in the file; topofl reads at most that many "
-                                     "from a CSV file (split it, or pass arrays to Federation.from_arrays)")
-                site = row[si].strip() if si is not None else path.stem
-                if site == "":
-                    raise ValueError(f"{where}: column {site_column!r} is empty")
-                rows, labels = groups.setdefault(site, ([], []))
-                rows.append(array.array("d", [parse_cell(row[j], where, header[j]) for j in fi]))
-                labels.append(parse_cell(row[li], where, label_column))
+            groups = _read_groups(reader, path, header, index, fi, site_column, label_column)
     except csv.Error as exc:
         line = reader.line_num or 1
         if "field larger than field limit" in str(exc):
-            raise ValueError(f"{name} line {line}: a field is longer than {csv.field_size_limit():,} characters (the CSV reader's limit); "
-                             "is it a comma-separated table, with every quote closed?") from None
+            raise ValueError(f"{name} line {line}: a field is longer than {csv.field_size_limit():,} characters "
+                             "(the CSV reader's limit); is it a comma-separated table, with every quote closed?"
+                             ) from None
         raise ValueError(f"{name} line {line}: not readable as CSV ({exc})") from None
     except OSError as exc:
         raise ValueError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
@@ -196,8 +194,54 @@ def read_csv_sites(path: str | Path, site_column: str | None, label_column: str)
     if not groups:
         raise ValueError(f"{name}: no data rows")
     d = len(fi)
-    return [(site, np.frombuffer(bytearray().join(rows), dtype=np.float64).reshape(len(rows), d), np.array(labels, dtype=np.float64), features)
+    return [(site, np.frombuffer(bytearray().join(rows), dtype=np.float64).reshape(len(rows), d),
+             np.array(labels, dtype=np.float64), features)
             for site, (rows, labels) in sorted(groups.items())]
+
+
+def _read_header(reader: Any, name: str, site_column: str | None,
+                 label_column: str) -> tuple[list[str], dict[str, int], list[int]]:
+    """The checked header of a CSV ``reader`` (its first non-blank row), its name → index map and the
+    indices of its feature columns.
+    """
+    raw = next((r for r in reader if any(c.strip() for c in r)), None)
+    if raw is None:
+        raise ValueError(f"{name}: empty file (a header row is needed)")
+    header, index = _checked_header(raw, name, site_column, label_column)
+    fi = [j for j, h in enumerate(header) if h not in (site_column, label_column)]
+    if not fi:
+        raise ValueError(f"{name}: no feature columns besides {label_column!r}"
+                         + (f" and {site_column!r}" if site_column else ""))
+    return header, index, fi
+
+
+def _read_groups(reader: Any, path: Path, header: list[str], index: dict[str, int], fi: list[int],
+                 site_column: str | None, label_column: str) -> dict[str, tuple[list[array.array[float]], list[float]]]:
+    """The data rows left in a CSV ``reader``, by site: each site's feature rows (``fi``) and labels,
+    every cell checked by :func:`parse_cell`.
+    """
+    name = path.name
+    li = index[label_column]
+    si = index[site_column] if site_column is not None else None
+    width, budget = len(header), MAX_VALUES
+    groups: dict[str, tuple[list[array.array[float]], list[float]]] = {}
+    for row in reader:
+        if not any(cell.strip() for cell in row):
+            continue
+        where = f"{name} line {reader.line_num}"
+        if len(row) != width:
+            raise ValueError(f"{where}: {len(row)} values for {width} columns")
+        budget -= width
+        if budget < 0:
+            raise ValueError(f"{where}: more than {MAX_VALUES:,} values in the file; topofl reads at most that many "
+                             "from a CSV file (split it, or pass arrays to Federation.from_arrays)")
+        site = row[si].strip() if si is not None else path.stem
+        if site == "":
+            raise ValueError(f"{where}: column {site_column!r} is empty")
+        rows, labels = groups.setdefault(site, ([], []))
+        rows.append(array.array("d", [parse_cell(row[j], where, header[j]) for j in fi]))
+        labels.append(parse_cell(row[li], where, label_column))
+    return groups
 
 
 def read_sites(path: str | Path, site_column: str | None = "site", label_column: str = "y") -> list[Site]:
@@ -232,7 +276,8 @@ def read_sites(path: str | Path, site_column: str | None = "site", label_column:
                 features = list(reference[1])
             sites.append((site, X, y, features))
         if len({s[1].shape[1] for s in sites}) != 1:
-            raise ValueError("the sites' files have different numbers of features: " + ", ".join(f"{s[0]}: {s[1].shape[1]}" for s in sites))
+            raise ValueError("the sites' files have different numbers of features: "
+                             + ", ".join(f"{s[0]}: {s[1].shape[1]}" for s in sites))
         return sites
     if not path.is_file():
         raise ValueError(f"{str(path)!r} is neither a CSV file nor a directory")
@@ -249,7 +294,8 @@ def _alignment(name: str, features: list[str], ref_name: str, ref_features: list
     extra = [h for h in features if h not in ref]
     if missing or extra:
         parts = ([f"missing {_quoted(missing)}"] if missing else []) + ([f"extra {_quoted(extra)}"] if extra else [])
-        raise ValueError(f"{name}: its columns differ from {ref_name}'s: {'; '.join(parts)} (every site file needs the same columns)")
+        raise ValueError(f"{name}: its columns differ from {ref_name}'s: {'; '.join(parts)} "
+                         "(every site file needs the same columns)")
     log.info("%s: columns aligned by name to %s's order", name, ref_name)
     return [position[h] for h in ref_features]
 
@@ -264,8 +310,10 @@ def check_values(name: str, X: np.ndarray, y: np.ndarray) -> None:
             value = arr[at]
             where = f"{label}[{', '.join(map(str, at))}]" + (f" (column x{at[1]})" if label == "X" else "")
             if not np.isfinite(value):
-                raise ValueError(f"{name}: {where} holds {value}; every value must be finite (fill or drop missing values first)")
-            raise ValueError(f"{name}: {where} holds {value:.6g}, beyond ±{MAX_ABS_VALUE:g} (the largest magnitude topofl reads); {_FIX}")
+                raise ValueError(f"{name}: {where} holds {value}; every value must be finite "
+                                 "(fill or drop missing values first)")
+            raise ValueError(f"{name}: {where} holds {value:.6g}, beyond ±{MAX_ABS_VALUE:g} "
+                             f"(the largest magnitude topofl reads); {_FIX}")
 
 
 def _read_npz(path: Path) -> Site:
@@ -277,7 +325,8 @@ def _read_npz(path: Path) -> Site:
     except (OSError, EOFError) as exc:
         raise ValueError(f"cannot read {path.name} as NPZ: {exc}") from None
     if X.ndim != 2 or y.shape != (X.shape[0],) or X.dtype.kind not in "fiub" or y.dtype.kind not in "fiub":
-        raise ValueError(f"{path.name}: X must be a numeric (n, d) array and y a numeric (n,) one; got {X.shape} {X.dtype} and {y.shape} {y.dtype}")
+        raise ValueError(f"{path.name}: X must be a numeric (n, d) array and y a numeric (n,) one; "
+                         f"got {X.shape} {X.dtype} and {y.shape} {y.dtype}")
     X, y = X.astype(np.float64), y.astype(np.float64)
     check_values(path.name, X, y)
     return path.stem, X, y, [f"x{j}" for j in range(X.shape[1])]
@@ -289,5 +338,7 @@ def load_table(
     label_column: str = "y",
     **options: Any,
 ) -> Federation:
-    """:func:`read_sites` then :meth:`Federation.from_sites` (``options``: seed, test_fraction, task, classes, standardise)."""
+    """:func:`read_sites` then :meth:`Federation.from_sites` (``options``: seed, test_fraction, task, classes,
+    standardise).
+    """
     return Federation.from_sites(read_sites(path, site_column, label_column), name=Path(path).stem, **options)

@@ -12,7 +12,12 @@ from topofl.data.federation import Federation
 from topofl.data.scenarios.benchmark import BenchmarkConfig, make_benchmark
 from topofl.data.scenarios.continual import ContinualConfig, make_continual
 from topofl.data.scenarios.healthcare import HealthcareConfig, make_healthcare
-from topofl.data.scenarios.paper_era import PaperBenchmarkConfig, PaperHealthcareConfig, make_paper_benchmark, make_paper_healthcare
+from topofl.data.scenarios.paper_era import (
+    PaperBenchmarkConfig,
+    PaperHealthcareConfig,
+    make_paper_benchmark,
+    make_paper_healthcare,
+)
 from topofl.limits import MAX_SEED
 
 
@@ -83,10 +88,11 @@ def make_cifar10(seed: int = 0, **overrides: Any) -> Federation:
 
     cfg = build_config(RealImagesConfig, overrides)
     if not cfg.root:
-        raise ValueError("scenario cifar10 needs root=DIR holding CIFAR-10's python pickles (data_batch_1..5, test_batch)")
+        raise ValueError("scenario cifar10 needs root=DIR holding CIFAR-10's python pickles "
+                         "(data_batch_1..5, test_batch)")
     X, y = load_cifar10_arrays(cfg.root)
-    return image_federation(X, y, cfg.n_clients, partition_kind=cfg.partition, alpha=cfg.alpha, test_fraction=cfg.test_fraction, seed=seed,
-                            min_size=cfg.min_size, name="cifar10")
+    return image_federation(X, y, cfg.n_clients, partition_kind=cfg.partition, alpha=cfg.alpha,
+                            test_fraction=cfg.test_fraction, seed=seed, min_size=cfg.min_size, name="cifar10")
 
 
 def make_femnist(seed: int = 0, **overrides: Any) -> Federation:
@@ -123,7 +129,8 @@ def make_heart_disease(seed: int = 0, **overrides: Any) -> Federation:
     cfg = build_config(HeartDiseaseConfig, overrides)
     sites = [s.strip() for s in cfg.sites.split(",") if s.strip()]
     return load_heart_disease(sites=sites, seed=seed, test_fraction=cfg.test_fraction, imputation=cfg.imputation,
-                              indicators=cfg.indicators, standardise=cfg.standardise, pooled_training=cfg.pooled_training)
+                              indicators=cfg.indicators, standardise=cfg.standardise,
+                              pooled_training=cfg.pooled_training)
 
 
 @dataclass(frozen=True)
@@ -170,33 +177,37 @@ SCENARIOS: dict[str, tuple[Callable[..., Federation], type]] = {
 #: one line per scenario, what it is (``topofl scenarios`` prints it; keep it true to the generator or loader)
 DESCRIPTIONS: dict[str, str] = {
     "healthcare": "Synthetic hospitals (pTopoFL paper, Scenario A): 8 clients, 20 features, 60-250 patients each; two "
-                  "sub-populations differ in case-mix geometry and decision rule; hospitals 1 and 5 have 30 % of their "
-                  "training labels flipped. Favours pTopoFL by construction: geometry=independent or shared is the control.",
+                  "sub-populations differ in case-mix geometry and decision rule; hospitals 1 and 5 have 30 % of "
+                  "their training labels flipped. Favours pTopoFL by construction: geometry=independent or shared is "
+                  "the control.",
     "benchmark": "Synthetic benchmark (pTopoFL paper, Scenario B): 10 clients, 20 features (12 informative) from "
-                 "make_classification; each client's class balance drawn from Uniform(0.1, 0.9), with its own feature shift and noise.",
+                 "make_classification; each client's class balance drawn from Uniform(0.1, 0.9), with its own feature "
+                 "shift and noise.",
     "continual": "Synthetic drift (pTopoFL paper, §4.5): 6 clients whose data change over 20 rounds; clients 3-5 drift "
                  "(their feature cloud changes shape, grows and moves, and their labels follow).",
     "digits": "Real handwritten digits, offline: scikit-learn's bundled 8x8 digits (1797 images, 10 classes, 64 pixel "
-              "features scaled to [0, 1]) dealt to 40 clients in 4 rotation groups (0, 90, 180, 270 degrees); Sheaf-FMTL "
-              "protocol: 75/25 split per client and a seeded half of the clients keep 20 % of their training images "
-              "(protocol=false: split only).",
-    "mnist": "Real MNIST digits (10,000 images of 28x28, shipped offline) split among 10 clients by partition=dirichlet "
-             "(default), iid or shards; styles > 0 draws each client in its own writing style. Use a deep model (--model cnn-small).",
-    "cifar10": "Real CIFAR-10 read from root=DIR (its python pickles; nothing is downloaded), split among 10 clients by "
-               "Dirichlet(alpha) label skew (pTopoFL paper, Scenario C).",
-    "femnist": "Real LEAF FEMNIST read from root=DIR (its train/ and test/ JSON; nothing is downloaded): n_clients writers "
-               "chosen by the seed, each with LEAF's own split (pTopoFL paper, Scenario D); partition, alpha, "
+              "features scaled to [0, 1]) dealt to 40 clients in 4 rotation groups (0, 90, 180, 270 degrees); "
+              "Sheaf-FMTL protocol: 75/25 split per client and a seeded half of the clients keep 20 % of their "
+              "training images (protocol=false: split only).",
+    "mnist": "Real MNIST digits (10,000 images of 28x28, shipped offline) split among 10 clients by "
+             "partition=dirichlet (default), iid or shards; styles > 0 draws each client in its own writing style. "
+             "Use a deep model (--model cnn-small).",
+    "cifar10": "Real CIFAR-10 read from root=DIR (its python pickles; nothing is downloaded), split among 10 clients "
+               "by Dirichlet(alpha) label skew (pTopoFL paper, Scenario C).",
+    "femnist": "Real LEAF FEMNIST read from root=DIR (its train/ and test/ JSON; nothing is downloaded): n_clients "
+               "writers chosen by the seed, each with LEAF's own split (pTopoFL paper, Scenario D); partition, alpha, "
                "test_fraction and min_size do not apply.",
-    "heart-disease": "Real UCI Heart Disease cohorts of four hospitals (Cleveland, Hungary, Switzerland, VA Long Beach; "
-                     "920 patients, 13 clinical features, shipped): one client each, label diagnosis > 0.",
-    "table": "Your own data: path=FILE.csv with a site column, or a directory with one CSV or NPZ (X, y) per site; each "
-             "site is a client (on the command line: --data PATH).",
-    "paper-healthcare": "The authors' paper-era Scenario A generator (their framework/ code, seed 42 gives Table 1's data): 8 "
-                        "hospitals resampled from one make_classification pool with their own shift and scale, hospitals 1 and 5 "
-                        "with 30 % of all labels flipped (test too); z-scored per client. topofl experiment paper-protocol.",
-    "paper-benchmark": "The authors' paper-era Scenario B generator (seed 42 gives Table 1's data): 10 clients of 500 points "
-                       "resampled from one 5-class make_classification pool collapsed to binary, class balance U(0.1, 0.9), "
-                       "noise 0.3; label skew only; z-scored per client.",
+    "heart-disease": "Real UCI Heart Disease cohorts of four hospitals (Cleveland, Hungary, Switzerland, VA Long "
+                     "Beach; 920 patients, 13 clinical features, shipped): one client each, label diagnosis > 0.",
+    "table": "Your own data: path=FILE.csv with a site column, or a directory with one CSV or NPZ (X, y) per site; "
+             "each site is a client (on the command line: --data PATH).",
+    "paper-healthcare": "The authors' paper-era Scenario A generator (their framework/ code, seed 42 gives Table 1's "
+                        "data): 8 hospitals resampled from one make_classification pool with their own shift and "
+                        "scale, hospitals 1 and 5 with 30 % of all labels flipped (test too); z-scored per client. "
+                        "topofl experiment paper-protocol.",
+    "paper-benchmark": "The authors' paper-era Scenario B generator (seed 42 gives Table 1's data): 10 clients of 500 "
+                       "points resampled from one 5-class make_classification pool collapsed to binary, class balance "
+                       "U(0.1, 0.9), noise 0.3; label skew only; z-scored per client.",
 }
 
 
@@ -215,4 +226,5 @@ def make_scenario(name: str, seed: int = 0, **params: Any) -> Federation:
     return SCENARIOS[name][0](seed, **params)
 
 
-__all__ = ["DESCRIPTIONS", "DRAWN_PER_SEED", "SCENARIOS", "make_scenario", "HealthcareConfig", "BenchmarkConfig", "ContinualConfig"]
+__all__ = ["DESCRIPTIONS", "DRAWN_PER_SEED", "SCENARIOS", "make_scenario", "HealthcareConfig", "BenchmarkConfig",
+           "ContinualConfig"]

@@ -19,8 +19,8 @@ def check_size(n_clients: int, n_per_client: int, n_features: int, samples_field
     total = n_clients * n_per_client * n_features
     if total > MAX_SCENARIO_VALUES:
         raise ValueError(
-            f"n_clients × {samples_field} × n_features = {n_clients} × {n_per_client} × {n_features} = {total:,} values "
-            f"exceeds the limit of {MAX_SCENARIO_VALUES:,}; lower one of them"
+            f"n_clients × {samples_field} × n_features = {n_clients} × {n_per_client} × {n_features} = {total:,} "
+            f"values exceeds the limit of {MAX_SCENARIO_VALUES:,}; lower one of them"
         )
 
 

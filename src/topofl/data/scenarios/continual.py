@@ -62,7 +62,8 @@ class DriftingFederation(Federation):
         self._latent = [rng.standard_normal((n, d)) + rng.standard_normal(d) * 0.5 for _ in range(cfg.n_clients)]
         q = cfg.drift_rank
         self._low = [
-            Z.mean(axis=0) + (Z - Z.mean(axis=0))[:, :q] @ (rng.standard_normal((q, d)) / np.sqrt(q)) + rng.standard_normal((n, d)) * 0.1
+            Z.mean(axis=0) + (Z - Z.mean(axis=0))[:, :q] @ (rng.standard_normal((q, d)) / np.sqrt(q))
+            + rng.standard_normal((n, d)) * 0.1
             for Z in self._latent
         ]
         self._noise = [rng.random(n) for _ in range(cfg.n_clients)]
@@ -71,7 +72,8 @@ class DriftingFederation(Federation):
         self._split = [rng.permutation(n) for _ in range(cfg.n_clients)]
         self._cfg = cfg
         self._cache: dict[int, list[ClientData]] = {}
-        super().__init__(self._clients_at(1), task="binary", name="continual", info={"config": cfg.__dict__, "seed": seed})
+        super().__init__(self._clients_at(1), task="binary", name="continual",
+                         info={"config": cfg.__dict__, "seed": seed})
 
     def _clients_at(self, rnd: int) -> list[ClientData]:
         if rnd in self._cache:
@@ -86,7 +88,8 @@ class DriftingFederation(Federation):
             X = self._latent[k]
             drifting = k in cfg.drifting
             if drifting:
-                X = ((1.0 - t) * X + t * self._low[k]) * (1.0 + cfg.drift_scale * t) + cfg.drift_magnitude * t * self._dirs[k]
+                X = (((1.0 - t) * X + t * self._low[k]) * (1.0 + cfg.drift_scale * t)
+                     + cfg.drift_magnitude * t * self._dirs[k])
             y = (self._noise[k] < expit(cfg.signal * X[:, : cfg.n_informative] @ self._w)).astype(np.float64)
             te, tr = self._split[k][:n_test], self._split[k][n_test:]
             meta = {"drifting": drifting, "adversarial": False, "t": t}

@@ -14,7 +14,13 @@ import numpy as np
 
 from topofl._validation import check_choice, check_int, check_range
 from topofl.data.federation import ClientData, Federation
-from topofl.data.scenarios.common import check_size, flip_labels, intercept_for_prevalence, rotated_rule, split_train_test
+from topofl.data.scenarios.common import (
+    check_size,
+    flip_labels,
+    intercept_for_prevalence,
+    rotated_rule,
+    split_train_test,
+)
 
 
 @dataclass(frozen=True)

@@ -72,8 +72,8 @@ def paper_healthcare_clients(seed: int = PUBLISHED_SEED, **overrides: object) ->
     n_features = 20
     rng = np.random.RandomState(seed)
     sizes = rng.randint(60, 250, size=cfg.n_clients)
-    pool_X, pool_y = make_classification(n_samples=10_000, n_features=n_features, n_informative=10, n_redundant=4, n_repeated=0, n_classes=2,
-                                         flip_y=0.02, class_sep=1.0, random_state=seed)
+    pool_X, pool_y = make_classification(n_samples=10_000, n_features=n_features, n_informative=10, n_redundant=4,
+                                         n_repeated=0, n_classes=2, flip_y=0.02, class_sep=1.0, random_state=seed)
     rng.choice(len(pool_X), 500, replace=False)  # the unused global test set: drawn only to keep the stream aligned
     rates = np.linspace(0.10, 0.45, cfg.n_clients)
     rng.shuffle(rates)
@@ -114,8 +114,8 @@ def paper_benchmark_clients(seed: int = PUBLISHED_SEED, **overrides: object) -> 
     cfg = build_config(PaperBenchmarkConfig, overrides)
     n_total = 5000
     rng = np.random.RandomState(seed)
-    pool_X, pool_y = make_classification(n_samples=n_total, n_features=20, n_informative=12, n_redundant=4, n_classes=5, n_clusters_per_class=1,
-                                         random_state=seed)
+    pool_X, pool_y = make_classification(n_samples=n_total, n_features=20, n_informative=12, n_redundant=4, n_classes=5,
+                                         n_clusters_per_class=1, random_state=seed)
     binary = pool_y >= 2
     positives, negatives = np.flatnonzero(binary), np.flatnonzero(~binary)
     per_client = n_total // cfg.n_clients
@@ -131,17 +131,18 @@ def paper_benchmark_clients(seed: int = PUBLISHED_SEED, **overrides: object) -> 
         order = rng.permutation(y.size)
         X, y = X[order], y[order]
         cut = int(y.size * 0.8)
-        clients.append(ClientData(X[:cut], y[:cut], X[cut:], y[cut:], client_id=k, meta={"positive_fraction": fraction}))
+        clients.append(ClientData(X[:cut], y[:cut], X[cut:], y[cut:], client_id=k,
+                                  meta={"positive_fraction": fraction}))
     return clients
 
 
 def make_paper_healthcare(seed: int = PUBLISHED_SEED, **overrides: object) -> Federation:
     """Scenario A as a :class:`Federation` for our own methods, z-scored per client as the authors' clients do."""
-    return Federation(paper_healthcare_clients(seed, **overrides), task="binary", name="paper-healthcare", standardise="per_client",
-                      info={"seed": seed, **overrides})
+    return Federation(paper_healthcare_clients(seed, **overrides), task="binary", name="paper-healthcare",
+                      standardise="per_client", info={"seed": seed, **overrides})
 
 
 def make_paper_benchmark(seed: int = PUBLISHED_SEED, **overrides: object) -> Federation:
     """Scenario B as a :class:`Federation` for our own methods, z-scored per client as the authors' clients do."""
-    return Federation(paper_benchmark_clients(seed, **overrides), task="binary", name="paper-benchmark", standardise="per_client",
-                      info={"seed": seed, **overrides})
+    return Federation(paper_benchmark_clients(seed, **overrides), task="binary", name="paper-benchmark",
+                      standardise="per_client", info={"seed": seed, **overrides})

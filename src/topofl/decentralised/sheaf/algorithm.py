@@ -60,7 +60,8 @@ class SheafConfig(PeerConfig):
     def __post_init__(self) -> None:
         super().__post_init__()  # the declared bounds of every field; the rule joining two fields follows
         if self.maps == "compact" and self.map_init != "sparse_sign":
-            raise ValueError(f"maps='compact' needs map_init='sparse_sign' (a compactly stored initial map); got map_init={self.map_init!r}")
+            raise ValueError("maps='compact' needs map_init='sparse_sign' (a compactly stored initial map); "
+                             f"got map_init={self.map_init!r}")
 
 
 class SheafNode(PeerNode):
@@ -72,12 +73,13 @@ class SheafNode(PeerNode):
     def __init__(self, spec: NodeSpec, peer: Peer, config: SheafConfig) -> None:
         super().__init__(spec, peer, config)
         c = config
-        self.sizes = [maths.edge_dim(c.gamma, spec.dim, d_j, spec.node, j) for j, d_j in zip(spec.neighbours, spec.neighbour_dims, strict=True)]
+        self.sizes = [maths.edge_dim(c.gamma, spec.dim, d_j, spec.node, j)
+                      for j, d_j in zip(spec.neighbours, spec.neighbour_dims, strict=True)]
         mode = spec.mode or c.maps
         if mode not in ("dense", "compact"):
             raise ValueError(
-                f"Sheaf-FMTL node {spec.node} needs its map storage ('dense' or 'compact') in spec.mode, as node_specs resolves it; "
-                f"got {spec.mode!r} with maps={c.maps!r}"
+                f"Sheaf-FMTL node {spec.node} needs its map storage ('dense' or 'compact') in spec.mode, "
+                f"as node_specs resolves it; got {spec.mode!r} with maps={c.maps!r}"
             )
         child = np.random.default_rng(np.random.SeedSequence([spec.seed, spec.node]))
         P0 = initial_maps(c.map_init, self.sizes, spec.dim, c.map_scale, child, spec)
@@ -185,7 +187,8 @@ class SheafNode(PeerNode):
         """
         m, c = self.maps, self.config
         return maths.node_flops(super().flops(batch) * c.local_steps, self.peer.dim, m.sizes, m.compact, m.rank,
-                                projections=m.products - self._products, map_update=c.eta > 0, rebuilt=c.exchange == "compact")
+                                projections=m.products - self._products, map_update=c.eta > 0,
+                                rebuilt=c.exchange == "compact")
 
 
 class SheafFMTL(PeerAlgorithm):
@@ -216,22 +219,26 @@ class SheafFMTL(PeerAlgorithm):
             compact = dense_bytes > min(c.memory_budget, c.dense_limit)
             if compact and c.map_init != "sparse_sign":
                 raise ValueError(
-                    f"dense restriction maps would need {dense_bytes / 1e9:.2f} GB (> {min(c.memory_budget, c.dense_limit) / 1e9:.2f} GB); "
+                    f"dense restriction maps would need {dense_bytes / 1e9:.2f} GB "
+                    f"(> {min(c.memory_budget, c.dense_limit) / 1e9:.2f} GB); "
                     "use map_init='sparse_sign' for exact compact maps, or raise dense_limit/memory_budget"
                 )
         else:
             compact = c.maps == "compact"
         if not compact and dense_bytes > c.memory_budget:
-            raise ValueError(f"dense restriction maps need {dense_bytes / 1e9:.2f} GB, above memory_budget={c.memory_budget:.3g} bytes")
+            raise ValueError(f"dense restriction maps need {dense_bytes / 1e9:.2f} GB, "
+                             f"above memory_budget={c.memory_budget:.3g} bytes")
         mode = "compact" if compact else "dense"
         specs = super().node_specs(dims, graph, rng)
-        edge_seed = int(np.random.SeedSequence([s.seed for s in specs.values()]).generate_state(1)[0])  # nothing more drawn from rng
+        # nothing more drawn from rng
+        edge_seed = int(np.random.SeedSequence([s.seed for s in specs.values()]).generate_state(1)[0])
         return {i: dataclasses.replace(s, mode=mode, edge_seed=edge_seed) for i, s in specs.items()}
 
     def setup(self, peers: list[Peer], graph: nx.Graph, rng: np.random.Generator) -> None:
         super().setup(peers, graph, rng)
         self.compact = any(n.maps.compact for n in self.nodes.values())
-        self.dense_bytes = maths.dense_map_bytes({i: n.sizes for i, n in self.nodes.items()}, {i: n.spec.dim for i, n in self.nodes.items()})
+        self.dense_bytes = maths.dense_map_bytes({i: n.sizes for i, n in self.nodes.items()},
+                                                 {i: n.spec.dim for i, n in self.nodes.items()})
         self.recompressions: list[tuple[int, float]] = []
 
     @property
@@ -254,7 +261,8 @@ class SheafFMTL(PeerAlgorithm):
         within ``rounds`` iterations, naming the bytes it needs (:func:`maths.budget_refusal`).
         """
         per = sum(m.bytes_per_update() for m in self.maps.values()) if self.compact and self.config.eta > 0 else 0
-        problem = maths.budget_refusal(self.state_bytes(), per, rounds, self.config.memory_budget, self.config.map_precision == "float64")
+        problem = maths.budget_refusal(self.state_bytes(), per, rounds, self.config.memory_budget,
+                                       self.config.map_precision == "float64")
         if problem and self.config.on_budget == "error":
             raise MemoryError(problem)
 
@@ -267,14 +275,16 @@ class SheafFMTL(PeerAlgorithm):
             return
         if self.config.on_budget == "error":
             raise MemoryError(
-                f"compact restriction maps would grow to {after / 1e9:.2f} GB at iteration {k}, above memory_budget="
-                f"{self.config.memory_budget:.3g} bytes; raise memory_budget or set on_budget='recompress' (approximate)"
+                f"compact restriction maps would grow to {after / 1e9:.2f} GB at iteration {k}, "
+                f"above memory_budget={self.config.memory_budget:.3g} bytes; raise memory_budget or set "
+                "on_budget='recompress' (approximate)"
             )
         lost = max(m.recompress(self.config.recompress_rank) for m in maps.values())
         self.recompressions.append((k, lost))
 
     def log(self) -> dict[str, Any]:
-        return {"map_storage_bytes": self.state_bytes(), "compact": self.compact, "recompressions": list(self.recompressions)}
+        return {"map_storage_bytes": self.state_bytes(), "compact": self.compact,
+                "recompressions": list(self.recompressions)}
 
     def frobenius_matrix(self) -> np.ndarray:
         """‖P_ij‖_F for every directed edge, as an N × N matrix (paper Fig. 4)."""

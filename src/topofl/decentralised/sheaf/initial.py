@@ -80,12 +80,14 @@ def initial_maps(
     """
     check_choice("map_init", kind, INITS)
     if not scale > 0:
-        raise ValueError(f"map_scale must be > 0: a zero initial restriction map never learns (paper Remark 3); got {scale}")
+        raise ValueError("map_scale must be > 0: a zero initial restriction map never learns (paper Remark 3); "
+                         f"got {scale}")
     if kind == "sparse_sign":
         return StackedSparseSign(sizes, d_i, scale, rng)
     if kind == "shared":
         if spec is None or spec.dim != d_i:
-            raise ValueError("map_init='shared' draws each edge's map from the edge's seed: pass the node's spec (its dim must be d_i)")
+            raise ValueError("map_init='shared' draws each edge's map from the edge's seed: pass the node's spec "
+                             "(its dim must be d_i)")
         return shared_maps(spec, sizes, scale)
     blocks = []
     for d_e in sizes:
@@ -102,6 +104,7 @@ def initial_maps(
             blocks.append(np.eye(d_e, d_i) + rng.normal(0.0, scale, (d_e, d_i)))
         else:
             if d_e != d_i:
-                raise ValueError(f"scaled_identity maps need d_ij = d_i (gamma = 1, equal model sizes); got {d_e} x {d_i}")
+                raise ValueError("scaled_identity maps need d_ij = d_i (gamma = 1, equal model sizes); "
+                                 f"got {d_e} x {d_i}")
             blocks.append(scale * np.eye(d_i))
     return np.vstack(blocks)

@@ -106,7 +106,8 @@ class NodeMaps:
     _memo: tuple[np.ndarray, np.ndarray] | None = None  # (x, P x) for the current maps
     products = 0  # projections P x actually computed (not answered from the remembered one)
 
-    def __init__(self, P0: np.ndarray | StackedSparseSign, sizes: Sequence[int], compact: bool, precision: str = "float64") -> None:
+    def __init__(self, P0: np.ndarray | StackedSparseSign, sizes: Sequence[int], compact: bool,
+                 precision: str = "float64") -> None:
         self.sizes = list(sizes)
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(int)
         self.compact = compact
@@ -148,7 +149,8 @@ class NodeMaps:
             y = self.cached(x)
             if y is not None:
                 return y
-        y = np.einsum("ij,j->i", self.P, x) if not self.compact else self.P0.apply(x) - self._U.rmatvec(self._V.matvec(x))
+        y = (np.einsum("ij,j->i", self.P, x) if not self.compact
+             else self.P0.apply(x) - self._U.rmatvec(self._V.matvec(x)))
         self.products += 1
         self._memo = (np.array(x, dtype=np.float64, copy=True), y.copy())
         return cast(np.ndarray, y)
@@ -178,7 +180,8 @@ class NodeMaps:
             self._U.append(u)
             self._V.append(v)
         # carry over what is stored (float32 factors round u and v): P_new x = P x − u (vᵀx)
-        self._memo = (m[0], carried_projection(m[1], self.stored(u), self.carry_scale(v))) if carry and m is not None else None
+        self._memo = ((m[0], carried_projection(m[1], self.stored(u), self.carry_scale(v)))
+                      if carry and m is not None else None)
 
     def stored(self, u: np.ndarray) -> np.ndarray:
         """A factor of a rank-one update as the maps store it: float32-rounded for float32 compact
@@ -219,7 +222,8 @@ class NodeMaps:
     def block_frobenius(self) -> list[float]:
         """‖P_ij‖_F for each neighbour block, without forming compact maps."""
         if not self.compact:
-            return [float(np.linalg.norm(self.P[a:b])) for a, b in zip(self.offsets[:-1], self.offsets[1:], strict=True)]
+            return [float(np.linalg.norm(self.P[a:b]))
+                    for a, b in zip(self.offsets[:-1], self.offsets[1:], strict=True)]
         out = []
         U, V, P0 = self.U, self.V, self.P0
         G = V @ V.T

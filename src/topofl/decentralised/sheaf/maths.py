@@ -42,10 +42,12 @@ def budget_refusal(start: float, per_iteration: float, rounds: int, budget: floa
     if need <= budget:
         return None
     stop = int((budget - start) // per_iteration) + 1 if per_iteration > 0 else 1
-    return (f"compact restriction maps would grow to {need / 1e9:.4g} GB over {rounds} iterations ({start / 1e9:.3g} GB at the start, "
-            f"+{per_iteration / 1e6:.4g} MB per iteration), above memory_budget={budget:.4g} bytes: the run would stop at iteration "
+    return (f"compact restriction maps would grow to {need / 1e9:.4g} GB over {rounds} iterations "
+            f"({start / 1e9:.3g} GB at the start, +{per_iteration / 1e6:.4g} MB per iteration), "
+            f"above memory_budget={budget:.4g} bytes: the run would stop at iteration "
             f"{stop}. Set memory_budget >= {need:.4g} (bytes), or run fewer rounds, "
-            + ("map_precision='float32' (half the growth) " if float64 else "") + "or on_budget='recompress' (approximate)")
+            + ("map_precision='float32' (half the growth) " if float64 else "")
+            + "or on_budget='recompress' (approximate)")
 
 
 def model_step(theta: np.ndarray, grad: np.ndarray, coupling: np.ndarray, lr: float, lam: float) -> np.ndarray:
@@ -73,8 +75,8 @@ def carried_projection(proj: np.ndarray, residual: np.ndarray, scale: float) -> 
 
 
 def node_flops(
-    gradient_flops: float, d_i: int, sizes: Sequence[int], compact: bool, rank: int, projections: int = 2, map_update: bool = True,
-    rebuilt: bool = False,
+    gradient_flops: float, d_i: int, sizes: Sequence[int], compact: bool, rank: int, projections: int = 2,
+    map_update: bool = True, rebuilt: bool = False,
 ) -> float:
     """Analytic FLOPs of one node in one iteration: gradients plus what the map work computed.
 

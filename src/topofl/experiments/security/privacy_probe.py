@@ -127,10 +127,11 @@ def _observations(channel: str, X: np.ndarray, y: np.ndarray, thetas: np.ndarray
     return updates, cfg.local_epochs * int(np.ceil(X.shape[0] / min(cfg.batch_size, X.shape[0])))
 
 
-def _reconstruct(channel: str, obs: np.ndarray, grads: np.ndarray, thetas: np.ndarray, T: int, B: int,
+def _reconstruct(channel: str, obs: np.ndarray, grads: np.ndarray, thetas: np.ndarray, T: int,
                  labels: np.ndarray, steps: int, cfg: Any, options: dict[str, Any],
                  naive: dict[int, np.ndarray]) -> tuple[np.ndarray, np.ndarray, str]:
     """The attacker's rows and labels from the first ``T`` observations of one channel, and the attack's name."""
+    B = len(labels)  # the batch's size: ``labels`` holds one (inferred) label per row
     if B == 1 and channel != "update (unrolled)":
         x, label = invert_single_gradient(grads[0], thetas[0], cfg.l2)
         return x[None, :], np.array([label]), "closed form"
@@ -157,7 +158,7 @@ def _batch_rows(X: np.ndarray, y: np.ndarray, full: bool, thetas: np.ndarray, cf
         k = int(np.clip(round(count), 0, B))
         labels = np.r_[np.ones(k), np.zeros(B - k)]  # rows are exchangeable: the count is all a batch's labels say
         for T in (1, len(thetas)):
-            X_hat, y_hat, attack = _reconstruct(channel, obs, grads, thetas, T, B, labels, steps, cfg, options, naive)
+            X_hat, y_hat, attack = _reconstruct(channel, obs, grads, thetas, T, labels, steps, cfg, options, naive)
             err = reconstruction_error(X, X_hat, y, y_hat)
             rows.append({
                 **base, "batch": FULL if full else B, "rows": B, "channel": channel, "observed_rounds": T,
