@@ -59,3 +59,21 @@ def test_an_experiment_takes_the_data_model_and_hyperparameter_options_into_its_
 def test_an_experiment_refuses_an_unknown_hyperparameter_by_name(tmp_path):
     one_line_error(runner.invoke(app, ["experiment", "ablation", "--seeds", "0", "-p", "nonsense=1", "--out", str(tmp_path)]),
                    "nonsense")
+
+
+def test_run_prints_a_peer_method_that_logs_nothing():
+    res = runner.invoke(app, ["run", "-m", "dfedu", "-r", "2", "-s", "n_clients=4", "-s", "adversarial=(1,)"])
+    assert res.exit_code == 0, res.output
+    assert "final" in res.output
+
+
+def test_one_config_file_serves_run_and_compare(tmp_path):
+    """run reads method and seed first, compare methods and seeds (as before the shared options)."""
+    from topofl import cli_common as ui
+    from topofl.cli import _methods_and_seeds
+
+    path = tmp_path / "c.toml"
+    path.write_text('method = "fedavg"\nmethods = ["fedavg", "ditto"]\nseed = 3\nseeds = "0-1"\n')
+    options = ui.Options(config=path)
+    assert _methods_and_seeds(options, "0", one=True)[1:] == (["fedavg"], 3)
+    assert _methods_and_seeds(options, "0-9")[1:] == (["fedavg", "ditto"], "0-1")

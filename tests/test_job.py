@@ -121,3 +121,49 @@ def test_the_validation_split_is_part_of_the_job():
     plain = run(Job(method="fedavg", data="healthcare", data_params=SMALL, rounds=1))
     held = run(Job(method="fedavg", data="healthcare", data_params=SMALL, rounds=1, validation=0.25))
     assert plain.final["auc"] != held.final["auc"]
+
+
+def test_no_two_data_sets_share_a_run_id():
+    """A scenario and a Sheaf-FMTL data set that once shared a name never share an id (resume reuses by id)."""
+    ids = {Job(data=d, method=m).run_id for d in ("mnist", "rotated-mnist", "digits", "rotated-digits")
+           for m in ("fedavg", "sheaf")}
+    assert len(ids) == 8
+
+
+def test_a_job_refuses_bad_hyperparameters_and_graphs_when_it_is_made():
+    with pytest.raises(ValueError, match="bogus"):
+        Job(method="fedavg", hyperparameters={"bogus": 1})
+    with pytest.raises(ValueError, match="lr must be in"):
+        Job(method="fedavg", hyperparameters={"lr": -1})
+    with pytest.raises(ValueError, match="graph must be one of"):
+        Job(method="sheaf", graph="nonsense")
+
+
+def test_the_conveniences_refuse_a_method_of_the_other_family():
+    fed = topofl.make_scenario("healthcare", seed=0, **SMALL)
+    with pytest.raises(ValueError, match="simulate_decentralised, or topofl.run"):
+        topofl.simulate(fed, "sheaf", rounds=1)
+    with pytest.raises(ValueError, match="use simulate, or topofl.run"):
+        topofl.simulate_decentralised(fed, "fedavg", rounds=1)
+    assert topofl.simulate_decentralised(fed, "Local", rounds=1).method == "local-peers"
+
+
+def test_a_peer_result_reads_as_before():
+    fed = topofl.make_scenario("healthcare", seed=0, **SMALL)
+    h = topofl.simulate_decentralised(fed, "dfedu", rounds=2, graph="ring")
+    assert h.curve().tolist() == [r.accuracy for r in h.rounds]  # a peer run's default curve is accuracy
+    assert h.curve("cumulative_bits").tolist() == [r["cumulative_bits"] for r in h.iterations]
+    assert h.rounds[-1]["accuracy"] == h.final["accuracy"]
+
+
+def test_a_flower_checkpoint_of_the_old_history_type_unpickles():
+    """Checkpoints written before one result type served both families hold a History with ``server_logs``."""
+    import pickle
+
+    r = Result("fedavg", 0)
+    r.logs.append({"round": 1})
+    old = Result.__new__(Result)
+    state = {k: v for k, v in r.__dict__.items() if k not in ("family", "iterations", "models", "graph", "logs")}
+    old.__dict__.update({**state, "server_logs": [{"round": 1}]})
+    back = pickle.loads(pickle.dumps(old))
+    assert back.logs == back.server_logs == [{"round": 1}] and back.family == "server" and back.iterations == []

@@ -209,7 +209,18 @@ def simulate(
     job = Job(method=method, data=federation, hyperparameters=hyperparameters,
               model="linear" if model is None else model, rounds=rounds, seed=seed, client_fraction=client_fraction,
               attack=attack or "", device=device)
+    _require_family(job, "server", "simulate", "simulate_decentralised")
     return run(job, on_round=on_round, progress=progress, algorithm=algorithm)
+
+
+def _require_family(job: Job, family: str, here: str, there: str) -> None:
+    """``ValueError`` when a convenience is given a method of the other family (``run`` takes both)."""
+    if job.family != family:
+        from topofl.methods import available
+
+        kind = {"server": "server-based", "peer": "decentralised (peer-to-peer)"}
+        raise ValueError(f"{job.method!r} is not a {kind[family]} method; {here} needs one of "
+                         f"{', '.join(available(family))} (use {there}, or topofl.run, for {job.method!r})")
 
 
 def _registered_name(algorithm: Algorithm) -> str:
@@ -261,9 +272,11 @@ def simulate_decentralised(  # noqa: PLR0913 (public API: the keyword options of
         The method's hyper-parameters (``topofl methods`` lists the federated ones; see
         :class:`topofl.decentralised.sheaf.SheafConfig`).
     """
-    job = Job(method={"local": "local-peers"}.get(method, method), data=peer_data(clients, task, n_classes),
+    name = "local-peers" if str(method).strip().lower() == "local" else method
+    job = Job(method=name, data=peer_data(clients, task, n_classes),
               hyperparameters=hyperparameters, model="linear" if model is None else model, rounds=rounds, seed=seed,
               graph=graph, graph_params=graph_params or {}, attack=attack or "", device=device)
+    _require_family(job, "peer", "simulate_decentralised", "simulate")
     return run(job)
 
 

@@ -87,15 +87,16 @@ def _methods_and_seeds(o: Any, default_seeds: str, every_server_method: bool = F
     from topofl.methods import available
 
     file = load_toml(o.config) if o.config else {}
+    # a file may serve several commands: a one-run command reads method and seed first, a comparison methods and seeds
+    first, second = ("method", "methods") if one else ("methods", "method")
     if o.methods is not None:
         methods = o.methods.split(",")
-    elif "methods" in file or "method" in file:
-        methods = file.get("methods", [file.get("method")])
+    elif first in file or second in file:
+        value = file.get(first, file.get(second))
+        methods = [value] if isinstance(value, str) else list(value or [])
     else:
         methods = available("server") if every_server_method else ["ptopofl"]
-    seeds = resolve(o.seeds, file, "seeds", None)
-    if seeds is None:
-        seeds = file.get("seed", default_seeds)
+    seeds = o.seeds if o.seeds is not None else file.get("seed" if one else "seeds", default_seeds)
     if one:
         if len([m for m in methods if m.strip()]) > 1:
             source = "--methods" if o.methods is not None else f"config file {str(o.config)!r}"
@@ -374,7 +375,14 @@ def _check_jobs(jobs: Sequence[Any]) -> None:
         if key not in seen:
             seen.add(key)
             build(job.method, job.hyperparameters)
-            load_job_data(job)
+            data = load_job_data(job)
+            first = data.clients[0]
+            if isinstance(job.model, str):  # a model that does not exist, or does not fit the data
+                from topofl.api import per_client
+                from topofl.models.registry import build_model
+
+                for spec in dict.fromkeys(per_client(job.model, len(data.clients))):
+                    build_model(spec, task=data.task, n_features=first.n_features, n_classes=max(data.n_classes, 2))
 
 
 def _run_tuned(name: str, seeds: Sequence[int], out: Path, settings: TuneSettings, resume: bool, overwrite: bool,

@@ -22,10 +22,23 @@ from rich.table import Table
 from typer.core import TyperCommand
 
 from topofl.atomic import LOCK_NAME
-from topofl.config import parse_assignments, parse_seeds
 
 if TYPE_CHECKING:  # pragma: no cover
     from topofl.job import Job
+
+def parse_seeds(text: str) -> tuple[int, ...]:
+    """:func:`topofl.config.parse_seeds`, imported when called (``topofl --help`` loads no NumPy)."""
+    from topofl.config import parse_seeds as parse
+
+    return parse(text)
+
+
+def parse_assignments(items: Any, field: str) -> dict[str, Any]:
+    """:func:`topofl.config.parse_assignments`, imported when called (``topofl --help`` loads no NumPy)."""
+    from topofl.config import parse_assignments as parse
+
+    return parse(items, field)
+
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -373,6 +386,15 @@ def print_scenarios() -> None:
         print_wrapped(DESCRIPTIONS[name], width, "  ")
         print_wrapped(", ".join(f"{f.name}={as_typed(f.default)}" for f in dataclasses.fields(cfg)), width, "  -s ",
                       "     ")
+    from topofl.data.sources import SOURCES
+
+    console.print()
+    print_wrapped("Data sets of the Sheaf-FMTL experiments (--scenario NAME too; feature counts may differ between "
+                  "clients, which only the peer-to-peer methods take):", width, "")
+    for name, source in SOURCES.items():
+        if name not in SCENARIOS:
+            console.print(f"[bold]{escape(name)}[/]", highlight=False)
+            print_wrapped(source.description, width, "  ")
 
 
 def as_dict(row: Any) -> dict[str, Any]:
@@ -401,9 +423,10 @@ class RoundTable:
     def print(self) -> Any:
         """Print the table, pTopoFL's clusters if any and the final scores; return the history."""
         console.print(self.table)
-        log = self.history.server_logs[-1]
+        log = self.history.server_logs[-1] if self.history.server_logs else {}  # peer methods may log nothing
         if "clusters" in log:
-            console.print(f"clusters: {log['clusters']}  flagged: {log['flagged']}  re-clustered: {log['reclustered']}")
+            console.print(f"clusters: {log['clusters']}  flagged: {log.get('flagged', [])}  "
+                          f"re-clustered: {log.get('reclustered', [])}")
         f = self.history.final
         console.print(f"[bold]final[/] AUC {f['auc']:.3f} ± {f['auc_std']:.3f} (mean ± std over clients), "
                       f"accuracy {f['accuracy']:.3f}, pooled AUC {f['pooled_auc']:.3f}")

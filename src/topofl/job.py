@@ -26,6 +26,18 @@ DEVICES = ("cpu", "cuda", "auto")
 _LEGACY_DATA_NAMES = {"rotated-digits": "digits", "rotated-mnist": "mnist"}
 
 
+def _id_name(data: str, family: str) -> str:
+    """The data source's name in run ids and result columns: a peer run on a renamed Sheaf-FMTL data set
+    keeps its old name, and a peer run on a scenario that shares that old name gets its own (no two data
+    sets share an id; server runs name their source as it is).
+    """
+    if family != "peer":
+        return data
+    if data in _LEGACY_DATA_NAMES:
+        return _LEGACY_DATA_NAMES[data]
+    return f"{data}-scenario" if data in _LEGACY_DATA_NAMES.values() else data
+
+
 #: the names files and run configs have always used for a job's fields (``config.json``, Flower's run config
 #: and checkpoints): name in files → :class:`Job` field
 FILE_NAMES = {"method": "method", "scenario": "data", "scenario_params": "data_params", "rounds": "rounds",
@@ -115,8 +127,14 @@ class Job:
         check_choice("device", self.device, DEVICES)
         if isinstance(self.model, str) and not self.model.strip():
             raise ValueError("model must name a model (e.g. 'linear', 'cnn-small' or 'package.module:factory'); got ''")
-        if isinstance(self.graph, str) and not self.graph:
-            raise ValueError("graph must name a graph kind; got ''")
+        if isinstance(self.graph, str):
+            from topofl.decentralised.graphs import KINDS
+
+            check_choice("graph", self.graph, KINDS)
+        if not self.method.startswith("paper:"):  # the method's hyper-parameters, validated as it will build them
+            from topofl.methods import get
+
+            get(self.method).config.from_dict(dict(self.hyperparameters))
         for name in ("experiment", "label"):
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f"{name} must be a string; got {getattr(self, name)!r}")
@@ -146,7 +164,7 @@ class Job:
     @property
     def key(self) -> dict[str, Any]:
         """Columns identifying the run in tidy results: experiment, data, method (its label), setting, seed."""
-        scenario = _LEGACY_DATA_NAMES.get(self.data_name, self.data_name)  # the column results have always had
+        scenario = _id_name(self.data_name, self.family)  # the column results have always had
         return {"experiment": self.experiment, "scenario": scenario, "method": self.label or self.method,
                 **self.setting, "seed": self.seed}
 
@@ -173,7 +191,7 @@ class Job:
         """
         d = self.as_dict()
         out: dict[str, Any] = {
-            "experiment": d["experiment"], "scenario": _LEGACY_DATA_NAMES.get(d["data"], d["data"]),
+            "experiment": d["experiment"], "scenario": _id_name(d["data"], self.family),
             "method": d["method"],
             "seed": d["seed"], "rounds": d["rounds"], "label": d["label"], "hyperparameters": d["hyperparameters"],
             "scenario_params": d["data_params"], "setting": d["setting"],

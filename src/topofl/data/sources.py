@@ -95,4 +95,7 @@ def load(name: str, seed: int = 0, params: Mapping[str, Any] | None = None) -> A
         raise ValueError(f"unknown data source {name!r}; available: {', '.join(SOURCES)}")
     if name in SCENARIOS:
         return make_scenario(name, seed, **dict(params or {}))
-    return SOURCES[name].load(seed, **dict(params or {}))
+    try:
+        return SOURCES[name].load(seed, **dict(params or {}))
+    except TypeError as exc:  # an unknown keyword of the loader: a bad parameter, named
+        raise ValueError(f"data source {name!r}: {exc}") from None

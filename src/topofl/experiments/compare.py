@@ -17,7 +17,7 @@ from topofl.decentralised.graphs import make_graph
 from topofl.experiments.results import CsvAppender, append_jsonl, write_csv, write_json_atomic
 from topofl.experiments.store import results_lock
 from topofl.federation.history import ROUND_FIELDS, ROUND_SUMMARY_FIELDS, Result, RoundSummary
-from topofl.job import Job
+from topofl.job import DEFAULT_GRAPH, Job
 from topofl.methods import build_peer, build_server
 from topofl.models.registry import build_model
 
@@ -212,7 +212,9 @@ def _run_compare(jobs: Sequence[Job], out: Path | None, on_run_done: Callable[[s
             cache_key = (job.seed, repr((job.data, sorted(job.data_params.items()), job.validation)))
             if cache_key not in data_cache:  # the methods of one seed share its data (server family: a Federation)
                 data_cache.clear()
-                data_cache[cache_key] = load_job_data(job.with_(method=_SERVER_REFERENCE))
+                reference = job.with_(method=_SERVER_REFERENCE, hyperparameters={}, graph=DEFAULT_GRAPH,
+                                      graph_params={})
+                data_cache[cache_key] = load_job_data(reference)
             federation = data_cache[cache_key]
 
             def record(result: Result, summary: RoundSummary, job: Job = job) -> None:

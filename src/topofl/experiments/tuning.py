@@ -445,6 +445,16 @@ def trial_specs(study: Study, params: Mapping[str, Any], validation: float) -> l
     return [replace(study.base, seed=s, hyperparameters=hyper, validation=validation) for s in study.seeds]
 
 
+def _trial_runs(study: Study, t: int, params: Mapping[str, Any], validation: float) -> _Open:
+    """Trial ``t`` of ``study`` with its runs; a trial whose values the method's config refuses has none
+    and fails with the reason, as each of its runs would have.
+    """
+    try:
+        return _Open(t, dict(params), trial_specs(study, params, validation))
+    except ValueError as exc:
+        return _Open(t, dict(params), [], errors=[str(exc).splitlines()[0] if str(exc) else "ValueError"])
+
+
 def run_studies(
     studies: Sequence[Study],
     settings: TuneSettings,
@@ -469,7 +479,7 @@ def run_studies(
     def finish(study: Study, open_: _Open) -> None:
         finals = [r["final"] for r in open_.results.values() if r is not None]
         metric = study.metric
-        value = trial_value(metric, finals) if len(finals) == len(open_.specs) else None
+        value = trial_value(metric, finals) if open_.specs and len(finals) == len(open_.specs) else None
         record = {"trial": open_.trial, "params": open_.params, "metric": metric, "value": value,
                   "n_seeds": len(finals),
                   "seconds": float(sum(r["seconds"] for r in open_.results.values() if r is not None)),
@@ -488,7 +498,7 @@ def run_studies(
         if t >= settings.trials:
             return
         params = propose(study, t, settings)
-        open_ = _Open(t, params, trial_specs(study, params, settings.validation))
+        open_ = _trial_runs(study, t, params, settings.validation)  # no runs: refused, it finishes failed below
         current[study.name] = open_
         for spec in open_.specs:
             record, problem = verified_done(run_paths(run_dir, spec))

@@ -64,6 +64,13 @@ class RoundSummary:
     def as_dict(self) -> dict[str, float]:
         return dict(self.__dict__)
 
+    def __getitem__(self, key: str) -> Any:
+        """``summary["accuracy"]``, as a peer run's rounds were read when they were dicts."""
+        try:
+            return getattr(self, key)
+        except AttributeError:
+            raise KeyError(key) from None
+
 
 #: the columns of a round summary (:class:`RoundSummary`), as ``curves.csv`` files hold them
 ROUND_SUMMARY_FIELDS = tuple(RoundSummary.__dataclass_fields__)
@@ -137,9 +144,24 @@ class Result:
             return {**self.rounds[-1].as_dict(), **self.iterations[-1]}
         return self.rounds[-1].as_dict()
 
-    def curve(self, metric: str = "auc") -> np.ndarray:
-        """One metric over the evaluated rounds."""
+    def curve(self, metric: str | None = None) -> np.ndarray:
+        """One metric over the evaluated rounds (default: ``auc`` for a server run, ``accuracy`` for a
+        peer run); a peer run's per-iteration values (``bits``, ``cumulative_flops``, ...) over its iterations.
+        """
+        metric = metric or ("accuracy" if self.family == "peer" else "auc")
+        if metric not in RoundSummary.__dataclass_fields__ and self.iterations:
+            return np.array([r[metric] for r in self.iterations], dtype=float)
         return np.array([getattr(r, metric) for r in self.rounds], dtype=float)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickle, also a ``History`` pickled by topofl before one result type served both families
+        (a Flower checkpoint taken then resumes): its ``server_logs`` are the ``logs``.
+        """
+        if "server_logs" in state and "logs" not in state:
+            state = {**state, "logs": state["server_logs"]}
+            del state["server_logs"]
+        defaults: dict[str, Any] = {"family": "server", "iterations": [], "models": {}, "graph": None}
+        self.__dict__.update({**defaults, **state})
 
     def convergence_round(self, metric: str = "auc", fraction: float = 0.95) -> int:
         """First round whose ``metric`` reaches ``fraction`` × its final value (paper Table 1)."""
