@@ -1,10 +1,12 @@
 """The documented configuration set of the before/after bit-identity check (issue 21).
 
-Every method of both families, in process and on Flower's Simulation Runtime, with the linear and
-a PyTorch model, with attacks and with DP. :func:`fingerprint` reduces a run's result to a SHA-256
+Every method of both families, in process and through the Flower apps (on Flower's Simulation
+Runtime and on the in-memory grid), with the linear and a PyTorch model, with attacks and with DP. :func:`fingerprint` reduces a run's result to a SHA-256
 of its per-(round, client) metrics, its per-round summaries and its final models, bit for bit:
 ``tests/data/bit_identity.json`` holds the fingerprints measured before the refactoring, and
-``tests/test_bit_identity.py`` checks that every configuration still gives them.
+``tests/test_bit_identity.py`` checks that every configuration still gives them; the Flower ones are
+checked inside the Flower tests that already run them (``tests/flower/``), so that no Flower run is
+made twice.
 Regenerate (only for an intended numerical change, and say so): ``python tests/bit_identity.py``.
 """
 from __future__ import annotations
@@ -25,6 +27,9 @@ RECORD_KEYS = ("round", "client", "auc", "accuracy", "loss", "mse", "r2", "bytes
 PEER_RECORD_KEYS = ("round", "client", "auc", "accuracy", "loss", "mse", "r2", "floats_up", "floats_down")
 SUMMARY_KEYS = ("round", "auc", "auc_std", "accuracy", "accuracy_std", "loss", "pooled_auc", "pooled_accuracy", "mse", "r2")
 HEALTHCARE = {"n_clients": 6, "n_min": 60, "n_max": 120}
+#: the Flower runs' federation: four clients, client 1 adversarial
+FLOWER_SMALL = {"n_clients": 4, "adversarial": (1,)}
+RELAY_HPS = {"sheaf": {"gamma": 0.3, "lam": 0.01}}
 
 # name -> (runtime, marker, keyword arguments); "in-process" server runs go through topofl.simulate
 CONFIGS: dict[str, tuple[str, str, dict[str, Any]]] = {
@@ -39,10 +44,14 @@ CONFIGS: dict[str, tuple[str, str, dict[str, Any]]] = {
     **{f"peer-{m}": ("peer", "", {"method": m, **({"gamma": 0.2} if m == "sheaf" else {})}) for m in PEER_METHODS},
     "peer-sheaf-attack": ("peer", "", {"method": "sheaf", "gamma": 0.2, "attack": "sign_flip:fraction=0.34"}),
     "peer-dfedu-torch": ("peer", "deep", {"method": "dfedu", "model": "mlp"}),
-    "flower-fedavg": ("flower", "flower", {"method": "fedavg"}),
+    # the Flower runs of tests/flower: through the in-memory grid (every method) and on Ray
+    **{f"flower-grid-{m}": ("flower-grid", "flower", {"method": m}) for m in SERVER_METHODS},
+    **{f"flower-relay-{m}": ("flower-relay", "flower", {"method": m, **RELAY_HPS.get(m, {})}) for m in PEER_METHODS},
     "flower-ptopofl": ("flower", "flower", {"method": "ptopofl"}),
-    "flower-sheaf": ("flower", "flower", {"method": "sheaf"}),
+    "flower-sheaf": ("flower", "flower", {"method": "sheaf", **RELAY_HPS["sheaf"]}),
 }
+#: the configurations that tests/test_bit_identity.py runs itself (the Flower ones run in tests/flower)
+OWN_CONFIGS = [n for n, c in CONFIGS.items() if not c[0].startswith("flower")]
 
 
 def _floats(values: Any) -> bytes:
@@ -80,11 +89,35 @@ def run_config(name: str) -> Any:
     if runtime == "peer":
         federation = make_scenario("healthcare", seed=3, **HEALTHCARE)
         return topofl.simulate_decentralised(federation, method, rounds=4, seed=3, graph="ring", **kwargs)
-    from topofl.flower.simulation import simulate_flower
+    return _run_flower(runtime, method, kwargs)
 
-    extra = {"hyperparameters": "gamma=0.3", "graph": "ring"} if method == "sheaf" else {}
-    return simulate_flower(method=method, num_server_rounds=2, seed=3, scenario_params="n_clients=4,adversarial=(1,)", **extra)
 
+def _run_flower(runtime: str, method: str, hps: dict[str, Any]) -> Any:
+    """The Flower runs of ``tests/flower``, as those tests make them."""
+    from topofl.flower.settings import FlowerSettings
+
+    if runtime == "flower-grid":  # tests/flower/test_flower_inprocess.py, the in-process equivalence
+        from fake_grid import FakeGrid
+        from topofl.flower.server_app import federated_main
+
+        return federated_main(FakeGrid(4), FlowerSettings.from_flat(method=method, rounds=3, seed=3, scenario_params=FLOWER_SMALL))
+    if runtime == "flower-relay":
+        from fake_grid import FakeGrid
+        from topofl.flower.relay import relay_main
+
+        settings = FlowerSettings.from_flat(method=method, rounds=4, seed=1, scenario_params=FLOWER_SMALL, hyperparameters=hps, graph="ring")
+        return relay_main(FakeGrid(4), settings)
+    from topofl.flower.simulation import simulate_flower  # tests/flower/test_flower_simulation.py, on Ray
+
+    if method == "sheaf":
+        return simulate_flower(method="sheaf", num_server_rounds=3, seed=0, scenario_params="n_clients=4,adversarial=(1,)",
+                               hyperparameters="gamma=0.3,lam=0.01", graph="ring")
+    return simulate_flower(method=method, num_server_rounds=3, seed=0)
+
+
+def assert_golden(name: str, result: Any) -> None:
+    """Fail unless ``result`` has configuration ``name``'s fingerprint, measured before issue 21."""
+    assert fingerprint(result) == json.loads(GOLDEN.read_text())[name], f"{name}: iterates or metrics changed"
 
 def main(argv: list[str]) -> None:
     """Measure every configuration (or those named) and write their fingerprints to :data:`GOLDEN`."""

@@ -167,3 +167,12 @@ def test_a_flower_checkpoint_of_the_old_history_type_unpickles():
     old.__dict__.update({**state, "server_logs": [{"round": 1}]})
     back = pickle.loads(pickle.dumps(old))
     assert back.logs == back.server_logs == [{"round": 1}] and back.family == "server" and back.iterations == []
+
+
+def test_round_records_are_the_rounds_rows_in_order_for_the_latest_and_an_earlier_round():
+    r = Result("fedavg", 0)
+    r.records.extend({"round": k, "client": c} for k in (1, 2, 3) for c in (2, 0, 1))
+    for k in (1, 2, 3, 4):
+        assert r.round_records(k) == [x for x in r.records if x["round"] == k]
+    assert [x["client"] for x in r.round_records(3)] == [2, 0, 1]
+    assert Result("fedavg", 0).round_records(1) == []

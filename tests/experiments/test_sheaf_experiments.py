@@ -54,7 +54,6 @@ def test_digits_plan_covers_the_paper_comparison_and_the_variants():
     assert "exchange" not in hp["Sheaf-FMTL γ=0.01"] and "map_init" not in hp["Sheaf-FMTL γ=0.01"]  # the paper's runs keep their ids
 
 
-@pytest.mark.slow  # about 100 s: 30 runs of 40 clients
 def test_digits_analysis_reports_both_exchanges_storage_and_paired_differences(tmp_path):
     import csv
 

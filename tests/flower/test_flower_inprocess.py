@@ -8,6 +8,7 @@ pytest.importorskip("flwr")
 from flwr.app import Array, ArrayRecord, MetricRecord  # noqa: E402
 
 import topofl  # noqa: E402
+from bit_identity import assert_golden  # noqa: E402
 from fake_grid import FakeGrid  # noqa: E402
 from topofl.flower.relay import relay_main  # noqa: E402
 from topofl.flower.server_app import federated_main  # noqa: E402
@@ -34,6 +35,7 @@ def test_flower_federated_run_equals_in_process(method):
     # the Flower run applies the deployment defaults (robust-defaults): the in-process run gets the same hyper-parameters
     ref = topofl.simulate(topofl.make_scenario("healthcare", seed=3, **SMALL), method, rounds=3, seed=3, **settings.job.hyperparameters)
     assert_same_records(flower.records, ref.records)
+    assert_golden(f"flower-grid-{method}", flower)  # bit for bit what it gave before issue 21
     assert not flower.failures
     papers = FlowerSettings.from_flat(method=method, rounds=3, seed=3, scenario_params=SMALL, robust_defaults=False)
     assert_same_records(federated_main(FakeGrid(4), papers).records,
@@ -133,6 +135,7 @@ def test_nodes_claiming_one_partition_are_left_out_and_the_run_goes_on():
 def test_relay_run_equals_in_process(method, hps):
     settings = FlowerSettings.from_flat(method=method, rounds=4, seed=1, scenario_params=SMALL, hyperparameters=hps, graph="ring")
     h = relay_main(FakeGrid(4), settings)
+    assert_golden(f"flower-relay-{method}", h)
     ref = topofl.simulate_decentralised(topofl.make_scenario("healthcare", seed=1, **SMALL), method, rounds=4, seed=1, graph="ring", **hps)
     assert_same_records(h.records, ref.records, keys=("accuracy", "loss"))
     assert [r["bits"] for r in h.iterations] == [r["bits"] for r in ref.iterations]

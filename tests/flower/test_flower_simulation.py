@@ -6,6 +6,7 @@ import pytest
 pytest.importorskip("flwr")
 
 import topofl  # noqa: E402
+from bit_identity import assert_golden  # noqa: E402
 from topofl.flower import simulate_flower  # noqa: E402
 
 pytestmark = pytest.mark.flower
@@ -15,6 +16,7 @@ def test_ptopofl_through_flower_simulation_equals_in_process():
     from topofl.deployment_defaults import deployment_hyperparameters
 
     flower = simulate_flower(method="ptopofl", num_server_rounds=3, seed=0)
+    assert_golden("flower-ptopofl", flower)  # bit for bit what it gave before issue 21
     # a Flower run applies the deployment defaults (robust-defaults): the in-process run gets the same hyper-parameters
     ref = topofl.simulate(topofl.make_scenario("healthcare", seed=0), "ptopofl", rounds=3, seed=0,
                           **deployment_hyperparameters("ptopofl", {}))
@@ -34,6 +36,7 @@ def test_sheaf_relay_through_flower_simulation_equals_in_process():
     small = {"n_clients": 4, "adversarial": (1,)}
     flower = simulate_flower(method="sheaf", num_server_rounds=3, seed=0, scenario_params="n_clients=4,adversarial=(1,)",
                              hyperparameters="gamma=0.3,lam=0.01", graph="ring")
+    assert_golden("flower-sheaf", flower)
     ref = topofl.simulate_decentralised(topofl.make_scenario("healthcare", seed=0, **small), "sheaf", rounds=3, seed=0,
                                         graph="ring", gamma=0.3, lam=0.01)
     got = {(r["round"], r["client"]): (r["accuracy"], r["loss"]) for r in flower.records}

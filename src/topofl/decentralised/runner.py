@@ -149,7 +149,7 @@ def run_decentralised(  # noqa: PLR0913 (the public entry point's keyword option
                 row["peak_traced_bytes"] = tracemalloc.get_traced_memory()[1]
             if k % eval_every == 0 or k == rounds:
                 row.update(_evaluate(history, peers, k, sent, received))
-                history.rounds.append(round_summary(row, [r for r in history.records if r["round"] == k]))
+                history.rounds.append(round_summary(row, history.round_records(k)))
             history.iterations.append(row)
             if algorithm.log():
                 history.logs.append({"round": k, **algorithm.log()})

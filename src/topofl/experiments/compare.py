@@ -220,7 +220,7 @@ def _run_compare(jobs: Sequence[Job], out: Path | None, on_run_done: Callable[[s
             def record(result: Result, summary: RoundSummary, job: Job = job) -> None:
                 if writers is not None and out is not None:  # writers exist exactly when out is given
                     tag = {"method": job.method, "seed": job.seed}
-                    rows = [r for r in result.records if r["round"] == summary.round]
+                    rows = result.round_records(summary.round)
                     writers["rounds"].write({**tag, **r} for r in rows)
                     writers["curves"].write([{**tag, **summary.as_dict()}])
                     append_jsonl(out / "server_log.jsonl", {**tag, **_log_entry(job, result, summary.round)})

@@ -29,7 +29,7 @@ def execute_decentralised(job: Job, paths: dict[str, Path]) -> dict[str, Any]:
             CsvAppender(paths["curves"], tuple(key) + ITERATION_FIELDS) as curves_out:
 
         def on_round(history: Any, summary: Any) -> None:
-            rounds_out.write({**key, **r} for r in history.records if r["round"] == summary.round)
+            rounds_out.write({**key, **r} for r in history.round_records(summary.round))
             curves_out.write([{**key, **history.iterations[-1]}])
 
         t0 = time.perf_counter()

@@ -33,7 +33,7 @@ def execute_federated(job: Job, paths: dict[str, Path]) -> dict[str, Any]:
             CsvAppender(paths["curves"], key_fields + ROUND_SUMMARY_FIELDS) as curves_out:
 
         def on_round(history: Any, summary: RoundSummary) -> None:
-            rounds_out.write({**key, **r} for r in history.records if r["round"] == summary.round)
+            rounds_out.write({**key, **r} for r in history.round_records(summary.round))
             curves_out.write([{**key, **summary.as_dict()}])
             append_jsonl(paths["log"], {**key, **history.server_logs[-1]})
 

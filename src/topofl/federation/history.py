@@ -119,6 +119,17 @@ class Result:
         """The per-round logs (:attr:`logs`): the server's, or the peer algorithm's."""
         return self.logs
 
+    def round_records(self, k: int) -> list[dict[str, Any]]:
+        """The per-client records of round ``k``, in order; the latest round's without a scan of the
+        whole run (records are appended round by round), so a per-round callback stays O(clients).
+        """
+        if not self.records or self.records[-1]["round"] != k:
+            return [r for r in self.records if r["round"] == k]
+        first = len(self.records)
+        while first > 0 and self.records[first - 1]["round"] == k:
+            first -= 1
+        return self.records[first:]
+
     def predict(self, X: np.ndarray, client: int | None = None) -> np.ndarray:
         """Scores of ``X`` under client ``client``'s final model (``None``: the server's model):
         P(y = 1), class probabilities, or predicted values, as :meth:`Model.predict_scores`.

@@ -98,7 +98,7 @@ def _federated(grid: Grid, settings: FlowerSettings, run_dir: Path | None, run_i
     out.failures.extend(failures)
 
     def on_round(history: History, summary: RoundSummary) -> None:
-        rows = [r for r in history.records if r["round"] == summary.round]
+        rows = history.round_records(summary.round)
         fails = [f for f in history.failures if f.round == summary.round]
         out.round(rows, {**summary.as_dict(), "n_clients": len(rows), "n_failures": len(fails)},
                   history.server_logs[-1], fails)
