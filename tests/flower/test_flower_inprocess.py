@@ -43,6 +43,17 @@ def test_flower_federated_run_equals_in_process(method):
     np.testing.assert_allclose([r.bytes_up for r in flower.rounds], [r.bytes_up for r in ref.rounds])
 
 
+@pytest.mark.parametrize("method", ["local", "ditto", "fedavg"])
+def test_a_kept_optimiser_state_and_a_step_budget_give_the_in_process_numbers(method):
+    """Adam's moments live in the client's state, which a Flower node keeps between rounds."""
+    hps = {"optimizer": "adam", "lr": 0.01, "local_steps": 3}
+    settings = FlowerSettings.from_flat(method=method, rounds=3, seed=3, scenario_params=SMALL, hyperparameters=hps)
+    flower = federated_main(FakeGrid(4), settings)
+    ref = topofl.simulate(topofl.make_scenario("healthcare", seed=3, **SMALL), method, rounds=3, seed=3, **settings.job.hyperparameters)
+    assert_same_records(flower.records, ref.records)
+    assert not flower.failures
+
+
 def test_pooled_metrics_only_when_asked():
     ref = topofl.simulate(topofl.make_scenario("healthcare", seed=0, **SMALL), "fedavg", rounds=2, seed=0)
     kept = federated_main(FakeGrid(4), FlowerSettings.from_flat(method="fedavg", rounds=2, scenario_params=SMALL))

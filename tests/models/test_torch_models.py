@@ -216,3 +216,34 @@ def test_missing_torch_gives_the_install_hint():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.startswith("the torch models need PyTorch: pip install 'topofl[torch]' (CPU build: pip install torch")
     assert "download.pytorch.org/whl/cpu" in out
+
+
+@pytest.mark.parametrize("name", ["sgd-momentum", "adam"])
+def test_the_native_loop_with_a_rule_and_a_step_budget_equals_torch_optim_on_the_module(name):
+    """K steps of topofl's torch loop (the rule on the flat parameters, on the device) = the same
+    K batches through torch.optim on the module itself; the kept state continues a second call."""
+    from topofl.models.optimizers import LocalOptimizer, OptimizerSpec, epoch_batches
+
+    model = small_cnn((1, 12, 12), 3, l2=0.0, dtype="float64")
+    X, y = _images(40, model.input_shape, 3, seed=4)
+    theta0 = model.init(np.random.default_rng(1))
+    spec = OptimizerSpec(name, lr=0.01, momentum=0.7)
+    ours = LocalOptimizer(spec)
+    theta = theta0
+    for seed in (5, 6):  # two rounds of 7 steps (batch 10: a pass is 4 batches, so each round reshuffles once)
+        theta = sgd(model, theta, X, y, epochs=1, lr=0.01, batch_size=10, rng=np.random.default_rng(seed),
+                    local_steps=7, optimizer=ours)
+    module = model.module_factory().double()
+    torch.nn.utils.vector_to_parameters(torch.from_numpy(theta0), module.parameters())
+    opt = (torch.optim.SGD(module.parameters(), lr=0.01, momentum=0.7) if name == "sgd-momentum"
+           else torch.optim.Adam(module.parameters(), lr=0.01))
+    Xt, yt = torch.from_numpy(X).reshape(-1, *model.input_shape), torch.from_numpy(y).long()
+    for seed in (5, 6):
+        for batches in epoch_batches(40, 10, 1, 7, np.random.default_rng(seed)):
+            for idx in batches:
+                opt.zero_grad()
+                torch.nn.functional.cross_entropy(module(Xt[idx]), yt[idx]).backward()
+                opt.step()
+    want = torch.nn.utils.parameters_to_vector(module.parameters()).detach().numpy()
+    np.testing.assert_allclose(theta, want, rtol=1e-9, atol=1e-12)
+    assert ours.t == 14

@@ -45,7 +45,8 @@ class Ditto(GlobalModelAlgorithm):
             v = ctx.model.init()
         lam = self.config.lam
         ctx.state["personal"] = self.local_sgd(
-            ctx, v, ctx.data.X_train, extra_grad=AffineGrad(lam, w_t) if lam > 0 else None, rng=personal_rng(ctx)
+            ctx, v, ctx.data.X_train, extra_grad=AffineGrad(lam, w_t) if lam > 0 else None, rng=personal_rng(ctx),
+            continues="personal",
         )
         return ClientUpdate(ctx.client_id, theta, ctx.data.n_train)
 

@@ -32,7 +32,8 @@ class LocalOnly(Algorithm):
         theta = ctx.state.get("personal")
         if theta is None:
             theta = ctx.model.init()
-        ctx.state["personal"] = self.local_sgd(ctx, theta, ctx.data.X_train, rng=personal_rng(ctx))
+        ctx.state["personal"] = self.local_sgd(ctx, theta, ctx.data.X_train, rng=personal_rng(ctx),
+                                               continues="personal")
         return ClientUpdate(ctx.client_id, _EMPTY, ctx.data.n_train)
 
     def aggregate_fit(self, rnd: int, updates: list[ClientUpdate]) -> dict[str, Any]:

@@ -51,6 +51,7 @@ class PerFedAvg(GlobalModelAlgorithm):
         bs = max(1, min(c.batch_size, n))
         w = np.array(message.params, dtype=np.float64, copy=True)
         n_batches = 3 if c.variant == "hf" else 2
+        optimizer = self.local_optimizer(ctx, c.lr)   # the meta-update of w (Fallah et al. 2020, Alg. 1 line 9)
         with np.errstate(over="ignore", invalid="ignore"):
             for _ in range(self.local_steps(n)):
                 D = [ctx.rng.choice(n, size=bs, replace=False) for _ in range(n_batches)]
@@ -60,8 +61,9 @@ class PerFedAvg(GlobalModelAlgorithm):
                     hv = (model.grad(w + c.delta * g, X[D[2]], y[D[2]])
                           - model.grad(w - c.delta * g, X[D[2]], y[D[2]])) / (2 * c.delta)
                     g = g - c.alpha * hv
-                w -= c.lr * g
+                optimizer.step(w, g)
         ensure_finite("Per-FedAvg", w, lr=c.lr, alpha=c.alpha)
+        self.keep_optimizer(ctx, optimizer)
         return ClientUpdate(ctx.client_id, w, n)
 
     def client_params(self, ctx: ClientContext, message: ServerMessage) -> np.ndarray:

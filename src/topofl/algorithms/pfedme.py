@@ -19,6 +19,7 @@ from topofl.algorithms.fedavg import GlobalModelAlgorithm, GlobalModelConfig
 from topofl.config import floats
 from topofl.federation.local import ensure_finite
 from topofl.federation.messages import ClientUpdate, ServerMessage
+from topofl.models.optimizers import epoch_batches
 
 
 @dataclass(frozen=True)
@@ -69,16 +70,18 @@ class PFedMe(GlobalModelAlgorithm):
         w = np.array(message.params, dtype=np.float64, copy=True)
         theta = w.copy()
         n = X.shape[0]
-        bs = max(1, min(c.batch_size, n))
+        # the local update of w (Alg. 1 line 8, gradient λ(w − θ̂)) takes the optimiser; θ̂'s inner solver stays plain.
+        # Plain SGD keeps the paper's arithmetic, w ← w − (η·λ)(w − θ̂), bit for bit
+        plain = c.optimizer == "sgd"
+        optimizer = self.local_optimizer(ctx, c.lr * c.lam if plain else c.lr)
         with np.errstate(over="ignore", invalid="ignore"):
-            for _ in range(c.local_epochs):
-                order = ctx.rng.permutation(n)
-                for start in range(0, n, bs):
-                    idx = order[start : start + bs]
+            for batches in epoch_batches(n, c.batch_size, c.local_epochs, c.local_steps, ctx.rng):
+                for idx in batches:
                     for _ in range(c.inner_steps):
                         theta -= c.personal_lr * (model.grad(theta, X[idx], y[idx]) + c.lam * (theta - w))
-                    w -= c.lr * c.lam * (w - theta)
+                    optimizer.step(w, (w - theta) if plain else c.lam * (w - theta))
         ensure_finite("pFedMe", w, theta, lr=c.lr, lam=c.lam, personal_lr=c.personal_lr)
+        self.keep_optimizer(ctx, optimizer)
         ctx.state["personal"] = theta
         return ClientUpdate(ctx.client_id, w, n)
 

@@ -31,6 +31,7 @@ from topofl.federation.local import AffineGrad
 from topofl.federation.messages import ClientUpdate, ServerMessage
 from topofl.federation.validation import ArraySpec, ClientInfo, ReplySchema
 from topofl.models.base import Model
+from topofl.models.optimizers import OPTIMIZERS
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,16 @@ class ScaffoldConfig(GlobalModelConfig):
         1.0, "server step size η_g (> 0)",
         low=0.0, high=10.0, low_open=True, space=floats(0.25, 2.0, log=True),
     )
+
+    optimizer: str = hp("sgd", "local update rule: sgd only (the control variates are defined by plain SGD steps)",
+                        choices=OPTIMIZERS)   # no search space: the others are refused below, with the reason
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.optimizer != "sgd":   # option II reads the mean gradient off K plain steps: c_i − c + (x − y)/(Kη)
+            raise ValueError(f"optimizer={self.optimizer!r}: SCAFFOLD's control variates (Karimireddy et al. "
+                             "2020, Algorithm 1 option II) assume plain SGD steps, and the server checks each c_i⁺ "
+                             "against them; use optimizer='sgd'")
 
 
 class Scaffold(Algorithm):

@@ -14,13 +14,16 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from topofl.config import TrainingConfig, hp
+from topofl.config import TrainingConfig, choice, floats, hp, ints
 from topofl.data.federation import ClientData
 from topofl.federation.local import ExtraGrad, sgd
 from topofl.federation.messages import ClientUpdate, ServerMessage
 from topofl.federation.validation import ArraySpec, ClientInfo, ReplySchema
 from topofl.models.base import Model
+from topofl.models.optimizers import OPTIMIZERS, STATE_KEY, LocalOptimizer, OptimizerSpec, steps_per_round
 from topofl.models.registry import build_model, spec_is_deep
+
+OPTIMIZER_STATE_POLICIES = ("method", "reset", "keep")
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,28 @@ class AlgorithmConfig(TrainingConfig):
     and the server's policy towards what clients send (validated at construction).
     """
 
+    local_steps: int = hp(
+        0, "mini-batch steps per round: a step budget that overrides local_epochs, cycling through freshly shuffled "
+        "passes (FLamby's protocol); 0: local_epochs passes (sheaf's local_steps is likewise its steps per round)",
+        low=0, high=10_000_000, integer=True, space=ints(0, 500, tuned=False),
+    )
+    optimizer: str = hp(
+        "sgd", "local update rule: sgd | sgd-momentum (heavy ball, PyTorch's convention) | adam (Kingma & Ba 2015) "
+        "at step size lr",
+        choices=OPTIMIZERS, space=choice(*OPTIMIZERS, tuned=False),
+    )
+    momentum: float = hp(0.9, "sgd-momentum's μ, in [0, 1)", low=0.0, high=1.0, high_open=True,
+                         space=floats(0.5, 0.99, tuned=False))
+    adam_beta1: float = hp(0.9, "adam's β1, in [0, 1)", low=0.0, high=1.0, high_open=True)
+    adam_beta2: float = hp(0.999, "adam's β2, in [0, 1)", low=0.0, high=1.0, high_open=True)
+    adam_eps: float = hp(1e-8, "adam's ε (> 0)", low=0.0, low_open=True)
+    optimizer_state: str = hp(
+        "method", "whether a client keeps its optimiser state between rounds: method (kept for a model trained on "
+        "from round to round — local's model, ditto's personal model —, fresh where training restarts from the "
+        "server's model) | reset (fresh every round) | keep (kept per client and model, as FLamby does; a client of "
+        "ifca or ptopofl that changes cluster carries its state along)",
+        choices=OPTIMIZER_STATE_POLICIES,
+    )
     max_update_ratio: float = hp(
         10.0,
         "server: drop an update farther from the model sent than this × max(that model's norm, update_norm_floor, "
@@ -187,18 +212,59 @@ class Algorithm(ABC):
     def local_sgd(
         self, ctx: ClientContext, theta: np.ndarray, X: np.ndarray, lr_scale: float = 1.0,
         extra_grad: ExtraGrad | None = None, rng: np.random.Generator | None = None,
-        sample_weight: np.ndarray | None = None,
+        sample_weight: np.ndarray | None = None, continues: str = "",
     ) -> np.ndarray:
-        """Mini-batch SGD with this algorithm's local hyper-parameters (``sample_weight``: one
-        weight per training sample of the local loss, see :func:`~topofl.federation.local.sgd`).
+        """Local training with this algorithm's hyper-parameters: its step budget or epochs, its
+        optimiser at ``lr × lr_scale`` (``sample_weight``: one weight per training sample of the local
+        loss, see :func:`~topofl.federation.local.sgd`).
+
+        ``continues`` names the model this training continues from round to round (a personal
+        model: ``"personal"``), for which the method keeps the client's optimiser state by default;
+        a training that restarts from the server's model gets a fresh optimiser. The config's
+        ``optimizer_state`` overrides the choice (``reset`` / ``keep``).
         """
         c = self.config
-        return sgd(
+        optimizer = self.local_optimizer(ctx, c.lr * lr_scale, continues)
+        theta = sgd(
             ctx.model, theta, X, ctx.data.y_train,
-            epochs=c.local_epochs, lr=c.lr * lr_scale, batch_size=c.batch_size, rng=ctx.rng if rng is None else rng,
-            extra_grad=extra_grad, sample_weight=sample_weight,
+            epochs=c.local_epochs, lr=optimizer.spec.lr, batch_size=c.batch_size, rng=ctx.rng if rng is None else rng,
+            extra_grad=extra_grad, sample_weight=sample_weight, local_steps=c.local_steps, optimizer=optimizer,
         )
+        self.keep_optimizer(ctx, optimizer, continues)
+        return theta
+
+    def local_optimizer(self, ctx: ClientContext, lr: float, continues: str = "") -> LocalOptimizer:
+        """The client's optimiser at step size ``lr``: its kept state for the model ``continues``
+        names when the policy keeps one (see :meth:`local_sgd`), else a fresh one.
+        """
+        c = self.config
+        spec = OptimizerSpec(c.optimizer, lr, c.momentum, c.adam_beta1, c.adam_beta2, c.adam_eps)
+        key = self._optimizer_key(continues)
+        return LocalOptimizer(spec, state=ctx.state.get(key) if key else None)
+
+    def keep_optimizer(self, ctx: ClientContext, optimizer: LocalOptimizer, continues: str = "") -> None:
+        """Save ``optimizer``'s state in ``ctx.state`` for the next round if the policy keeps it."""
+        key = self._optimizer_key(continues)
+        if key and optimizer.spec.name != "sgd":
+            ctx.state[key] = optimizer.state()
+
+    def state_recovery(self) -> str:
+        """What a client does when it has lost its state (:attr:`client_state_recovery`, and its kept
+        optimiser state restarting afresh); ``""`` when it keeps nothing between rounds.
+        """
+        c = self.config
+        notes = [self.client_state_recovery] if self.client_state_recovery else []
+        if c.optimizer != "sgd" and (c.optimizer_state == "keep" or (c.optimizer_state == "method" and notes)):
+            notes.append(f"its kept {c.optimizer} state, if any, restarts afresh")
+        return "; ".join(notes)
+
+    def _optimizer_key(self, continues: str) -> str:
+        policy = self.config.optimizer_state
+        if policy == "reset" or (policy == "method" and not continues):
+            return ""
+        return f"{STATE_KEY}.{continues or 'model'}"
 
     def local_steps(self, n: int) -> int:
         """Number of SGD steps one client with ``n`` samples takes in one round."""
-        return self.config.local_epochs * int(np.ceil(n / max(1, min(self.config.batch_size, n))))
+        c = self.config
+        return steps_per_round(n, c.batch_size, c.local_epochs, c.local_steps)

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from topofl.models.base import Model
+from topofl.models.optimizers import LocalOptimizer, OptimizerSpec, epoch_batches
 
 ExtraGrad = Callable[[np.ndarray], np.ndarray]
 
@@ -61,7 +62,7 @@ def ensure_finite(method: str, *params: np.ndarray, **step_sizes: float) -> None
         raise FloatingPointError(f"{method} diverged (non-finite parameters) with {sizes}; lower the step sizes")
 
 
-def sgd(
+def sgd(  # noqa: PLR0913 - the local-training keywords every method passes, by name
     model: Model,
     theta: np.ndarray,
     X: np.ndarray,
@@ -73,33 +74,41 @@ def sgd(
     rng: np.random.Generator,
     extra_grad: ExtraGrad | None = None,
     sample_weight: np.ndarray | None = None,
+    local_steps: int = 0,
+    optimizer: LocalOptimizer | None = None,
 ) -> np.ndarray:
-    """Run ``epochs`` passes of mini-batch SGD from ``theta`` and return the new parameters.
+    """Run ``epochs`` passes of mini-batch SGD from ``theta`` (or ``local_steps`` steps) and return
+    the new parameters.
 
     ``extra_grad(theta)`` is added to every stochastic gradient: the proximal term of FedProx,
-    a control-variate correction, a personalisation penalty, … Each epoch visits the samples in a
-    fresh random order; the last batch of an epoch may be smaller. ``sample_weight`` (one weight
-    per row of ``X``) makes each batch's loss the mean of its weighted losses (the model's
-    ``grad(..., sample_weight=...)``); the batches are the same.
+    a control-variate correction, a personalisation penalty, … The batches are those of
+    :func:`~topofl.models.optimizers.epoch_batches`: each epoch visits the samples in a fresh
+    random order, the last batch of an epoch may be smaller, and a step budget ``local_steps > 0``
+    overrides ``epochs``. ``sample_weight`` (one weight per row of ``X``) makes each batch's loss
+    the mean of its weighted losses (the model's ``grad(..., sample_weight=...)``); the batches are
+    the same. ``optimizer`` (default: plain SGD at ``lr``) applies its rule at its own step size
+    (``lr`` then only names the step size in a divergence message) and keeps its state, which the
+    caller may save for the next round (:meth:`LocalOptimizer.state`).
     """
+    optimizer = optimizer if optimizer is not None else LocalOptimizer(OptimizerSpec("sgd", lr))
     native = getattr(model, "sgd", None)
     weighted = {} if sample_weight is None else {"sample_weight": np.asarray(sample_weight, dtype=np.float64)}
     if native is not None and (extra_grad is None or isinstance(extra_grad, AffineGrad)):
-        return native(theta, X, y, epochs=epochs, lr=lr, batch_size=batch_size, rng=rng, extra=extra_grad, **weighted)  # type: ignore[no-any-return]
+        return native(theta, X, y, epochs=epochs, batch_size=batch_size, rng=rng, extra=extra_grad,  # type: ignore[no-any-return]
+                      local_steps=local_steps, optimizer=optimizer, **weighted)
     if sample_weight is not None and weighted["sample_weight"].shape != (X.shape[0],):
         raise ValueError(f"sample_weight must have shape ({X.shape[0]},); got {weighted['sample_weight'].shape}")
     theta = np.array(theta, dtype=np.float64, copy=True)
     n = X.shape[0]
     bs = max(1, min(batch_size, n))
     with np.errstate(over="ignore", invalid="ignore"):  # divergence is reported below, by name
-        for epoch in range(epochs):
-            order = rng.permutation(n)
-            for start in range(0, n, bs):
-                idx = order[start : start + bs]
+        for epoch, batches in enumerate(epoch_batches(n, bs, epochs, local_steps, rng)):
+            for idx in batches:
                 g = model.grad(theta, X[idx], y[idx]) if sample_weight is None else model.grad(
                     theta, X[idx], y[idx], sample_weight=weighted["sample_weight"][idx])
                 if extra_grad is not None:
                     g = g + extra_grad(theta)
-                theta -= lr * g
-            ensure_finite(f"local SGD (epoch {epoch + 1})", theta, lr=lr, epochs=epochs, batch_size=bs)
+                optimizer.step(theta, g)
+            budget = {"local_steps": local_steps} if local_steps > 0 else {"epochs": epochs}
+            ensure_finite(f"local {optimizer.spec.name} (pass {epoch + 1})", theta, lr=lr, **budget, batch_size=bs)
     return theta

@@ -168,10 +168,11 @@ def _context(node_config, state: RecordDict, content: RecordDict, stage: str):
                    str(config["task"]), data.n_features, int(config["n_classes"]), str(config.get("device", "cpu")))
     key = job_key(config)
     st, had = load_round_state(state, key, message_seq(rnd, stage), state_dir(node_config))
-    if not had and rnd > 1 and algorithm.client_state_recovery:
+    recovery = algorithm.state_recovery()
+    if not had and rnd > 1 and recovery:
         log.warning("client %d has no state of this job before round %d %s (selected for the first time, or its state "
                     "was lost: the SuperNode restarted, or a resumed run reached new SuperNodes); %s: %s",
-                    data.client_id, rnd, stage, algorithm.name, algorithm.client_state_recovery)
+                    data.client_id, rnd, stage, algorithm.name, recovery)
     return algorithm, client_context(data, st, model, rnd, int(config["seed"])), message, config, key
 
 

@@ -364,8 +364,9 @@ class TorchClassifier:
         return np.concatenate(rows) if rows else np.empty((0, 0))
 
     def sgd(
-        self, theta: np.ndarray, X: np.ndarray, y: np.ndarray, *, epochs: int, lr: float, batch_size: int,
-        rng: np.random.Generator, extra: Any = None, sample_weight: np.ndarray | None = None,
+        self, theta: np.ndarray, X: np.ndarray, y: np.ndarray, *, epochs: int, batch_size: int,
+        rng: np.random.Generator, optimizer: Any, extra: Any = None, sample_weight: np.ndarray | None = None,
+        local_steps: int = 0,
     ) -> np.ndarray:
         """Mini-batch SGD run inside torch (:func:`topofl.federation.local.sgd` delegates here).
 
@@ -374,8 +375,13 @@ class TorchClassifier:
         the parameters stay in the model's dtype on its device for the whole call: converted once
         on entry and once on exit, not per step. ``extra`` is an
         :class:`~topofl.federation.local.AffineGrad` (proximal and control-variate terms). With
-        ``sample_weight`` each batch's loss is the mean of its weighted cross-entropies.
+        ``sample_weight`` each batch's loss is the mean of its weighted cross-entropies. The step
+        budget ``local_steps`` as in the NumPy loop; ``optimizer`` (a
+        :class:`~topofl.models.optimizers.LocalOptimizer`) gives the rule and ``lr``: plain SGD
+        runs per parameter, another rule on the device on the flat parameters, its state handed back.
         """
+        from topofl.models.optimizers import LocalOptimizer, epoch_batches
+
         theta, X = self._theta(theta), self._X(X)
         labels = self._y(y, X.shape[0])
         sample_w = self._sample_weight(sample_weight, X.shape[0])
@@ -390,35 +396,49 @@ class TorchClassifier:
         term = extra.to_torch(torch, rt.dtype, rt.device) if extra is not None else None
         params = rt.params
         weights = [i for i, p in enumerate(params) if p.ndim > 1]   # the entries of ``mask``, parameter by parameter
-        for epoch in range(epochs):
-            order = rng.permutation(n)
-            for start in range(0, n, bs):
-                idx = torch.from_numpy(order[start : start + bs]).to(rt.device)
-                with torch.enable_grad():
-                    if sample_w is None:
-                        loss = F.cross_entropy(rt.module(Xt[idx]), yt[idx])
-                    else:
-                        loss = (F.cross_entropy(rt.module(Xt[idx]), yt[idx], reduction="none") * sample_w[idx]).mean()
-                    gs = [gi if gi is not None else torch.zeros_like(p)
-                          for gi, p in zip(torch.autograd.grad(loss, params, allow_unused=True), params, strict=True)]
+        lr, rule = optimizer.spec.lr, None   # plain SGD per parameter below; another rule on the flat vector
+        if optimizer.spec.name != "sgd":
+            rule = LocalOptimizer(optimizer.spec, torch, optimizer.state(), like=flat)
+        def batch_grads(idx: Any) -> list[Any]:
+            with torch.enable_grad():
+                if sample_w is None:
+                    loss = F.cross_entropy(rt.module(Xt[idx]), yt[idx])
+                else:
+                    loss = (F.cross_entropy(rt.module(Xt[idx]), yt[idx], reduction="none") * sample_w[idx]).mean()
+                return [gi if gi is not None else torch.zeros_like(p)
+                        for gi, p in zip(torch.autograd.grad(loss, params, allow_unused=True), params, strict=True)]
+
+        def flat_step(gs: list[Any]) -> None:   # the gradient as one vector, the rule applied to it
+            g = torch.cat([gi.reshape(-1) for gi in gs])
+            if l2:
+                g.add_(flat * mask, alpha=l2)
+            if term is not None:
+                g.add_(term(flat))
+            if rule is None:
+                flat.sub_(g, alpha=lr)
+            else:
+                rule.step(flat, g)
+
+        for epoch, batches in enumerate(epoch_batches(n, bs, epochs, local_steps, rng)):
+            for batch in batches:
+                gs = batch_grads(torch.from_numpy(batch).to(rt.device))
                 with torch.no_grad():
-                    if term is None:   # per parameter, in place: the same sums as below without the flat copy
-                        if l2:
-                            torch._foreach_add_([gs[i] for i in weights], [params[i] for i in weights], alpha=l2)
-                        torch._foreach_add_(params, gs, alpha=-lr)
+                    if term is not None or rule is not None:
+                        flat_step(gs)
                         continue
-                    g = torch.cat([gi.reshape(-1) for gi in gs])
-                    if l2:
-                        g.add_(flat * mask, alpha=l2)
-                    g.add_(term(flat))
-                    flat.sub_(g, alpha=lr)
+                    if l2:   # per parameter, in place: flat_step's sums without the flat copy
+                        torch._foreach_add_([gs[i] for i in weights], [params[i] for i in weights], alpha=l2)
+                    torch._foreach_add_(params, gs, alpha=-lr)
             # one reduction; a non-finite sum of finite parameters (an overflow) is checked element-wise
             if not bool(torch.isfinite(flat.sum())) and not bool(torch.isfinite(flat).all()):
                 raise FloatingPointError(
-                    f"local SGD (epoch {epoch + 1}) diverged (non-finite parameters) with lr={lr}, epochs={epochs}, "
+                    f"local {optimizer.spec.name} (pass {epoch + 1}) diverged (non-finite parameters) with lr={lr}, "
+                    f"{f'local_steps={local_steps}' if local_steps > 0 else f'epochs={epochs}'}, "
                     f"batch_size={bs}; "
                     "lower the step sizes"
                 )
+        if rule is not None:
+            optimizer.load(rule.state())
         return flat.detach().to(device="cpu", dtype=torch.float64, copy=True).numpy()   # one copy, owned by the caller
 
 

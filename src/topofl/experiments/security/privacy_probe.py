@@ -117,14 +117,18 @@ def _observations(channel: str, X: np.ndarray, y: np.ndarray, thetas: np.ndarray
     """
     from topofl.federation.local import sgd
     from topofl.models.linear import BinaryLogistic
+    from topofl.models.optimizers import steps_per_round
 
     model = BinaryLogistic(X.shape[1], cfg.l2)
     if channel == "gradient":
         return np.vstack([model.grad(t, X, y) for t in thetas]), 1
     rng = np.random.default_rng(np.random.SeedSequence([seed, 0x1D]))
+    if cfg.optimizer != "sgd":
+        raise ValueError(f"optimizer={cfg.optimizer!r}: the update inversion unrolls plain SGD steps; "
+                         "use optimizer='sgd'")
     updates = np.vstack([sgd(model, t, X, y, epochs=cfg.local_epochs, lr=cfg.lr, batch_size=cfg.batch_size,
-                             rng=rng) - t for t in thetas])
-    return updates, cfg.local_epochs * int(np.ceil(X.shape[0] / min(cfg.batch_size, X.shape[0])))
+                             rng=rng, local_steps=cfg.local_steps) - t for t in thetas])
+    return updates, steps_per_round(X.shape[0], cfg.batch_size, cfg.local_epochs, cfg.local_steps)
 
 
 def _reconstruct(channel: str, obs: np.ndarray, grads: np.ndarray, thetas: np.ndarray, T: int,
