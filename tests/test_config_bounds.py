@@ -173,7 +173,9 @@ def test_hp_refuses_inconsistent_declarations():
 
 def test_bounds_are_exposed_in_field_order_and_described():
     bounds = TrainingConfig.field_bounds()
-    assert list(bounds) == ["lr", "local_epochs", "batch_size", "l2"]
+    assert list(bounds) == ["lr", "local_epochs", "batch_size", "l2", "optimizer", "momentum", "adam_beta1", "adam_beta2",
+                            "adam_eps"]
+    assert bounds["optimizer"].describe() == "one of sgd, sgd-momentum, adam"
     assert bounds["lr"].describe() == "in (0.0, 100.0]"
     assert bounds["local_epochs"].describe() == "an integer in [1, 10000]"
     assert DPConfig.field_bounds()["accountant"].describe() == "one of rdp, pld"

@@ -54,8 +54,6 @@ so does starting an interrupted one again.
     """
     o = ui.Options(**options)
     ui.setup_logging(o.verbose)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from topofl.experiments.compare import run_compare
 
     jobs = jobs_from_options(o, *_methods_and_seeds(o, "0-9", every_server_method=True))
@@ -65,8 +63,7 @@ so does starting an interrupted one again.
     out = prepare_out(out)
     n_seeds = len({j.seed for j in jobs})
     t0 = time.perf_counter()
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=ui.err_console, transient=True, disable=not ui.err_console.is_terminal) as bar:
+    with ui.progress(remaining=False, transient=True, terminal_only=True) as bar:
         task = bar.add_task("comparing", total=sum(j.rounds for j in jobs))
 
         def tick(history, summary) -> None:
@@ -158,15 +155,6 @@ def tune(
     """
     o = ui.Options(**options)
     ui.setup_logging(o.verbose)
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
     from topofl._validation import check_int
     from topofl.experiments.compare import validate_jobs
     from topofl.experiments.driver import clear_directory
@@ -195,9 +183,7 @@ def tune(
     with results_lock(out):  # held from the clearing on: a second writer is refused before anything is deleted
         if overwrite:
             clear_directory(out)
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      TimeRemainingColumn(), console=ui.err_console, transient=False,
-                      disable=not ui.err_console.is_terminal) as bar:
+        with ui.progress(terminal_only=True) as bar:
             task = bar.add_task("tuning", total=total_runs(specs, settings))
             tune_comparison(specs, out, settings, reference=ref, resume=resume, jobs=jobs,
                             on_run=lambda what: bar.update(task, advance=1, description=what))
@@ -283,15 +269,6 @@ def experiment(  # noqa: PLR0913 (a typer command: its parameters are the comman
     experiment keeps its methods): the results then go to DIR/NAME-custom, and config.json says what changed.
     """
     ui.setup_logging(verbose)
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
     from topofl._validation import check_int
     from topofl.experiments.driver import GROUPS, default_seeds, experiment_names, run_experiment, total_runs
     from topofl.experiments.report import build_report
@@ -320,8 +297,7 @@ def experiment(  # noqa: PLR0913 (a typer command: its parameters are the comman
         return
     prepare_out(out)
     t0 = time.perf_counter()
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TimeRemainingColumn(), console=ui.err_console, transient=False) as bar:
+    with ui.progress() as bar:
         task = bar.add_task("runs", total=max(1, total_runs(names, seed_list, profile, root)))
         for n in names:
             bar.update(task, description=f"{n}")
@@ -390,15 +366,6 @@ def _run_tuned(name: str, seeds: Sequence[int], out: Path, settings: TuneSetting
     """``topofl experiment NAME --tuned``: the defaults into OUT/NAME, the tuned experiment into OUT/NAME-tuned,
     then the report.
     """
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
     from topofl.experiments.driver import clear_directory, plan_for
     from topofl.experiments.report import build_report
     from topofl.experiments.store import results_lock
@@ -411,8 +378,7 @@ def _run_tuned(name: str, seeds: Sequence[int], out: Path, settings: TuneSetting
         if overwrite:
             for d in (out / name, out / f"{name}-tuned"):
                 clear_directory(d)
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      TimeRemainingColumn(), console=ui.err_console, transient=False) as bar:
+        with ui.progress() as bar:
             task = bar.add_task(name, total=total_runs(specs, settings))
             tuned_dir = run_tuned_experiment(name, seeds, out, settings, resume=resume, jobs=jobs, profile=profile,
                                              data_root=root,

@@ -51,6 +51,27 @@ console = Console()
 err_console = Console(stderr=True)
 
 
+def progress(*, remaining: bool = True, transient: bool = False, terminal_only: bool = False) -> Any:
+    """The commands' progress bar on stderr: description, bar, done/total, elapsed (and, with
+    ``remaining``, the time left); ``transient`` clears it when done, ``terminal_only`` hides it
+    when stderr is not a terminal.
+    """
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
+    if remaining:
+        columns.append(TimeRemainingColumn())
+    return Progress(*columns, console=err_console, transient=transient,
+                    disable=terminal_only and not err_console.is_terminal)
+
+
 def hyperparameter_epilog() -> str:
     """Every method's hyper-parameters with their defaults, for the end of ``run``/``compare --help``
     (markup escaped).

@@ -346,6 +346,10 @@ def coerce(name: str, value: Any, default: Any) -> Any:
     return value
 
 
+#: the local update rules (:mod:`topofl.models.optimizers`)
+OPTIMIZERS = ("sgd", "sgd-momentum", "adam")
+
+
 @dataclass(frozen=True)
 class TrainingConfig(Config):
     """Local-training hyper-parameters shared by every method of both families."""
@@ -360,6 +364,15 @@ class TrainingConfig(Config):
         low=1, high=MAX_CLIENT_EXAMPLES, integer=True, space=choice(16, 32, 64, tuned=False),
     )
     l2: float = hp(1e-3, "L2 penalty on model weights (>= 0)", low=0.0, space=floats(1e-6, 1e-1, log=True, tuned=False))
+    optimizer: str = hp(
+        "sgd", "local update rule: sgd | sgd-momentum (heavy ball, PyTorch's convention) | adam (Kingma & Ba 2015) "
+        "at step size lr", choices=OPTIMIZERS, space=choice(*OPTIMIZERS, tuned=False),
+    )
+    momentum: float = hp(0.9, "sgd-momentum's μ, in [0, 1)", low=0.0, high=1.0, high_open=True,
+                         space=floats(0.5, 0.99, tuned=False))
+    adam_beta1: float = hp(0.9, "adam's β1, in [0, 1)", low=0.0, high=1.0, high_open=True)
+    adam_beta2: float = hp(0.999, "adam's β2, in [0, 1)", low=0.0, high=1.0, high_open=True)
+    adam_eps: float = hp(1e-8, "adam's ε (> 0)", low=0.0, low_open=True)
 
 
 # ---- what users type: seed ranges and KEY=VALUE assignments (the CLI, Flower's run config, attack specs) ----

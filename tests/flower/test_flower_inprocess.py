@@ -153,6 +153,16 @@ def test_relay_run_equals_in_process(method, hps):
     assert [r["map_storage_bytes"] for r in h.iterations] == [r["map_storage_bytes"] for r in ref.iterations]
 
 
+@pytest.mark.parametrize("method, hps", [("sheaf", {"gamma": 0.3}), ("dpsgd", {})])
+def test_a_relay_node_keeps_its_optimiser_across_iterations(method, hps):
+    """Adam's moments live on the node, which the SuperNode keeps between the relay's messages."""
+    hps = {**hps, "optimizer": "adam", "lr": 0.02, "local_steps": 2}
+    settings = FlowerSettings.from_flat(method=method, rounds=3, seed=1, scenario_params=SMALL, hyperparameters=hps, graph="ring")
+    h = relay_main(FakeGrid(4), settings)
+    ref = topofl.simulate_decentralised(topofl.make_scenario("healthcare", seed=1, **SMALL), method, rounds=3, seed=1, graph="ring", **hps)
+    assert_same_records(h.records, ref.records, keys=("accuracy", "loss"))
+
+
 def test_relay_never_sends_a_node_anything_but_its_neighbours_payloads():
     grid = FakeGrid(5)
     relay_main(grid, FlowerSettings.from_flat(method="dfedu", rounds=2, scenario_params={"n_clients": 5, "adversarial": (1,)}, graph="ring"))

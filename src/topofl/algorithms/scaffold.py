@@ -26,12 +26,11 @@ from topofl.algorithms.base import (
     robust_round,
 )
 from topofl.algorithms.fedavg import GlobalModelConfig
-from topofl.config import floats
+from topofl.config import OPTIMIZERS, floats
 from topofl.federation.local import AffineGrad
 from topofl.federation.messages import ClientUpdate, ServerMessage
 from topofl.federation.validation import ArraySpec, ClientInfo, ReplySchema
 from topofl.models.base import Model
-from topofl.models.optimizers import OPTIMIZERS
 
 
 @dataclass(frozen=True)

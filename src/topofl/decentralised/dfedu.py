@@ -35,10 +35,18 @@ class DFedUNode(ModelSendingNode):
     config: DFedUConfig
 
     def incoming(self, phase: str, received: Mapping[int, np.ndarray], rng: np.random.Generator) -> None:
-        """dFedU, Eq. 18 with a_ij = 1: θ_i ← θ_i − α(∇f_i(θ_i; ξ) + λ Σ_j (θ_i − θ_j))."""
+        """dFedU, Eq. 18 with a_ij = 1: θ_i ← θ_i − α(∇f_i(θ_i; ξ) + λ Σ_j (θ_i − θ_j)); with
+        ``local_steps`` K, from the end point θ_i' of K − 1 local steps (gradient and pull at θ_i');
+        another ``optimizer`` applies its rule to the bracket.
+        """
         recv = self._gather(phase, received, self.spec.neighbour_dims)
         c, p = self.config, self.peer
-        p.theta = dfedu_step(p.theta, p.grad(p.theta, c.batch_size, rng), recv, c.lr, c.lam)
+        theta = self.local_steps(p.theta, rng)
+        grad = p.grad(theta, c.batch_size, rng)
+        if c.optimizer == "sgd":
+            p.theta = dfedu_step(theta, grad, recv, c.lr, c.lam)
+        else:
+            p.theta = self.step(theta, grad + c.lam * sum(theta - r for r in recv))
 
     def flops(self, batch: int) -> float:
         return super().flops(batch) + 3 * len(self.spec.neighbours) * self.peer.dim

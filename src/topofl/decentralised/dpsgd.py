@@ -15,11 +15,16 @@ if TYPE_CHECKING:  # networkx is imported where a graph is built or checked (laz
     import networkx as nx
 
 
+def dpsgd_mix(theta: np.ndarray, received: Sequence[np.ndarray], weights: Sequence[float]) -> np.ndarray:
+    """Gossip averaging W_ii θ_i + Σ_j W_ij θ_j, ``weights`` = (W_ii, W_ij for each neighbour)."""
+    mix: np.ndarray = weights[0] * theta + sum(weights[1 + b] * r for b, r in enumerate(received))
+    return mix
+
+
 def dpsgd_step(theta: np.ndarray, grad: np.ndarray, received: Sequence[np.ndarray], weights: Sequence[float],
                lr: float) -> np.ndarray:
     """W_ii θ_i + Σ_j W_ij θ_j − α ∇f_i(θ_i; ξ), ``weights`` = (W_ii, W_ij for each neighbour)."""
-    mix = weights[0] * theta + sum(weights[1 + b] * r for b, r in enumerate(received))
-    return mix - lr * grad
+    return dpsgd_mix(theta, received, weights) - lr * grad
 
 
 class DPSGDNode(ModelSendingNode):
@@ -32,10 +37,18 @@ class DPSGDNode(ModelSendingNode):
                              f"{len(spec.neighbours)} neighbours); got {len(spec.weights)}")
 
     def incoming(self, phase: str, received: Mapping[int, np.ndarray], rng: np.random.Generator) -> None:
-        """D-PSGD (Lian et al. 2017): θ_i ← W_ii θ_i + Σ_j W_ij θ_j − α ∇f_i(θ_i; ξ)."""
+        """D-PSGD (Lian et al. 2017): θ_i ← W_ii θ_i + Σ_j W_ij θ_j − α ∇f_i(θ_i; ξ); with
+        ``local_steps`` K, θ_i and the gradient are those at the end point of K − 1 local steps;
+        another ``optimizer`` applies its rule to the gradient, from the mixed model.
+        """
         recv = self._gather(phase, received, self.spec.neighbour_dims)
         c, p = self.config, self.peer
-        p.theta = dpsgd_step(p.theta, p.grad(p.theta, c.batch_size, rng), recv, self.spec.weights, c.lr)
+        theta = self.local_steps(p.theta, rng)
+        grad = p.grad(theta, c.batch_size, rng)
+        if c.optimizer == "sgd":
+            p.theta = dpsgd_step(theta, grad, recv, self.spec.weights, c.lr)
+        else:
+            p.theta = self.step(dpsgd_mix(theta, recv, self.spec.weights), grad)
 
     def flops(self, batch: int) -> float:
         return super().flops(batch) + 2 * (len(self.spec.neighbours) + 1) * self.peer.dim

@@ -18,12 +18,13 @@ class LocalNode(PeerNode):
         return {}
 
     def incoming(self, phase: str, received: Mapping[int, np.ndarray], rng: np.random.Generator) -> None:
-        """θ_i ← θ_i − α ∇f_i(θ_i; ξ)."""
+        """θ_i ← θ_i − α ∇f_i(θ_i; ξ) (with ``local_steps`` K: K such steps; another ``optimizer``: its rule)."""
         self._check_phase(phase)
         if received:
             raise ValueError(f"local node {self.node} received messages from {sorted(received)}")
         c, p = self.config, self.peer
-        p.theta = p.theta - c.lr * p.grad(p.theta, c.batch_size, rng)
+        theta = self.local_steps(p.theta, rng)
+        p.theta = self.step(theta, p.grad(theta, c.batch_size, rng))
 
 
 class LocalPeers(PeerAlgorithm):

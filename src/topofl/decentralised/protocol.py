@@ -19,6 +19,7 @@ from topofl.config import TrainingConfig, floats, hp
 from topofl.data.federation import ClientData
 from topofl.decentralised.spec import NodeSpec
 from topofl.decentralised.transport import InProcessTransport
+from topofl.models.optimizers import LocalOptimizer, OptimizerSpec
 
 if TYPE_CHECKING:  # networkx is imported where a graph is built or checked (lazy: ~0.1 s)
     import networkx as nx
@@ -42,7 +43,12 @@ class PeerConfig(TrainingConfig):
     """
 
     lr: float = hp(0.1, "model step size α (> 0); Theorem 1 needs α < 2/(N·L)", space=floats(1e-3, 1.0, log=True))
-    local_epochs: int = hp(1, "unused by decentralised methods (one mini-batch step per iteration)")
+    local_epochs: int = hp(1, "unused by decentralised methods (local_steps mini-batch steps per iteration)")
+    local_steps: int = hp(
+        1, "mini-batch steps per iteration (>= 1): local_steps − 1 steps on the node's own loss, then the method's "
+        "coupled step from their end point (1 = the papers' algorithms; Sheaf-FMTL's public code's variant)",
+        low=1, high=10_000, integer=True,
+    )
     model_init: str = hp(
         "independent", "initial models: independent (each client its own random start, as the authors' public code) | "
         "common (one start shared by every client of the same architecture); linear models start at zero either way",
@@ -87,6 +93,9 @@ class PeerNode(ABC):
     """
 
     phases: ClassVar[tuple[str, ...]]
+    #: the node's update rule with its state, kept across iterations (made at the first step that
+    #: needs one; a class default so that a node pickled before it existed still loads)
+    optimizer: LocalOptimizer | None = None
 
     def __init__(self, spec: NodeSpec, peer: Peer, config: PeerConfig) -> None:
         if peer.node != spec.node:
@@ -98,6 +107,27 @@ class PeerNode(ABC):
     @property
     def node(self) -> int:
         return self.spec.node
+
+    def step(self, theta: np.ndarray, direction: np.ndarray) -> np.ndarray:
+        """θ − α·d with plain ``sgd`` (the papers' step), else one update of the node's optimiser,
+        whose state (momentum, Adam's moments) the node keeps from iteration to iteration.
+        """
+        c = self.config
+        if c.optimizer == "sgd":
+            out: np.ndarray = theta - c.lr * direction
+            return out
+        if self.optimizer is None:
+            self.optimizer = LocalOptimizer(OptimizerSpec.of(c))
+        out = np.array(theta, dtype=np.float64, copy=True)
+        self.optimizer.step(out, direction)
+        return out
+
+    def local_steps(self, theta: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """The ``local_steps − 1`` steps on the node's own loss that precede the coupled step."""
+        c = self.config
+        for _ in range(c.local_steps - 1):
+            theta = self.step(theta, self.peer.grad(theta, c.batch_size, rng))
+        return theta
 
     @abstractmethod
     def outgoing(self, phase: str) -> dict[int, np.ndarray]:

@@ -14,13 +14,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from topofl.config import TrainingConfig, choice, floats, hp, ints
+from topofl.config import TrainingConfig, hp, ints
 from topofl.data.federation import ClientData
 from topofl.federation.local import ExtraGrad, sgd
 from topofl.federation.messages import ClientUpdate, ServerMessage
 from topofl.federation.validation import ArraySpec, ClientInfo, ReplySchema
 from topofl.models.base import Model
-from topofl.models.optimizers import OPTIMIZERS, STATE_KEY, LocalOptimizer, OptimizerSpec, steps_per_round
+from topofl.models.optimizers import STATE_KEY, LocalOptimizer, OptimizerSpec, steps_per_round
 from topofl.models.registry import build_model, spec_is_deep
 
 OPTIMIZER_STATE_POLICIES = ("method", "reset", "keep")
@@ -34,19 +34,9 @@ class AlgorithmConfig(TrainingConfig):
 
     local_steps: int = hp(
         0, "mini-batch steps per round: a step budget that overrides local_epochs, cycling through freshly shuffled "
-        "passes (FLamby's protocol); 0: local_epochs passes (sheaf's local_steps is likewise its steps per round)",
+        "passes (FLamby's protocol); 0: local_epochs passes (a peer method's local_steps: its steps per iteration)",
         low=0, high=10_000_000, integer=True, space=ints(0, 500, tuned=False),
     )
-    optimizer: str = hp(
-        "sgd", "local update rule: sgd | sgd-momentum (heavy ball, PyTorch's convention) | adam (Kingma & Ba 2015) "
-        "at step size lr",
-        choices=OPTIMIZERS, space=choice(*OPTIMIZERS, tuned=False),
-    )
-    momentum: float = hp(0.9, "sgd-momentum's μ, in [0, 1)", low=0.0, high=1.0, high_open=True,
-                         space=floats(0.5, 0.99, tuned=False))
-    adam_beta1: float = hp(0.9, "adam's β1, in [0, 1)", low=0.0, high=1.0, high_open=True)
-    adam_beta2: float = hp(0.999, "adam's β2, in [0, 1)", low=0.0, high=1.0, high_open=True)
-    adam_eps: float = hp(1e-8, "adam's ε (> 0)", low=0.0, low_open=True)
     optimizer_state: str = hp(
         "method", "whether a client keeps its optimiser state between rounds: method (kept for a model trained on "
         "from round to round — local's model, ditto's personal model —, fresh where training restarts from the "
@@ -238,7 +228,7 @@ class Algorithm(ABC):
         names when the policy keeps one (see :meth:`local_sgd`), else a fresh one.
         """
         c = self.config
-        spec = OptimizerSpec(c.optimizer, lr, c.momentum, c.adam_beta1, c.adam_beta2, c.adam_eps)
+        spec = OptimizerSpec.of(c, lr)
         key = self._optimizer_key(continues)
         return LocalOptimizer(spec, state=ctx.state.get(key) if key else None)
 

@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-OPTIMIZERS = ("sgd", "sgd-momentum", "adam")
+from topofl.config import OPTIMIZERS
+
 #: the key of a client's kept optimiser state in ``ClientContext.state``
 STATE_KEY = "optimizer"
 
@@ -62,6 +63,12 @@ class OptimizerSpec:
     beta1: float = 0.9
     beta2: float = 0.999
     eps: float = 1e-8
+
+    @classmethod
+    def of(cls, config: Any, lr: float | None = None) -> OptimizerSpec:
+        """The rule a training config (:class:`~topofl.config.TrainingConfig`) names, at ``lr`` (default: its own)."""
+        return cls(config.optimizer, config.lr if lr is None else lr, config.momentum, config.adam_beta1,
+                   config.adam_beta2, config.adam_eps)
 
 
 class LocalOptimizer:
@@ -128,6 +135,17 @@ class LocalOptimizer:
         bias2 = 1.0 - s.beta2 ** self.t
         denom = self.xp.sqrt(v) / (bias2 ** 0.5) + s.eps
         theta -= (s.lr / bias1) * (m / denom)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled as its rule and :meth:`state` (a decentralised node carries its optimiser);
+        it unpickles as a NumPy optimiser.
+        """
+        return {"spec": self.spec, "state": self.state()}
+
+    def __setstate__(self, saved: dict[str, Any]) -> None:
+        self.spec, self.xp, self.like = saved["spec"], np, None
+        self.t, self.buffers = 0, {}
+        self.load(saved["state"])
 
     def state(self) -> dict[str, Any]:
         """The state to keep for the next round (buffers as float64 NumPy arrays; empty for sgd)."""

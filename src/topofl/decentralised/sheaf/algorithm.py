@@ -49,8 +49,6 @@ class SheafConfig(PeerConfig):
                         choices=("error", "recompress"))
     recompress_rank: int = hp(8, "rank kept by recompress (approximate once the history rank exceeds it)", low=1,
                               integer=True)
-    local_steps: int = hp(1, "mini-batch steps per coupling step (1 = Algorithm 1; >1 = public code's variant)", low=1,
-                          high=10_000, integer=True)
     map_precision: str = hp("float64", "storage of compact map factors: float64 (exact to rounding) | float32 (half "
                             "the memory, float32-accurate)", choices=("float64", "float32"))
     exchange: str = hp("paper", "messages per directed edge and iteration: paper (Algorithm 1: P_ij θ_i^k, then P_ij "
@@ -157,11 +155,13 @@ class SheafNode(PeerNode):
         """
         c, p = self.config, self.peer
         proj = self._pending(self._proj, "proj")
-        theta = p.theta
-        for _ in range(c.local_steps - 1):  # optional public-code variant
-            theta = theta - c.lr * p.grad(theta, c.batch_size, rng)
+        theta = self.local_steps(p.theta, rng)  # optional public-code variant (local_steps > 1)
         coupling = self.maps.back_project(proj - recv)
-        p.theta = maths.model_step(theta, p.grad(theta, c.batch_size, rng), coupling, c.lr, c.lam)  # Eq. 27
+        grad = p.grad(theta, c.batch_size, rng)
+        if c.optimizer == "sgd":
+            p.theta = maths.model_step(theta, grad, coupling, c.lr, c.lam)  # Eq. 27
+        else:   # another rule on Eq. 27's bracket ∇f_i + λ Σ_j P_ijᵀ(P_ij θ_i − P_ji θ_j)
+            p.theta = self.step(theta, grad + c.lam * coupling)
         self._proj = None
 
     def map_step(self, recv: np.ndarray) -> None:
