@@ -65,3 +65,12 @@ def test_lazy_names_of_the_package():
     assert topofl.simulate is simulate and "simulate" in dir(topofl) and set(topofl.__all__) <= set(dir(topofl))
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         topofl.nope  # noqa: B018
+
+
+def test_the_results_root_checks_need_no_flower_install():
+    """The README's test command installs no flwr: topofl.flower.outputs' path checks import without it."""
+    code = ("import sys; sys.modules['flwr'] = None\n"
+            "from topofl.flower.outputs import resolve_run_dir\n"
+            "print('ok')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]

@@ -17,7 +17,6 @@ from typing import Any
 from topofl.experiments.results import CsvAppender, append_jsonl, write_json_atomic
 from topofl.federation.history import PEER_RECORD_FIELDS, ROUND_SUMMARY_FIELDS
 from topofl.federation.pool import Failure
-from topofl.flower.exchange import outage_rounds
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +142,8 @@ def run_status(failures: Iterable[Failure], unit: str = "round") -> dict[str, An
     cost a round a client's reply that sending it again did not recover
     (:func:`topofl.flower.exchange.outage_rounds`; logged), else ``"completed"``.
     """
+    from topofl.flower.exchange import outage_rounds  # here: the results-root checks need no flwr
+
     rounds = outage_rounds(failures)
     if rounds:
         log.warning("the run finished DEGRADED: a SuperLink outage lost clients' replies in %s(s) %s "
