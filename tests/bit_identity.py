@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+#: fingerprints measured on c2dfcf4 (before issue 21); the two server PyTorch ones re-measured on d67329b (before
+#: issue 22) with the dtype-aware fingerprint below, so they still certify the code of before
 GOLDEN = Path(__file__).parent / "data" / "bit_identity.json"
 SERVER_METHODS = ("ptopofl", "fedavg", "fedprox", "scaffold", "pfedme", "ditto", "perfedavg", "ifca", "local")
 PEER_METHODS = ("sheaf", "dfedu", "dpsgd", "local-peers")
@@ -63,15 +65,22 @@ def fingerprint(result: Any) -> str:
     h = hashlib.sha256()
     for r in sorted(result.records, key=lambda r: (r["round"], r["client"])):
         keys = PEER_RECORD_KEYS if "dim" in r else RECORD_KEYS
-        h.update(_floats([float(r[k]) if r.get(k) is not None else np.nan for k in keys]))
+        # bytes as the numbers sent x 8, as every run counted them before issue 22; a float32 model's
+        # real bytes (4 per number) are checked in tests/models/test_param_dtype.py
+        row = {**r, **({"bytes_up": 8 * r["floats_up"], "bytes_down": 8 * r["floats_down"]} if "bytes_up" in r else {})}
+        h.update(_floats([float(row[k]) if row.get(k) is not None else np.nan for k in keys]))
     for s in result.rounds:
         row = s if isinstance(s, dict) else s.as_dict()
         h.update(_floats([float(row[k]) if row.get(k) is not None else np.nan for k in SUMMARY_KEYS]))
     server = getattr(result, "server_params", None)
     if server is not None:
         h.update(b"server" + _floats(server))
+    # a client's model as its model holds it (float32 for a float32 torch model: issue 22 stores it so;
+    # before, the same numbers were kept unrounded in float64, so the old code gives this same fingerprint)
+    model = getattr(result, "model", None)
+    dtype = getattr(model, "param_dtype", None) or np.dtype(getattr(model, "dtype", "float64"))
     for k in sorted(result.client_models):
-        h.update(str(k).encode() + _floats(result.client_models[k]))
+        h.update(str(k).encode() + _floats(np.asarray(result.client_models[k]).astype(dtype)))
     return h.hexdigest()
 
 

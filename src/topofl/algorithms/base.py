@@ -277,7 +277,9 @@ def robust_round(
             log.debug("robust aggregation: %s", note)
     tracked = rule == "guarded_mean" and reputation is not None and client_ids is not None
     history = reputation.history(client_ids) if tracked and reputation is not None and client_ids is not None else None
-    result = robust_aggregate(rule, np.vstack(vectors), weights, reference=reference, f=config.byzantine_f,
+    # float64 whatever the replies' dtype: the rules' means and medians are computed at the server's precision
+    stack = np.vstack(vectors, dtype=np.float64)
+    result = robust_aggregate(rule, stack, weights, reference=reference, f=config.byzantine_f,
                               trim_fraction=config.trim_fraction, clip_norm=config.clip_norm, m=m,
                               min_cosine=config.guard_min_cosine, clip_multiplier=config.guard_clip,
                               direction=direction, norm_scale=norm_scale, history=history,
@@ -345,20 +347,35 @@ def personal_rng(ctx: ClientContext) -> np.random.Generator:
 
 #: above this many numbers (clients × parameters), :func:`weighted_average` accumulates instead of stacking
 _STACK_LIMIT = 1 << 24
+#: coordinates of the sum accumulated at a time (128 K float64: 1 MB, in cache)
+_BLOCK = 1 << 17
 
 
 def weighted_average(vectors: list[np.ndarray], weights: np.ndarray, max_share: float = 1.0) -> np.ndarray:
     """Σ_k s_k v_k with shares s = :func:`cap_shares` (weights, max_share) (weights need not be
     normalised; they must have a positive sum).
     """
-    shares = cap_shares(weights, max_share)
+    return weighted_sum(vectors, cap_shares(weights, max_share))
+
+
+def weighted_sum(vectors: list[np.ndarray], w: np.ndarray) -> np.ndarray:
+    """Σ_k w_k v_k in float64, whatever the vectors' dtype (a sum of many float32 replies is taken in
+    float64, then read exactly by a float32 model: DESIGN, parameters). A small stack is one matrix
+    product; above :data:`_STACK_LIMIT` numbers the sum is accumulated in place, one vector at a
+    time (no K × d stack and no float64 copy of it: the working memory is two vectors; the sum's
+    rounding then differs from the stacked product's in the last bits).
+    """
     if len(vectors) * (vectors[0].size if vectors else 0) <= _STACK_LIMIT:
-        out: np.ndarray = shares @ np.vstack(vectors)
+        out: np.ndarray = w @ np.vstack(vectors)
         return out
-    # deep models: accumulate in place instead of stacking K copies of a large vector (the sum's
-    # rounding then differs from the stacked product's in the last bits)
-    acc: np.ndarray = np.multiply(vectors[0], shares[0], dtype=np.float64)
-    tmp = np.empty_like(acc)
-    for s, v in zip(shares[1:], vectors[1:], strict=True):
-        acc += np.multiply(v, s, out=tmp)
+    # block by block (a block of the sum stays in cache while every reply adds to it): each reply is
+    # read once, and each element sees the same additions in the same order as a reply-by-reply sum
+    acc: np.ndarray = np.empty(vectors[0].size)
+    tmp = np.empty(min(_BLOCK, acc.size))
+    for start in range(0, acc.size, _BLOCK):
+        stop = min(start + _BLOCK, acc.size)
+        block, t = acc[start:stop], tmp[: stop - start]
+        np.multiply(vectors[0][start:stop], w[0], out=block, dtype=np.float64)
+        for s, v in zip(w[1:], vectors[1:], strict=True):
+            block += np.multiply(v[start:stop], s, out=t, dtype=np.float64)
     return acc

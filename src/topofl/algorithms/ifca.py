@@ -78,7 +78,7 @@ class IFCA(Algorithm):
         """One model, near one of the k cluster models sent, and the index of the chosen cluster."""
         k, n = self.config.k, self.update_size()
         return ReplySchema(
-            ArraySpec((n,)), centers=message.params.reshape(k, n),
+            self.params_spec(n), centers=message.params.reshape(k, n),
             extras={"cluster": ArraySpec((1,), low=0, high=k - 1, integer=True)},
         )
 

@@ -91,14 +91,16 @@ class Scaffold(Algorithm):
         correction = c - c_i
         y = self.local_sgd(ctx, x, ctx.data.X_train, extra_grad=AffineGrad(offset=correction))
         K = self.local_steps(ctx.data.n_train)
-        c_new = c_i - c + (x - y) / (K * self.config.lr)
+        dy = np.subtract(y, x, dtype=np.float64)   # a difference of float32 models is taken in float64
+        c_new = c_i - c - dy / (K * self.config.lr)
         ctx.state["c_i"] = c_new
-        return ClientUpdate(ctx.client_id, y - x, ctx.data.n_train, extras={"dc": c_new - c_i})
+        return ClientUpdate(ctx.client_id, dy, ctx.data.n_train, extras={"dc": c_new - c_i})
 
     def reply_schema(self, client_id: int, message: ServerMessage, info: ClientInfo) -> ReplySchema:
         """Δy (a difference: its norm is bounded relative to ‖x‖) and the control-variate change Δc."""
         n = self.update_size()
-        return ReplySchema(ArraySpec((n,)), centers=None, scale=float(np.linalg.norm(message.params)),
+        dy = dataclasses.replace(self.params_spec(n), dtypes=("float64",))   # a difference: float64 (client_fit)
+        return ReplySchema(dy, centers=None, scale=float(np.linalg.norm(message.params)),
                            extras={"dc": ArraySpec((n,))})
 
     def reply_problem(self, update: ClientUpdate, message: ServerMessage, info: ClientInfo) -> str | None:

@@ -19,7 +19,7 @@ from topofl.data.federation import ClientData
 from topofl.federation.local import ExtraGrad, sgd
 from topofl.federation.messages import ClientUpdate, ServerMessage
 from topofl.federation.validation import ArraySpec, ClientInfo, ReplySchema
-from topofl.models.base import Model
+from topofl.models.base import Model, reply_dtypes
 from topofl.models.optimizers import STATE_KEY, LocalOptimizer, OptimizerSpec, steps_per_round
 from topofl.models.registry import build_model, spec_is_deep
 
@@ -135,12 +135,23 @@ class Algorithm(ABC):
         """What this algorithm accepts in ``client_id``'s reply to ``message`` (DESIGN: every
         payload is checked against the schema its algorithm declares before anything reads it).
 
-        Default: a float64 model of :meth:`update_size` numbers, near the model sent, no extras,
-        no descriptor, no metrics. Algorithms that receive more override this.
+        Default: a model of :meth:`update_size` numbers (:meth:`params_spec`), near the model
+        sent, no extras, no descriptor, no metrics. Algorithms that receive more override this.
         """
         n = self.update_size()
         centers = message.params[None, :] if message.params.shape == (n,) else None
-        return ReplySchema(ArraySpec((n,)), centers=centers)
+        return ReplySchema(self.params_spec(n), centers=centers)
+
+    def params_spec(self, n: int) -> ArraySpec:
+        """A reply's model: ``n`` finite numbers in float64 or the model's own dtype
+        (:func:`~topofl.models.base.reply_dtypes`: a PyTorch model replies in float32), with the
+        model's layer layout when it has one and ``n`` is its size (a Flower reply then travels layer
+        by layer).
+        """
+        layout = getattr(self.model, "layout", None)
+        fits = layout is not None and self.model is not None and n == self.model.n_params
+        return ArraySpec((n,), dtypes=reply_dtypes(self.model), layout=tuple(layout) if layout is not None and fits
+                         else None)
 
     def screens_independently(self) -> bool:
         """Whether the server's norm bound must judge each reply on its own, without widening it

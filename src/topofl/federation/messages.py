@@ -1,8 +1,9 @@
 """The only objects that cross the client/server boundary (DESIGN: "messages only").
 
-Parameters are flat float vectors; ``extras`` carries named arrays (e.g. control variates).
-Every payload's size is counted in floats; bytes assume float64. What a server accepts of a
-client's message is decided in :mod:`topofl.federation.validation`.
+Parameters are flat float vectors in the model's dtype (:func:`as_sent`: float64 for the NumPy
+models, float32 for a float32 PyTorch model); ``extras`` carries named arrays (e.g. control
+variates). Every payload's size is counted in numbers and in bytes (of the arrays' own dtypes).
+What a server accepts of a client's message is decided in :mod:`topofl.federation.validation`.
 """
 from __future__ import annotations
 
@@ -12,11 +13,16 @@ from typing import Any
 
 import numpy as np
 
+#: bytes of one float64 number (the NumPy models' and the peers' payloads)
 BYTES_PER_FLOAT = 8
 
 
 def _n_floats(*arrays: Any) -> int:
     return int(sum(np.size(a) for a in arrays if a is not None))
+
+
+def _n_bytes(*arrays: Any) -> int:
+    return int(sum(np.asarray(a).nbytes for a in arrays if a is not None))
 
 
 @dataclass(frozen=True)
@@ -29,6 +35,10 @@ class ServerMessage:
 
     def n_floats(self) -> int:
         return _n_floats(self.params, *self.extras.values())
+
+    def n_bytes(self) -> int:
+        """The payload's bytes in the arrays' own dtypes (4 per float32 number, 8 per float64)."""
+        return _n_bytes(self.params, *self.extras.values())
 
 
 @dataclass(frozen=True)
@@ -44,3 +54,28 @@ class ClientUpdate:
 
     def n_floats(self) -> int:
         return _n_floats(self.params, self.descriptor, *self.extras.values())
+
+    def n_bytes(self) -> int:
+        """The payload's bytes in the arrays' own dtypes (4 per float32 number, 8 per float64)."""
+        return _n_bytes(self.params, self.descriptor, *self.extras.values())
+
+
+def as_sent(messages: Mapping[int, ServerMessage], dtype: np.dtype) -> dict[int, ServerMessage]:
+    """``messages`` with their parameters in ``dtype``, the precision the clients' model holds them in
+    (a server keeps its aggregates in float64; a float32 model would round them when it loads them,
+    so it is sent the rounded vector: half the bytes, and every runtime sends the same numbers).
+    Messages that share one parameter array share one converted array; float64 passes unchanged.
+    """
+    if np.dtype(dtype) == np.float64:
+        return dict(messages)
+    cast: dict[int, np.ndarray] = {}
+    out = {}
+    for cid, m in messages.items():
+        if m.params.dtype == dtype:
+            out[cid] = m
+            continue
+        key = id(m.params)
+        if key not in cast:
+            cast[key] = m.params.astype(dtype)
+        out[cid] = ServerMessage(cast[key], config=m.config, extras=m.extras)
+    return out

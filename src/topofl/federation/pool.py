@@ -127,7 +127,7 @@ class InProcessPool(ClientPool):
             ctx = client_context(data[cid], self.states[cid], self.model, rnd, self.seed)
             params = self.algorithm.client_params(ctx, messages[cid])
             if id(params) not in copies:
-                copy = np.array(params, dtype=np.float64, copy=True)
+                copy = np.array(params, copy=True)   # in the dtype it came in (float32 for a torch model)
                 copy.flags.writeable = False
                 copies[id(params)] = (params, copy)
             models[cid] = copies[id(params)][1]

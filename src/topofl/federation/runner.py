@@ -23,12 +23,12 @@ from topofl._validation import TrainingWarning, check_int, check_range
 from topofl.data.federation import Federation, feature_scale_problem
 from topofl.federation.algorithm import Algorithm
 from topofl.federation.history import History, RoundSummary, nanmean, nanstd, regression_summary
-from topofl.federation.messages import BYTES_PER_FLOAT, ClientUpdate
+from topofl.federation.messages import ClientUpdate, as_sent
 from topofl.federation.pool import ClientEvaluation, ClientPool, Failure, InProcessPool, client_rng  # noqa: F401 (re-export)
 from topofl.federation.validation import ClientInfo, evaluation_problem, screen_updates
 from topofl.limits import MAX_ROUNDS, MAX_SEED
 from topofl.metrics import pooled
-from topofl.models.base import Model
+from topofl.models.base import Model, param_dtype
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
@@ -152,15 +152,16 @@ def run_rounds(  # noqa: PLR0913 (public keyword options of the round loop that 
     try:
         for rnd in range(first, rounds + 1):
             selected = select_clients(rng, ids, client_fraction)
-            messages = algorithm.configure_fit(rnd, selected)
+            messages = as_sent(algorithm.configure_fit(rnd, selected), param_dtype(model))
             updates, failures = pool.fit(rnd, messages)
             valid, rejected = screen_updates(algorithm, updates, messages, pool.infos)
             failures.extend(Failure(rnd, cid, "fit", f"invalid payload: {reason}") for cid, reason in rejected)
             if rejected and not valid and all(r.startswith("update norm") for _, r in rejected):
                 watch.all_refused(rnd, len(rejected))
-            up = {u.client_id: u.n_floats() for u in valid}
-            down = {cid: messages[cid].n_floats() for cid in selected}
+            up = {u.client_id: (u.n_floats(), u.n_bytes()) for u in valid}
+            down = {cid: (messages[cid].n_floats(), messages[cid].n_bytes()) for cid in selected}
             _aggregate(algorithm, history, rnd, valid, min_replies)
+            del updates, valid, messages   # not kept: the replies are released before evaluation and the next round
             evaluations = _evaluate(pool, algorithm, model, history, ids, rnd, failures)
             summary = _summarise_round(history, model, evaluations, rnd, up, down)
             history.rounds.append(summary)
@@ -179,7 +180,7 @@ def run_rounds(  # noqa: PLR0913 (public keyword options of the round loop that 
     history.model = model
     history.server_params = algorithm.server_params()
     history.client_models, history.client_feature_states = pool.final_models(
-        rounds, {cid: algorithm.message_for(cid) for cid in ids})
+        rounds, as_sent({cid: algorithm.message_for(cid) for cid in ids}, param_dtype(model)))
     return history
 
 
@@ -217,7 +218,7 @@ def _evaluate(pool: ClientPool, algorithm: Algorithm, model: Model, history: His
     """Every client's evaluation with the model it would use, screened; the round's ``failures`` (fit and
     evaluate) are logged and recorded in ``history``.
     """
-    eval_messages = {cid: algorithm.message_for(cid) for cid in ids}
+    eval_messages = as_sent({cid: algorithm.message_for(cid) for cid in ids}, param_dtype(model))
     evaluations, eval_failures = pool.evaluate(rnd, eval_messages)
     evaluations = _screen_evaluations(evaluations, eval_messages, pool.infos, model, rnd, eval_failures)
     failures.extend(eval_failures)
@@ -300,16 +301,18 @@ class _DivergenceWatch:
 
 
 def _summarise_round(
-    history: History, model: Model, evaluations: list[ClientEvaluation], rnd: int, up: Mapping[int, int],
-    down: Mapping[int, int],
+    history: History, model: Model, evaluations: list[ClientEvaluation], rnd: int, up: Mapping[int, tuple[int, int]],
+    down: Mapping[int, tuple[int, int]],
 ) -> RoundSummary:
-    """Per-client rows (each client scored on its own test split) and the round's summary."""
+    """Per-client rows (each client scored on its own test split) and the round's summary; ``up`` and
+    ``down`` give each client's payload as (numbers, bytes).
+    """
     rows = []
     for ev in evaluations:
-        f_up, f_down = up.get(ev.client_id, 0), down.get(ev.client_id, 0)
+        (f_up, b_up), (f_down, b_down) = up.get(ev.client_id, (0, 0)), down.get(ev.client_id, (0, 0))
         rows.append({
             "round": rnd, "client": ev.client_id, **ev.metrics,
-            "bytes_up": f_up * BYTES_PER_FLOAT, "bytes_down": f_down * BYTES_PER_FLOAT,
+            "bytes_up": b_up, "bytes_down": b_down,
             "floats_up": f_up, "floats_down": f_down,
         })
     history.records.extend(rows)
@@ -328,8 +331,8 @@ def _summarise_round(
         pooled_auc=pool.get("pooled_auc", float("nan")),
         pooled_accuracy=pool.get("pooled_accuracy", float("nan")),
         n_clients_auc=int(np.sum(~np.isnan(aucs))) if aucs else 0,
-        bytes_up=int(sum(up.values())) * BYTES_PER_FLOAT,
-        bytes_down=int(sum(down.values())) * BYTES_PER_FLOAT,
+        bytes_up=int(sum(b for _, b in up.values())),
+        bytes_down=int(sum(b for _, b in down.values())),
         **regression_summary(rows),
     )
 

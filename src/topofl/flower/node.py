@@ -181,7 +181,7 @@ def fit(node_config: Mapping[str, Any], state: RecordDict, content: RecordDict) 
     algorithm, ctx, message, _, key = _context(node_config, state, content, "fit")
     update = algorithm.client_fit(ctx, message)
     save_round_state(state, key, message_seq(ctx.round, "fit"), ctx.state, state_dir(node_config))
-    return encode_update(update)
+    return encode_update(update, getattr(ctx.model, "layout", None))   # a torch model's reply: layer by layer
 
 
 def evaluate(node_config: Mapping[str, Any], state: RecordDict, content: RecordDict) -> RecordDict:

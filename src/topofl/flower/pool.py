@@ -60,7 +60,9 @@ class FlowerPool(ClientPool):
 
     def _send(self, rnd: int, messages: dict[int, ServerMessage], message_type: str, stage: str,
               decode: Callable[[int, RecordDict], Any]) -> tuple[list[Any], list[Failure]]:
-        contents = {cid: encode_server_message(m, self.job, rnd) for cid, m in messages.items() if cid in self.nodes}
+        encoded: dict[int, Any] = {}   # one record per distinct params array (its id is stable: messages holds it)
+        contents = {cid: encode_server_message(m, self.job, rnd, encoded) for cid, m in messages.items()
+                    if cid in self.nodes}
         got, failures = exchange(self.grid, self.nodes, contents, message_type, rnd, stage, self.timeout, decode)
         failures += [Failure(rnd, cid, stage, "no SuperNode for this client since the run was resumed")
                      for cid in sorted(set(messages) - set(self.nodes))]

@@ -55,7 +55,7 @@ def record_arrays(content: RecordDict, key: str, required: bool = True, expect: 
             raise PayloadError(f"record {key!r} holds unexpected array(s) {', '.join(repr(k) for k in unexpected[:5])} "
                                f"(expected: {', '.join(repr(k) for k in expect) or 'none'})")
         for name in rec:
-            reason = array_problem(rec[name], expect[name].shape, free_values)
+            reason = array_problem(rec[name], expect[name].shape, free_values, expect[name].dtypes)
             if reason:
                 raise PayloadError(f"record {key!r}: array {name!r} {reason} (refused before decoding)")
     try:
@@ -64,37 +64,106 @@ def record_arrays(content: RecordDict, key: str, required: bool = True, expect: 
         raise PayloadError(f"record {key!r} holds an array that cannot be decoded: {exc}") from None
 
 
+def params_record(params: np.ndarray, layout: Sequence[Any] | None = None) -> ArrayRecord:
+    """A parameter vector as an ArrayRecord: with a ``layout`` of several layers that covers it
+    (``ParamSlot`` objects), one array per layer named as the module names it, each a *view* of
+    ``params`` (nothing is copied before Flower serialises it) — the per-layer arrays any Flower
+    app exchanges; otherwise one array ``"params"``.
+    """
+    if _layered(params, layout):
+        assert layout is not None
+        return ArrayRecord({str(slot.name): Array(params[slot.offset : slot.offset + slot.size].reshape(slot.shape))
+                            for slot in layout})
+    return arrays_record({"params": params})
+
+
+def _layered(params: np.ndarray, layout: Sequence[Any] | None) -> bool:
+    return (layout is not None and len(layout) > 1 and params.ndim == 1
+            and params.size == sum(int(slot.size) for slot in layout))
+
+
+def record_params(content: RecordDict, spec: ArraySpec | None = None,
+                  layout: Sequence[Any] | None = None) -> np.ndarray:
+    """The parameter vector of ArrayRecord ``"params"``: its one array ``"params"``, or — when its
+    arrays are exactly the layers of ``layout`` (``spec.layout`` unless given) — the layers
+    rebuilt into one contiguous vector. Every layer's dtype (one of ``spec.dtypes``, the same for
+    all), shape and byte count are checked from its metadata first, then each is copied once from
+    Flower's bytes into its slice of the vector (no intermediate array). :class:`PayloadError`
+    otherwise.
+    """
+    layout = layout if layout is not None else (spec.layout if spec is not None else None)
+    rec = content["params"] if "params" in content else None
+    if (isinstance(rec, ArrayRecord) and layout is not None and len(layout) > 1
+            and sorted(rec.keys()) == sorted(str(slot.name) for slot in layout)):
+        return _layers(rec, layout, spec)
+    params = record_arrays(content, "params", expect={"params": spec} if spec is not None else None).get("params")
+    if params is None:
+        raise PayloadError("record 'params' has no array 'params'")
+    return params
+
+
+def _layers(rec: ArrayRecord, layout: Sequence[Any], spec: ArraySpec | None) -> np.ndarray:
+    total = sum(int(slot.size) for slot in layout)
+    if spec is not None and _shape_problem((total,), spec.shape, 0) is not None:
+        raise PayloadError(f"record 'params': its layers hold {total} values; expected shape {_shape_text(spec.shape)}")
+    dtypes = spec.dtypes if spec is not None else ("float32", "float64")
+    kind: np.dtype | None = None
+    starts = []
+    for slot in layout:
+        array = rec[str(slot.name)]
+        reason = _record_problem(array, dtypes) or _shape_problem(tuple(array.shape), slot.shape, 0)
+        dtype = np.dtype(str(array.dtype)) if reason is None else None
+        if reason is None and kind is not None and dtype != kind:
+            reason = f"is {dtype} while the layers before it are {kind}"
+        if reason is None:
+            assert dtype is not None
+            reason, start = _data_problem(array.data, tuple(slot.shape), int(slot.size), dtype)
+            starts.append(start)
+            kind = dtype
+        if reason:
+            raise PayloadError(f"record 'params': layer {slot.name!r} {reason} (refused before decoding)")
+    assert kind is not None
+    flat = np.empty(total, dtype=kind)
+    for slot, start in zip(layout, starts, strict=True):
+        flat[slot.offset : slot.offset + slot.size] = np.frombuffer(rec[str(slot.name)].data, dtype=kind,
+                                                                     count=int(slot.size), offset=start)
+    return flat
+
+
 def _shape_text(shape: Sequence[int | None]) -> str:
     return "(" + ", ".join("n" if s is None else str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
-def array_problem(array: Any, shape: Sequence[int | None], free_values: int = MAX_REPLY_FREE_VALUES) -> str | None:
-    """Why a Flower ``Array`` cannot be a float64 array of ``shape``, from its metadata and the
-    ``.npy`` header in its bytes alone (nothing is decoded or copied); ``None`` when it can.
+def array_problem(array: Any, shape: Sequence[int | None], free_values: int = MAX_REPLY_FREE_VALUES,
+                  dtypes: Sequence[str] = ("float64",)) -> str | None:
+    """Why a Flower ``Array`` cannot be an array of ``shape`` in one of ``dtypes``, from its metadata
+    and the ``.npy`` header in its bytes alone (nothing is decoded or copied); ``None`` when it can.
 
     ``None`` entries of ``shape`` take any length, but the array may then hold at most
     ``max(free_values, product of the fixed entries)`` values. The header's dtype and shape must
-    be the record's, and the bytes after the header exactly that many float64 values, so the
-    decoded array is exactly what was checked.
+    be the record's, and the bytes after the header exactly that many values, so the decoded
+    array is exactly what was checked.
     """
-    problem = _record_problem(array)
+    problem = _record_problem(array, dtypes)
     if problem is not None:
         return problem
     declared = tuple(array.shape)
     problem = _shape_problem(declared, shape, free_values)
     if problem is not None:
         return problem
-    return _data_problem(array.data, declared, math.prod(declared))
+    return _data_problem(array.data, declared, math.prod(declared), np.dtype(str(array.dtype)))[0]
 
 
-def _record_problem(array: Any) -> str | None:
-    """Why ``array`` is not a Flower ``Array`` whose record declares a float64 numpy array; ``None`` when it is."""
+def _record_problem(array: Any, dtypes: Sequence[str] = ("float64",)) -> str | None:
+    """Why ``array`` is not a Flower ``Array`` whose record declares a numpy array of one of
+    ``dtypes``; ``None`` when it is.
+    """
     if not isinstance(array, Array):
         return f"must be an Array; got {type(array).__name__}"
     if array.stype != "numpy.ndarray":
         return f"must be a serialised numpy array; its record declares stype {str(array.stype)[:40]!r}"
-    if array.dtype != "float64":
-        return f"must be float64; its record declares dtype {str(array.dtype)[:40]!r}"
+    if array.dtype not in dtypes:
+        return f"must be {' or '.join(dtypes)}; its record declares dtype {str(array.dtype)[:40]!r}"
     return None
 
 
@@ -111,23 +180,26 @@ def _shape_problem(declared: tuple[Any, ...], shape: Sequence[int | None], free_
     return None
 
 
-def _data_problem(data: Any, declared: tuple[int, ...], count: int) -> str | None:
-    """Why ``data`` is not the ``.npy`` bytes of ``count`` float64 values of shape ``declared``; ``None`` when it is."""
+def _data_problem(data: Any, declared: tuple[int, ...], count: int, dtype: np.dtype) -> tuple[str | None, int]:
+    """Why ``data`` is not the ``.npy`` bytes of ``count`` values of ``dtype`` (native byte order)
+    in shape ``declared`` (``None`` when it is), and where its values start.
+    """
     if not isinstance(data, bytes):
-        return f"must carry bytes; got {type(data).__name__}"
+        return f"must carry bytes; got {type(data).__name__}", 0
     try:
         fh = io.BytesIO(data)  # shares the bytes: nothing is copied
         version = np.lib.format.read_magic(fh)
         reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
         h_shape, fortran, h_dtype = reader(fh)
     except Exception as exc:  # noqa: BLE001 - any malformed header is the sender's
-        return f"has no valid .npy header ({type(exc).__name__}: {str(exc)[:120]})"
-    if tuple(h_shape) != declared or h_dtype != np.dtype(np.float64) or fortran:
+        return f"has no valid .npy header ({type(exc).__name__}: {str(exc)[:120]})", 0
+    if tuple(h_shape) != declared or h_dtype != dtype or fortran:
         return (f"carries data of shape {tuple(h_shape)} and dtype {h_dtype} while its record declares "
-                f"{declared} float64")
-    if len(data) - fh.tell() != count * 8:
-        return f"carries {len(data) - fh.tell()} bytes of data; {declared} float64 values take {count * 8}"
-    return None
+                f"{declared} {dtype}"), 0
+    if len(data) - fh.tell() != count * dtype.itemsize:
+        return (f"carries {len(data) - fh.tell()} bytes of data; {declared} {dtype} values take "
+                f"{count * dtype.itemsize}"), 0
+    return None, fh.tell()
 
 
 def config_record(values: Mapping[str, Any]) -> ConfigRecord:
@@ -136,12 +208,21 @@ def config_record(values: Mapping[str, Any]) -> ConfigRecord:
 
 
 # ---- server → client -------------------------------------------------------------------------
-def encode_server_message(message: ServerMessage, job: Mapping[str, Any], rnd: int) -> RecordDict:
+def encode_server_message(message: ServerMessage, job: Mapping[str, Any], rnd: int,
+                          encoded: dict[int, ArrayRecord] | None = None) -> RecordDict:
     """The records of a server message: its params and extras, and a config of the job keys, its own config and
-    the round.
+    the round. ``encoded`` (id of a params array → its record) lets the messages of one exchange
+    that carry the same array (FedAvg's global model to every client) share one serialised record,
+    as Flower's own strategies share one payload.
     """
+    if encoded is None:
+        params = params_record(message.params)
+    else:
+        if id(message.params) not in encoded:
+            encoded[id(message.params)] = params_record(message.params)
+        params = encoded[id(message.params)]
     return RecordDict({
-        "params": arrays_record({"params": message.params}),
+        "params": params,
         "extras": arrays_record(message.extras),
         "config": config_record({**job, **message.config, "round": int(rnd)}),
     })
@@ -149,19 +230,19 @@ def encode_server_message(message: ServerMessage, job: Mapping[str, Any], rnd: i
 
 def decode_server_message(content: RecordDict) -> tuple[ServerMessage, dict[str, Any]]:
     """The server message and the full config (job keys, round and the message's own config)."""
-    params = record_arrays(content, "params")["params"]
+    params = record_params(content)
     extras = record_arrays(content, "extras", required=False)
     config = dict(content["config"]) if "config" in content else {}
     return ServerMessage(params, config=config, extras=extras), config
 
 
 # ---- client → server -------------------------------------------------------------------------
-def encode_update(update: ClientUpdate) -> RecordDict:
-    """The records of a client update: params, extras, metrics with ``num-examples``, the client id and any
-    descriptor.
+def encode_update(update: ClientUpdate, layout: Sequence[Any] | None = None) -> RecordDict:
+    """The records of a client update: params (layer by layer with the model's ``layout``:
+    :func:`params_record`), extras, metrics with ``num-examples``, the client id and any descriptor.
     """
     rd = RecordDict({
-        "params": arrays_record({"params": update.params}),
+        "params": params_record(update.params, layout),
         "extras": arrays_record(update.extras),
         "metrics": MetricRecord({"num-examples": int(update.n_examples),
                                  **{k: float(v) for k, v in update.metrics.items()}}),
@@ -180,15 +261,12 @@ def decode_update(content: RecordDict, schema: ReplySchema | None = None) -> Cli
     (:func:`record_arrays`); the full check of the values is the server's screening.
     """
     if schema is not None:
-        params_spec: dict[str, ArraySpec] | None = {"params": schema.params}
         extras_spec: dict[str, ArraySpec] | None = dict(schema.extras)
         descriptor_spec: dict[str, ArraySpec] | None = ({"phi": schema.descriptor} if schema.descriptor is not None
                                                         else {})
     else:
-        params_spec = extras_spec = descriptor_spec = None
-    params = record_arrays(content, "params", expect=params_spec).get("params")
-    if params is None:
-        raise PayloadError("record 'params' has no array 'params'")
+        extras_spec = descriptor_spec = None
+    params = record_params(content, schema.params if schema is not None else None)
     if "metrics" not in content or "num-examples" not in content["metrics"]:
         raise PayloadError("record 'metrics' with 'num-examples' is missing")
     metrics: dict[str, Any] = dict(content["metrics"])  # the sender's values, unchecked: the server screens the update

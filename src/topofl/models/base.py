@@ -1,5 +1,11 @@
 """The model contract every method trains through (DESIGN: "parameters are flat float vectors").
 
+Parameter vectors are flat and contiguous. A model *returns* trained parameters in its own
+:attr:`Model.param_dtype` (float64 for the NumPy linear models, the module's dtype — float32 by
+default — for PyTorch models) and *accepts* float32 or float64 vectors everywhere. Servers keep
+their aggregates in float64 (a sum of many float32 vectors is accumulated in float64), which a
+float32 model reads exactly as it would hold them.
+
 Both the NumPy linear models (:mod:`topofl.models.linear`) and the PyTorch wrapper
 (:class:`topofl.models.torch_models.TorchClassifier`) satisfy :class:`Model`; methods, runtimes and
 metrics are typed against it and never against a concrete model.
@@ -12,9 +18,13 @@ import numpy as np
 
 
 class Model(Protocol):
-    """A model on flat float64 parameter vectors ``theta``."""
+    """A model on flat parameter vectors ``theta``."""
 
     task: str
+
+    @property
+    def param_dtype(self) -> np.dtype:
+        """The dtype of the parameter vectors the model's training returns."""
 
     @property
     def n_params(self) -> int:
@@ -53,3 +63,16 @@ class Model(Protocol):
 
     def _penalty(self, theta: np.ndarray) -> float:
         """The L2 penalty alone (subtracted to report the data loss)."""
+
+
+def param_dtype(model: object) -> np.dtype:
+    """``model.param_dtype``, or float64 for a user's model that does not declare one."""
+    return np.dtype(getattr(model, "param_dtype", np.float64))
+
+
+def reply_dtypes(model: object) -> tuple[str, ...]:
+    """The dtypes a server accepts for a parameter vector of ``model``: float64 always (a server's
+    own float64 aggregates, an attack's rewrite, a Flower record) and the model's own dtype.
+    """
+    own = param_dtype(model).name
+    return ("float64",) if own == "float64" else ("float64", own)

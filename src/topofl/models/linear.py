@@ -58,6 +58,8 @@ class LinearModel:
 
     task = "binary"
     n_outputs = 1
+    #: parameters are float64 vectors (the linear models' iterates are reproducible bit for bit)
+    param_dtype = np.dtype(np.float64)
 
     def __post_init__(self) -> None:
         check_int("n_features", self.n_features, 1)

@@ -1,14 +1,16 @@
 """Optional PyTorch image classifiers on flat parameter vectors (the paper's CNNs).
 
 :class:`TorchClassifier` wraps a ``torch.nn.Module`` factory behind the contract of the NumPy models
-(flat float64 parameter vectors); :func:`cnn`, :func:`same_cnn` and :func:`paper_cnn` build the
-Sheaf-FMTL CNNs (Table 2; §4.2's same-size CNN). PyTorch is imported lazily (``pip install
-'topofl[torch]'``). See docs/internals.md#topofl.models.torch_models for the numerics and the
+(flat parameter vectors; replies in the module's dtype, float32 by default); :func:`cnn`,
+:func:`same_cnn` and :func:`paper_cnn` build the Sheaf-FMTL CNNs (Table 2; §4.2's same-size CNN).
+PyTorch is imported lazily (``pip install 'topofl[torch]'``). See
+docs/internals.md#topofl.models.torch_models for the numerics and the
 derivation of the CNNs from the paper's parameter and byte counts.
 """
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -26,6 +28,22 @@ CPU_INSTALL_COMMAND = "pip install torch --index-url https://download.pytorch.or
 TORCH_MISSING_MESSAGE = f"the torch models need PyTorch: pip install 'topofl[torch]' (CPU build: {CPU_INSTALL_COMMAND})"
 
 _DTYPES = ("float32", "float64")
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+@dataclass(frozen=True)
+class ParamSlot:
+    """One parameter tensor of a module inside the flat vector: ``theta[offset : offset + size]``
+    reshaped to ``shape`` is the tensor named ``name`` (its ``named_parameters()`` name).
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    offset: int
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
 
 
 def _require_torch():
@@ -57,9 +75,12 @@ class _Runtime:
             raise ValueError("the module has no parameters")
         n = sum(p.numel() for p in params)
         flat = torch.empty(n, dtype=self.dtype, device=self.device)
-        shapes, weight_mask, offset = [], np.zeros(n, dtype=bool), 0
+        weight_mask, offset = np.zeros(n, dtype=bool), 0
+        names = [name for name, _ in module.named_parameters()]
+        layout = []
         with torch.no_grad():
-            for p in params:
+            for name, p in zip(names, params, strict=True):
+                layout.append(ParamSlot(name, tuple(int(s) for s in p.shape), offset))
                 k = p.numel()
                 view = flat[offset : offset + k]
                 view.copy_(p.reshape(-1))
@@ -67,9 +88,9 @@ class _Runtime:
                 p.requires_grad_(True)
                 if p.ndim > 1:
                     weight_mask[offset : offset + k] = True
-                shapes.append(tuple(p.shape))
                 offset += k
         self.module, self.params, self.flat = module, params, flat
+        self.layout = tuple(layout)
         self.n_params = n
         self.weight_idx = np.flatnonzero(weight_mask)
         self.weight_mask = torch.from_numpy(weight_mask).to(device=self.device, dtype=self.dtype)
@@ -84,8 +105,15 @@ class _Runtime:
             )
 
     def load(self, theta: np.ndarray) -> None:
+        """Copy ``theta`` (float32 or float64; rounded to the module's dtype) into the module."""
+        if theta.flags.writeable:
+            source = self.torch.from_numpy(theta)
+        else:   # a read-only vector (a saved model, a history's copy) is only read here
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                source = self.torch.from_numpy(theta)
         with self.torch.no_grad():
-            self.flat.copy_(self.torch.from_numpy(theta))
+            self.flat.copy_(source)
 
     def images(self, X: np.ndarray, shape: tuple[int, ...]) -> torch.Tensor:
         return self.torch.from_numpy(X).to(device=self.device, dtype=self.dtype).reshape(X.shape[0], *shape)
@@ -107,7 +135,14 @@ def resolve_device(device: str) -> str:
 
 @dataclass(frozen=True)
 class TorchClassifier:
-    """A multiclass ``torch.nn.Module`` classifier exposed on flat float64 parameter vectors.
+    """A multiclass ``torch.nn.Module`` classifier exposed on flat parameter vectors.
+
+    Parameter vectors: :meth:`sgd` returns the module's parameters in its own dtype (float32 by
+    default: :attr:`param_dtype`), laid out as :attr:`layout` says; every method accepts float32
+    or float64 vectors (a float64 vector is rounded to the module's dtype when loaded, so the
+    float64 averages a server keeps are read exactly as the module would hold them). :meth:`init`
+    returns float64 (the module's initial values, exactly), the starting point of a server's
+    float64 state.
 
     Parameters
     ----------
@@ -123,7 +158,8 @@ class TorchClassifier:
     l2 : float
         Strength of the penalty ``l2/2 * ||weights||²`` added to the mean cross-entropy.
     dtype : "float32" or "float64"
-        Precision of the torch computation (inputs and outputs are always float64 NumPy).
+        Precision of the torch computation and of the vectors :meth:`sgd` returns (inputs,
+        scores, features and gradients are float64 NumPy).
     chunk_size : int
         Largest number of rows per forward/backward pass (bounds memory on big inputs).
     """
@@ -213,8 +249,23 @@ class TorchClassifier:
         return theta
 
     # ---- input handling ------------------------------------------------------------------
+    @property
+    def param_dtype(self) -> np.dtype:
+        """The dtype of the vectors :meth:`sgd` returns: the module's own (``dtype``)."""
+        return np.dtype(self.dtype)
+
+    @property
+    def layout(self) -> tuple[ParamSlot, ...]:
+        """Where each of the module's parameters lies in ``theta``: name, shape and offset, in the
+        order of ``module.parameters()`` (the per-layer arrays a Flower app exchanges).
+        """
+        return self._rt.layout
+
     def _theta(self, theta: np.ndarray) -> np.ndarray:
-        theta = np.ascontiguousarray(theta, dtype=np.float64)
+        theta = np.asarray(theta)
+        if theta.dtype not in _FLOATS:   # float32 and float64 are read as they are (the module casts on load)
+            theta = theta.astype(np.float64)
+        theta = np.ascontiguousarray(theta)
         if theta.shape != (self.n_params,):
             raise ValueError(f"theta must have shape ({self.n_params},); got {theta.shape}")
         return theta
@@ -379,6 +430,7 @@ class TorchClassifier:
         budget ``local_steps`` as in the NumPy loop; ``optimizer`` (a
         :class:`~topofl.models.optimizers.LocalOptimizer`) gives the rule and ``lr``: plain SGD
         runs per parameter, another rule on the device on the flat parameters, its state handed back.
+        Returns a fresh vector of :attr:`param_dtype`.
         """
         from topofl.models.optimizers import LocalOptimizer, epoch_batches
 
@@ -439,7 +491,9 @@ class TorchClassifier:
                 )
         if rule is not None:
             optimizer.load(rule.state())
-        return flat.detach().to(device="cpu", dtype=torch.float64, copy=True).numpy()   # one copy, owned by the caller
+        # one copy in the module's dtype, owned by the caller: no float64 cast (half the bytes for
+        # float32, and no second pass); every server rule reads float32 exactly (DESIGN: parameters)
+        return flat.detach().to(device="cpu", copy=True).numpy()
 
 
 # --------------------------------------------------------------------------------------------
@@ -641,6 +695,7 @@ __all__ = [
     "PAPER_ARCHITECTURES",
     "PAPER_PARAM_COUNTS",
     "TORCH_MISSING_MESSAGE",
+    "ParamSlot",
     "TorchClassifier",
     "cnn",
     "dataset_shape",

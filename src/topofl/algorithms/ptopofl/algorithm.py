@@ -31,6 +31,7 @@ from topofl.algorithms.base import (
     robust_entries,
     robust_round,
     round_change_stats,
+    weighted_sum,
 )
 from topofl.algorithms.ptopofl import maths
 from topofl.config import choice, floats, ints
@@ -213,9 +214,11 @@ class PTopoFLConfig(DPAggregateConfig, RobustRuleConfig, AlgorithmConfig):
 
 
 def data_fingerprint(X: np.ndarray) -> str:
-    """Cheap content hash of a client's training features (detects data changes)."""
+    """Cheap content hash of a client's training features (detects data changes; computed every
+    round, so SHA-256, which CPUs with SHA extensions hash twice as fast as BLAKE2b).
+    """
     # numpy's stubs declare ndarray.__buffer__ only for Python >= 3.12; an ndarray is a buffer on every version
-    return hashlib.blake2b(np.ascontiguousarray(X).view(np.uint8), digest_size=16).hexdigest() + str(X.shape)  # type: ignore[arg-type]
+    return hashlib.sha256(np.ascontiguousarray(X).view(np.uint8)).hexdigest()[:32] + str(X.shape)  # type: ignore[arg-type]
 
 
 class PTopoFL(Algorithm):
@@ -374,7 +377,7 @@ class PTopoFL(Algorithm):
             n_points=min(info.n_train, self.subsample_size(is_deep(self.model))))
         dgm = ArraySpec((None, 2), required=False, low=0.0)
         return ReplySchema(
-            ArraySpec((self.update_size(),)),
+            self.params_spec(self.update_size()),
             centers=message.params[None, :],
             extras={"dgm0": dgm, "dgm1": dgm} if self.sends_diagrams else {},
             descriptor=ArraySpec((self.descriptor_size(),),
@@ -595,9 +598,8 @@ class PTopoFL(Algorithm):
         are a minority of the round can be half of a small cluster.
         """
         rule = self.config.intra_aggregator
-        if rule == "mean":
-            mean: np.ndarray = w @ np.vstack([u.params for u in members])
-            return mean
+        if rule == "mean":   # in place for deep models (no stack of the cluster's replies)
+            return weighted_sum([u.params for u in members], w)
         reference = stats = None
         if rule in ("norm_clip", "guarded_mean"):
             reference = np.vstack([self.sent[u.client_id] for u in members])  # recorded by configure_fit
