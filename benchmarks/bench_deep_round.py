@@ -42,6 +42,7 @@ import warnings
 
 import numpy as np
 import torch
+from round_timer import timed_rounds
 
 import topofl
 from topofl.data.loaders.mnist10k import mnist_federation
@@ -120,16 +121,8 @@ def accumulation_error(fed, name: str, epochs: int, seed: int = 0) -> float:
 
 
 def time_topofl(fed, name: str, method: str, epochs: int, rounds: int, seed: int = 0) -> list[float]:
-    stamps: list[float] = []
-    t0 = [time.perf_counter()]
-
-    def tick(history, summary) -> None:
-        now = time.perf_counter()
-        stamps.append(now - t0[0])
-        t0[0] = now
-
-    t0[0] = time.perf_counter()
-    topofl.simulate(fed, method, rounds=rounds + 1, seed=seed, model=name, lr=LR, batch_size=BATCH, l2=L2, local_epochs=epochs, on_round=tick)
+    stamps = timed_rounds(topofl.simulate, fed, method, rounds=rounds + 1, seed=seed, model=name, lr=LR,
+                          batch_size=BATCH, l2=L2, local_epochs=epochs)
     return stamps[1:]
 
 

@@ -18,7 +18,6 @@ import math
 import statistics
 import subprocess
 import sys
-import time
 
 
 def worker(method: str, n_clients: int, rounds: int) -> None:
@@ -29,17 +28,10 @@ def worker(method: str, n_clients: int, rounds: int) -> None:
     import topofl
 
     warnings.simplefilter("ignore")
+    from round_timer import timed_rounds
+
     fed = topofl.make_scenario("healthcare", 0, n_clients=n_clients)
-    stamps: list[float] = []
-    t0 = [time.perf_counter()]
-
-    def tick(history, summary) -> None:
-        now = time.perf_counter()
-        stamps.append(now - t0[0])
-        t0[0] = now
-
-    t0[0] = time.perf_counter()
-    topofl.simulate(fed, method, rounds=rounds, seed=0, on_round=tick)
+    stamps = timed_rounds(topofl.simulate, fed, method, rounds=rounds, seed=0)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     print(json.dumps({"times": stamps, "peak": peak}), flush=True)
 

@@ -63,11 +63,15 @@ def _floats(values: Any) -> bytes:
 def fingerprint(result: Any) -> str:
     """SHA-256 over a run's records, round summaries and final models (server's and clients')."""
     h = hashlib.sha256()
+    model = getattr(result, "model", None)
+    dtype = getattr(model, "param_dtype", None) or np.dtype(getattr(model, "dtype", "float64"))
     for r in sorted(result.records, key=lambda r: (r["round"], r["client"])):
         keys = PEER_RECORD_KEYS if "dim" in r else RECORD_KEYS
-        # bytes as the numbers sent x 8, as every run counted them before issue 22; a float32 model's
-        # real bytes (4 per number) are checked in tests/models/test_param_dtype.py
-        row = {**r, **({"bytes_up": 8 * r["floats_up"], "bytes_down": 8 * r["floats_down"]} if "bytes_up" in r else {})}
+        row = r
+        if dtype != np.float64 and "bytes_up" in r:
+            # a float32 model's bytes as every run counted them before issue 22 (8 per number); its real
+            # bytes (4 per number) are checked in tests/models/test_param_dtype.py
+            row = {**r, "bytes_up": 8 * r["floats_up"], "bytes_down": 8 * r["floats_down"]}
         h.update(_floats([float(row[k]) if row.get(k) is not None else np.nan for k in keys]))
     for s in result.rounds:
         row = s if isinstance(s, dict) else s.as_dict()
@@ -77,8 +81,6 @@ def fingerprint(result: Any) -> str:
         h.update(b"server" + _floats(server))
     # a client's model as its model holds it (float32 for a float32 torch model: issue 22 stores it so;
     # before, the same numbers were kept unrounded in float64, so the old code gives this same fingerprint)
-    model = getattr(result, "model", None)
-    dtype = getattr(model, "param_dtype", None) or np.dtype(getattr(model, "dtype", "float64"))
     for k in sorted(result.client_models):
         h.update(str(k).encode() + _floats(np.asarray(result.client_models[k]).astype(dtype)))
     return h.hexdigest()

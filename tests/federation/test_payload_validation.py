@@ -1,10 +1,21 @@
 """Server-side payload validation used by every runtime before aggregation: a reply is checked
 against the schema its algorithm declares (:class:`ReplySchema`), then screened as a round."""
+import math
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from topofl.federation.messages import ClientUpdate, ServerMessage
-from topofl.federation.validation import ArraySpec, ClientInfo, ReplySchema, lower_median, screen_updates
+from topofl.federation.validation import (
+    ArraySpec,
+    ClientInfo,
+    ReplySchema,
+    lower_median,
+    lower_medians_of_others,
+    screen_updates,
+)
 
 
 def update(**kw):
@@ -109,3 +120,11 @@ def test_in_process_runner_drops_invalid_updates_and_records_why():
     h = run_rounds(Poisoned(fed, algo, model, 0), algo, model, rounds=2, seed=0)
     assert [(f.round, f.client, f.stage) for f in h.failures] == [(1, 0, "fit"), (2, 0, "fit")]
     assert all(np.isfinite(r["loss"]) for r in h.records)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.floats(0, 1e6, allow_nan=False), st.sampled_from([0.0, 1.0, 2.0, math.inf])),
+                max_size=40))
+def test_the_norm_bounds_leave_one_out_medians_from_one_sort_equal_the_direct_ones(values):
+    direct = [lower_median(values[:k] + values[k + 1:]) for k in range(len(values))]
+    assert lower_medians_of_others(values) == direct

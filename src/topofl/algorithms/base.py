@@ -358,15 +358,17 @@ def weighted_average(vectors: list[np.ndarray], weights: np.ndarray, max_share: 
     return weighted_sum(vectors, cap_shares(weights, max_share))
 
 
-def weighted_sum(vectors: list[np.ndarray], w: np.ndarray) -> np.ndarray:
+def weighted_sum(vectors: list[np.ndarray], w: np.ndarray, stack_limit: float | None = None) -> np.ndarray:
     """Σ_k w_k v_k in float64, whatever the vectors' dtype (a sum of many float32 replies is taken in
-    float64, then read exactly by a float32 model: DESIGN, parameters). A small stack is one matrix
-    product; above :data:`_STACK_LIMIT` numbers the sum is accumulated in place, one vector at a
-    time (no K × d stack and no float64 copy of it: the working memory is two vectors; the sum's
+    float64, then read exactly by a float32 model: DESIGN, parameters). Up to ``stack_limit``
+    numbers (clients × parameters; default :data:`_STACK_LIMIT`) it is one matrix product over the
+    float64 stack (at most 128 MB at the default limit); above, it is accumulated in place, a block
+    at a time (no K × d stack and no float64 copy of it: two blocks of working memory; the sum's
     rounding then differs from the stacked product's in the last bits).
     """
-    if len(vectors) * (vectors[0].size if vectors else 0) <= _STACK_LIMIT:
-        out: np.ndarray = w @ np.vstack(vectors)
+    limit = _STACK_LIMIT if stack_limit is None else stack_limit
+    if len(vectors) * (vectors[0].size if vectors else 0) <= limit:
+        out: np.ndarray = w @ np.vstack(vectors, dtype=np.float64)
         return out
     # block by block (a block of the sum stays in cache while every reply adds to it): each reply is
     # read once, and each element sees the same additions in the same order as a reply-by-reply sum

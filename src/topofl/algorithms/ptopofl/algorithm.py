@@ -10,6 +10,7 @@ things (docs/ptopofl-options.md) and the two DP channels.
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, cast
@@ -598,8 +599,12 @@ class PTopoFL(Algorithm):
         are a minority of the round can be half of a small cluster.
         """
         rule = self.config.intra_aggregator
-        if rule == "mean":   # in place for deep models (no stack of the cluster's replies)
-            return weighted_sum([u.params for u in members], w)
+        if rule == "mean":
+            # float64 models: the stacked product, as always (bit-identical iterates); a float32
+            # model's replies: summed in place above the stacking limit (no stack of the cluster's replies)
+            vectors = [u.params for u in members]
+            exact = all(v.dtype == np.float64 for v in vectors)
+            return weighted_sum(vectors, w, stack_limit=math.inf if exact else None)
         reference = stats = None
         if rule in ("norm_clip", "guarded_mean"):
             reference = np.vstack([self.sent[u.client_id] for u in members])  # recorded by configure_fit
