@@ -10,6 +10,11 @@ def timed_rounds(simulate: Callable[..., Any], *args: Any, **kwargs: Any) -> lis
     """Run ``simulate(*args, on_round=..., **kwargs)`` (``topofl.simulate``) and return the seconds of
     each round: from the call to round 1's end, then between consecutive round ends.
     """
+    return timed_run(simulate, *args, **kwargs)[0]
+
+
+def timed_run(simulate: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[list[float], Any]:
+    """:func:`timed_rounds`'s seconds of each round, and what ``simulate`` returned."""
     stamps: list[float] = []
     last = [time.perf_counter()]
 
@@ -18,5 +23,5 @@ def timed_rounds(simulate: Callable[..., Any], *args: Any, **kwargs: Any) -> lis
         stamps.append(now - last[0])
         last[0] = now
 
-    simulate(*args, on_round=tick, **kwargs)
-    return stamps
+    result = simulate(*args, on_round=tick, **kwargs)
+    return stamps, result

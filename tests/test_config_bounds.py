@@ -184,7 +184,7 @@ def test_bounds_are_exposed_in_field_order_and_described():
 
 def test_only_known_fields_are_left_without_declared_bounds():
     """Bools, and fields whose bound is another field or is checked in a file of its own (AlgorithmConfig)."""
-    allowed = {"use_trust", "recluster_on_drift", "guard_max_norm",
+    allowed = {"use_trust", "recluster_on_drift", "secure_aggregation", "guard_max_norm",
                "max_update_ratio", "update_norm_floor", "max_client_weight"}
     for name, method in REGISTRY.items():
         bounds = method.config.field_bounds()

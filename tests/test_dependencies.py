@@ -17,6 +17,7 @@ DISTRIBUTION = {
     "numpy": "numpy", "scipy": "scipy", "sklearn": "scikit-learn", "gph": "giotto-ph", "gudhi": "gudhi", "typer": "typer",
     "rich": "rich", "matplotlib": "matplotlib", "networkx": "networkx", "threadpoolctl": "threadpoolctl", "tomli": "tomli",
     "torch": "torch", "flwr": "flwr", "dp_accounting": "dp-accounting", "psutil": "psutil", "cryptography": "cryptography",
+    "Crypto": "pycryptodome",
     "httpx": "httpx", "starlette": "starlette", "uvicorn": "uvicorn", "h11": "h11", "optuna": "optuna",
 }
 

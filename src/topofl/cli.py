@@ -230,10 +230,11 @@ def experiment(  # noqa: PLR0913 (a typer command: its parameters are the comman
     name: str = typer.Argument(
         ...,
         help="pTopoFL: comparison, robustness, continual, privacy, ablation, diagrams, deep (CNNs, Table 2), all "
-        "(the paper's, controls and heart-disease, + report). Controls and real data: controls, heart-disease; the "
-        "paper's own protocol (Table 1 exactly, and its control): paper-protocol. Security and privacy: attacks, "
-        "privacy-attacks, privacy-dp. Sheaf-FMTL: sheaf-digits, sheaf-school (real data), sheaf-centralised, "
-        "sheaf-hetero, sheaf-topology, sheaf-init, sheaf-mnist (CNNs), sheaf-all.",
+        "(the paper's, controls, heart-disease and secure-aggregation, + report). Controls and real data: controls, "
+        "heart-disease; the paper's own protocol (Table 1 exactly, and its control): paper-protocol. Security and "
+        "privacy: attacks, privacy-attacks, privacy-dp, secure-aggregation (SecAgg+: cost, attacks, dropouts). "
+        "Sheaf-FMTL: sheaf-digits, sheaf-school (real data), sheaf-centralised, sheaf-hetero, sheaf-topology, "
+        "sheaf-init, sheaf-mnist (CNNs), sheaf-all.",
     ),
     seeds: Optional[str] = typer.Option(
         None, "--seeds", help="Seeds: 0-9, 0,3,7, or 0-4,10 (default: 0-9 for pTopoFL experiments, 0-4 — the "
@@ -462,7 +463,7 @@ Exits 1 with the reason when the run fails.
         run_dir = resume.resolve()
         settings, out = FlowerSettings(resume_dir=run_dir.name), run_dir.parent
     else:
-        robust = True if o.robust_defaults is None else bool(o.robust_defaults)
+        robust = True if o.robust_defaults is None else bool(o.robust_defaults)   # the mean, under --secure-aggregation
         (job,) = jobs_from_options(replace(o, robust_defaults=False), *_methods_and_seeds(o, "0", one=True))
         if out is not None:
             prepare_out(out)

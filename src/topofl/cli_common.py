@@ -172,6 +172,11 @@ RobustOpt = typer.Option(
     "field, or the papers' rules (the default of run, compare and experiment; flower, like a deployment, defaults to "
     "the robust ones)."
 )
+SecureOpt = typer.Option(
+    False, "--secure-aggregation", help="Secure aggregation (SecAgg+): the server learns only weighted sums of the "
+    "models (per cluster for ptopofl), never one client's model; for fedavg, fedprox, ditto, perfedavg and ptopofl "
+    "(sets their secure_aggregation; the secure_* -p fields tune it; docs/secure-aggregation.md)."
+)
 VerboseOpt = typer.Option(False, "--verbose", "-v",
                           help="Log debug messages (and the config file's settings that were ignored).")
 GraphOpt = typer.Option(
@@ -258,6 +263,7 @@ SHARED_OPTIONS: dict[str, tuple[Any, Any]] = {
     "client_fraction": (Optional[float], FractionOpt), "graph": (Optional[str], GraphOpt),
     "graph_param": (Optional[list[str]], GraphParamOpt), "overwrite": (bool, OverwriteOpt),
     "verbose": (bool, VerboseOpt), "robust_defaults": (Optional[bool], RobustOpt),
+    "secure_aggregation": (bool, SecureOpt),
     "trials": (Optional[int], TrialsOpt), "tune_params": (Optional[str], TuneParamsOpt),
     "tune_seeds": (Optional[str], TuneSeedsOpt),
     "validation_fraction": (Optional[float], ValidationOpt), "tune_metric": (Optional[str], TuneMetricOpt),
@@ -284,7 +290,8 @@ Options: Any = dataclasses.make_dataclass(
 DATA_OPTIONS = ("scenario", "data", "site_column", "label_column", "rounds", "param", "scenario_param", "config",
                 "model")
 #: the options that describe jobs, the same for ``run`` and ``compare`` (and, but for --overwrite, ``flower``)
-JOB_OPTIONS = ("methods", "seeds", *DATA_OPTIONS, "client_fraction", "graph", "graph_param", "robust_defaults")
+JOB_OPTIONS = ("methods", "seeds", *DATA_OPTIONS, "client_fraction", "graph", "graph_param", "robust_defaults",
+               "secure_aggregation")
 
 
 def paired_cell(r: dict[str, Any], metric: str = "auc") -> str:
@@ -802,6 +809,11 @@ def jobs_from_options(o: Any, file: Mapping[str, Any], methods: Sequence[str], s
         seeds = ",".join(map(str, seeds))
     hyperparameters = route_hyperparameters(chosen, flatten_hyperparameters(file.get("hyperparameters", {})),
                                             parse_assignments(o.param or [], "--param"))
+    if o.secure_aggregation:
+        if o.robust_defaults:
+            raise ValueError("--secure-aggregation cannot be combined with --robust-defaults: the guarded mean reads "
+                             "each client's model, which secure aggregation hides")
+        hyperparameters = {m: secure_hyperparameters(m, hyperparameters[m]) for m in chosen}
     if o.robust_defaults:
         from topofl.deployment_defaults import deployment_hyperparameters
 
@@ -816,6 +828,24 @@ def jobs_from_options(o: Any, file: Mapping[str, Any], methods: Sequence[str], s
         model=resolve(o.model, file, "model", "linear"),
     )
     return plan_compare(template, chosen, parse_seeds(seeds), hyperparameters)
+
+
+def secure_hyperparameters(method: str, hyperparameters: dict[str, Any]) -> dict[str, Any]:
+    """``hyperparameters`` of ``method`` with ``secure_aggregation`` on, validated now: ``ValueError``
+    naming the method when it cannot aggregate securely (its server reads each reply) or when another
+    field (a robust rule, DP of the updates) contradicts it.
+    """
+    from topofl.methods import build, get
+
+    if "secure_aggregation" not in {f.name for f in dataclasses.fields(get(method).config)}:
+        raise ValueError(f"--secure-aggregation: {method} has no server to aggregate (secure aggregation is "
+                         "implemented for fedavg, fedprox, ditto, perfedavg and ptopofl)")
+    out = {**hyperparameters, "secure_aggregation": True}
+    try:
+        build(method, out)
+    except ValueError as exc:
+        raise ValueError(f"--secure-aggregation with {method}: {exc}") from None
+    return out
 
 
 def experiment_overrides(o: Any) -> tuple[dict[str, Any], Callable[[list[Job]], list[Job]] | None]:

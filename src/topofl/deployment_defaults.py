@@ -30,13 +30,14 @@ __all__ = ["DEPLOYMENT_DEFAULTS", "RULE_FIELDS", "deployment_hyperparameters"]
 #: Per-FedAvg their global model, IFCA each cluster model (checked against the whole round),
 #: SCAFFOLD its Δy (and c over the clients kept), pTopoFL each cluster (``intra_aggregator``). Local
 #: and the decentralised methods have no server aggregate and get nothing. A run with client-level
-#: DP (``dp_noise_multiplier`` > 0) keeps the mean its noise calibration needs.
+#: DP (``dp_noise_multiplier`` > 0) keeps the mean its noise calibration needs, and a run with secure
+#: aggregation (``secure_aggregation``) the mean its sums give (the share cap still applies).
 DEPLOYMENT_DEFAULTS: dict[str, dict[str, Any]] = {
     "*": {"max_client_weight": 0.3, "aggregator": "guarded_mean"},
     "ptopofl": {"intra_aggregator": "guarded_mean"},
 }
 
-#: the hyper-parameters that name an aggregation rule (left to the mean under client-level DP)
+#: the hyper-parameters that name an aggregation rule (left to the mean under client-level DP or secure aggregation)
 RULE_FIELDS = ("aggregator", "intra_aggregator")
 
 
@@ -47,9 +48,10 @@ def deployment_hyperparameters(method: str, given: Mapping[str, Any]) -> dict[st
     from topofl.methods import get as get_method
 
     fields = set(get_method(method).config.field_help())
-    dp = float(given.get("dp_noise_multiplier", 0) or 0) > 0
+    # DP and secure aggregation need the mean: the robust rules are left out, the share cap stays
+    mean_only = float(given.get("dp_noise_multiplier", 0) or 0) > 0 or given.get("secure_aggregation") in (True, "true")
     out = dict(given)
     for key, value in {**DEPLOYMENT_DEFAULTS.get("*", {}), **DEPLOYMENT_DEFAULTS.get(method, {})}.items():
-        if key in fields and key not in out and not (dp and key in RULE_FIELDS):
+        if key in fields and key not in out and not (mean_only and key in RULE_FIELDS):
             out[key] = value
     return out

@@ -485,3 +485,29 @@ def _check_run_files(result: Any, run_dir: Path, rounds: int, n_clients: int = 2
     res = _result(run_dir)
     assert res["method"] == "fedavg" and res["rounds"] == rounds and res["clients"] == list(range(n_clients))
     assert res["failures"] == [] and res["status"] == "completed" and res["degraded_rounds"] == []
+
+
+@pytest.mark.parametrize("method", ["ptopofl", "fedavg"])
+def test_secure_aggregation_on_the_tls_deployment_gives_the_in_process_curves(
+    flower_deployment: Any, flower_app_dir: Path, tmp_path: Path, method: str
+) -> None:
+    """SecAgg+ over the authenticated TLS deployment: four exchanges per round, the server's log has each
+    group's survivors, and the curves are the in-process (in-memory grid) run's, bit for bit."""
+    from fake_grid import FakeGrid
+    from topofl.flower.server_app import federated_main
+    from topofl.flower.settings import FlowerSettings
+
+    out_name = f"out-secure-{method}"
+    config = {"method": method, "num-server-rounds": 2, "scenario": "healthcare", "scenario-params": SCENARIO_PARAMS,
+              "hyperparameters": "secure_aggregation=true", "out-dir": out_name}
+    result = flower_deployment.run(flower_app_dir, config, timeout=RUN_TIMEOUT)
+    out_dir = _run_dir(flower_deployment.results_root / out_name)
+    res = _check_run(result, out_dir, method, rounds=2)
+    assert res["failures"] == []
+    logs = [json.loads(line) for line in (out_dir / "server_log.jsonl").read_text().splitlines()]
+    assert [entry["secure"]["0"]["survivors"] for entry in logs] == [[0, 1, 2], [0, 1, 2]]
+    settings = FlowerSettings.from_flat(method=method, rounds=2, seed=0, out_dir="ref",
+                                        scenario_params={"n_clients": N_CLIENTS, "adversarial": (1,)},
+                                        hyperparameters={"secure_aggregation": True})
+    ref = federated_main(FakeGrid(N_CLIENTS), settings, run_id="ref", root=tmp_path)
+    _assert_same_curves(_curves(out_dir), _curves(Path(ref.out_dir)))

@@ -99,3 +99,19 @@ def test_cli_resume_continues_a_killed_run_on_the_simulation_runtime(tmp_path):
     # a run that fails for another reason (here: no SuperNode can serve the scenario) says why and exits 1
     failed = CliRunner().invoke(app, ["flower", "--method", "fedavg", "--rounds", "1", "--nodes", "2", "-s", "n_clients=4"])
     assert failed.exit_code == 1 and "the Flower run failed" in failed.output, failed.output
+
+
+def test_secure_ptopofl_through_flower_simulation_equals_in_process():
+    """SecAgg+ per cluster on Flower's Simulation Runtime: the in-process secure run's numbers, bit for bit."""
+    from topofl.deployment_defaults import deployment_hyperparameters
+
+    flower = simulate_flower(method="ptopofl", num_server_rounds=2, seed=0,
+                             scenario_params="n_clients=6,adversarial=(1,)", hyperparameters="secure_aggregation=true")
+    assert not flower.failures
+    hp = deployment_hyperparameters("ptopofl", {"secure_aggregation": True})
+    assert hp.get("intra_aggregator") is None and hp["max_client_weight"] == 0.3
+    ref = topofl.simulate(topofl.make_scenario("healthcare", seed=0, n_clients=6, adversarial=(1,)), "ptopofl",
+                          rounds=2, seed=0, **hp)
+    assert [(r["round"], r["client"], r["auc"], r["loss"]) for r in flower.records] == \
+        [(r["round"], r["client"], r["auc"], r["loss"]) for r in ref.records]
+    assert [e["secure"] for e in flower.server_logs] == [e["secure"] for e in ref.server_logs]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -31,6 +31,7 @@ from topofl.robustness.aggregators import (
 
 __all__ = [
     "AGGREGATORS", "Algorithm", "AlgorithmConfig", "ClientContext", "DPAggregateConfig", "RobustRuleConfig",
+    "SecureAggConfig",
     "cap_shares", "dp_server_rng",
     "UpdateReputation", "excluded_ids", "hp", "robust_entries", "round_change_stats", "personal_rng",
     "robust_round", "weighted_average",
@@ -91,6 +92,68 @@ class RobustRuleConfig(Config):
         # guard_max_norm's lower bound is another field: >= guard_clip, or inf (never flag by norm)
         if not (isinstance(self.guard_max_norm, float) and self.guard_max_norm == float("inf")):
             check_range("guard_max_norm", self.guard_max_norm, self.guard_clip)
+
+
+@dataclass(frozen=True)
+class SecureAggConfig(Config):
+    """Secure aggregation of the models (SecAgg+, Bell et al. 2020; :mod:`topofl.federation.secure`), a
+    part of the config of every method whose server needs only weighted sums of the models (FedAvg,
+    FedProx, Ditto, Per-FedAvg: one sum per round; pTopoFL: one per cluster). The server then learns
+    those sums and nothing about one client's model beyond what they reveal; it needs the mean as the
+    aggregation rule (a robust rule reads each model) and no DP of the updates (DP-FedAvg clips each
+    change on the server). See docs/secure-aggregation.md for what it enforces and what it gives up.
+    """
+
+    secure_aggregation: bool = hp(
+        False, "secure aggregation (SecAgg+): the server learns only weighted sums of the models (per cluster for "
+        "ptopofl), never one client's model; needs the mean as the aggregation rule and no dp_noise_multiplier",
+        space=None,
+    )
+    secure_clip: float = hp(
+        64.0, "secure aggregation: every coordinate of a client's weighted model w_k·θ_k is clipped to [-c, c] "
+        "before quantisation (clipped coordinates are counted in the round log)", low=0.0, low_open=True, high=1e12,
+    )
+    secure_bits: int = hp(
+        40, "secure aggregation: fixed-point levels 2^bits - 1 over [-secure_clip, secure_clip] (8..48; a sum of up "
+        "to 2^(64 - bits) inputs is exact)", low=8, high=48, integer=True,
+    )
+    secure_threshold: float = hp(
+        0.6, "secure aggregation: fraction of a client's share set (its neighbours and itself) needed to rebuild "
+        "its secrets (Shamir threshold, at least 2)", low=0.0, high=1.0, low_open=True,
+    )
+    secure_neighbours: int = hp(
+        0, "secure aggregation: neighbours each client shares its secrets with (SecAgg+'s sparse graph; 0: every "
+        "member of its group, the original SecAgg)", low=0, high=65534, integer=True,
+    )
+    secure_min_group: int = hp(
+        3, "secure aggregation: fewest inputs whose sum the server may learn; a smaller group is merged or "
+        "excluded (secure_small_groups) and a group with fewer survivors is abandoned unrevealed (>= 2)",
+        low=2, high=65535, integer=True,
+    )
+    secure_small_groups: str = hp(
+        "merge", "secure aggregation, ptopofl: a cluster with fewer than secure_min_group participants is summed "
+        "with its nearest cluster (merge) or left out of aggregation that round (exclude)",
+        choices=("merge", "exclude"),
+    )
+
+    #: whether the method's server can aggregate from sums (``secure_plan`` / ``secure_aggregate``)
+    supports_secure: ClassVar[bool] = True
+
+    def check_secure_rule(self, field: str, rule: str) -> None:
+        """``ValueError`` naming the fields when secure aggregation is asked of a method or rule that reads
+        each model, or combined with DP of the updates.
+        """
+        if not self.secure_aggregation:
+            return
+        if not self.supports_secure:
+            raise ValueError("secure_aggregation=True: this method's server reads each client's reply; secure "
+                             "aggregation is implemented for fedavg, fedprox, ditto, perfedavg and ptopofl")
+        if rule != "mean":
+            raise ValueError(f"{field}={rule!r} cannot be combined with secure_aggregation=True: a robust rule reads "
+                             f"each client's model, which secure aggregation hides; use {field}='mean'")
+        if getattr(self, "dp_updates", False):
+            raise ValueError("secure_aggregation=True cannot be combined with dp_noise_multiplier > 0: DP-FedAvg "
+                             "clips each client's change on the server, which secure aggregation hides")
 
 
 @dataclass(frozen=True)

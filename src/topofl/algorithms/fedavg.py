@@ -20,6 +20,7 @@ from topofl.algorithms.base import (
     ClientContext,
     DPAggregateConfig,
     RobustRuleConfig,
+    SecureAggConfig,
     UpdateReputation,
     cap_shares,
     dp_server_rng,
@@ -29,6 +30,7 @@ from topofl.algorithms.base import (
     weighted_average,
 )
 from topofl.federation.messages import ClientUpdate, ServerMessage
+from topofl.federation.secure_client import GroupSum, SecurePlan
 from topofl.models.base import Model
 from topofl.privacy.dp import DPConfig, dp_fedavg_aggregate, privacy_report
 
@@ -36,7 +38,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class GlobalModelConfig(DPAggregateConfig, RobustRuleConfig, AlgorithmConfig):
+class GlobalModelConfig(SecureAggConfig, DPAggregateConfig, RobustRuleConfig, AlgorithmConfig):
     """Hyper-parameters of a method whose server holds one global model: local training and the
     server's checks (:class:`AlgorithmConfig`), and its aggregation rule composed of the robust
     rules' parameters (:class:`RobustRuleConfig`) and client-level DP (:class:`DPAggregateConfig`).
@@ -50,6 +52,7 @@ class GlobalModelConfig(DPAggregateConfig, RobustRuleConfig, AlgorithmConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         self.check_dp_rule("aggregator", self.aggregator)
+        self.check_secure_rule("aggregator", self.aggregator)
         if self.dp_updates and not self.supports_dp:
             raise ValueError(f"dp_noise_multiplier={self.dp_noise_multiplier!r}: client-level DP is implemented for "
                              "FedAvg, FedProx, Ditto, pFedMe, Per-FedAvg and pTopoFL, not for this method")
@@ -103,6 +106,23 @@ class GlobalModelAlgorithm(Algorithm):
         self.global_params = result.vector
         entry = robust_entries(ids, result, c.aggregator, note)
         return entry
+
+    def secure_plan(self, rnd: int, updates: list[ClientUpdate]) -> SecurePlan:
+        """Secure aggregation (:mod:`topofl.federation.secure`): one group of every participant, weighted
+        by its declared size (capped by ``max_client_weight`` over the participants).
+        """
+        if not updates:
+            return SecurePlan({})
+        w = cap_shares(np.array([u.n_examples for u in updates], dtype=float), self.config.max_client_weight)
+        return SecurePlan({0: {u.client_id: float(x) for u, x in zip(updates, w, strict=True)}})
+
+    def secure_aggregate(self, rnd: int, plan: SecurePlan, sums: dict[int, GroupSum]) -> dict[str, Any]:
+        """θ ← Σ w_k θ_k / Σ w_k over the survivors (the same weighted average as in the clear, to
+        quantisation error); the global model stays when the group was abandoned.
+        """
+        if 0 in sums:
+            self.global_params = sums[0].mean
+        return {}
 
     def _dp_aggregate(self, rnd: int, updates: list[ClientUpdate], dp: DPConfig) -> dict[str, Any]:
         """θ ← θ_sent + (Σ_k clip(θ_k − θ_sent, C) + N(0, (zC)² I)) / N (McMahan et al. 2018,

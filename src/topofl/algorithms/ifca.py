@@ -39,6 +39,8 @@ class IFCAConfig(GlobalModelConfig):
     the rule ``aggregator`` that aggregates each cluster (the weighted mean by default).
     """
 
+    supports_secure = False   # its server reads each reply (see SecureAggConfig)
+
     supports_dp = False
 
     k: int = hp(2, "number of cluster models (>= 1; 1 = FedAvg)", low=1, high=100, integer=True, space=ints(1, 4))

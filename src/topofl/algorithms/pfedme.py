@@ -26,6 +26,8 @@ from topofl.models.optimizers import epoch_batches
 class PFedMeConfig(GlobalModelConfig):
     """Hyper-parameters of pFedMe: step sizes, Moreau-envelope strength λ, inner steps K and server mixing β."""
 
+    supports_secure = False   # its server reads each reply (see SecureAggConfig)
+
     lr: float = hp(
         0.05, "local-model step size η (> 0); η·λ must stay below 2 for stability",
         space=floats(1e-3, 0.1, log=True),

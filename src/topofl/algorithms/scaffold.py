@@ -39,6 +39,8 @@ class ScaffoldConfig(GlobalModelConfig):
     aggregates the clients' Δy (the mean by default).
     """
 
+    supports_secure = False   # its server reads each reply (see SecureAggConfig)
+
     supports_dp = False
 
     global_lr: float = hp(

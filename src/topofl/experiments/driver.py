@@ -26,14 +26,14 @@ NAMES = ("comparison", "robustness", "continual", "privacy", "ablation", "attack
          "heart-disease", "controls",
          "deep", "sheaf-digits", "sheaf-hetero", "sheaf-topology", "sheaf-init", "sheaf-centralised", "sheaf-mnist",
          "sheaf-school",
-         "privacy-dp", "paper-protocol", "ptopofl-options")
+         "privacy-dp", "secure-aggregation", "paper-protocol", "ptopofl-options")
 _BY_NAME = {e.name: e for package in (ptopofl, security, sheaf) for e in package.EXPERIMENTS}
 assert set(_BY_NAME) == set(NAMES), sorted(set(_BY_NAME) ^ set(NAMES))
 EXPERIMENTS: dict[str, Experiment] = {n: _BY_NAME[n] for n in NAMES}
 
 ORDER = ("comparison", "paper-protocol", "controls", "heart-disease", "robustness", "continual", "privacy", "ablation",
          "ptopofl-options",
-         "diagrams")
+         "diagrams", "secure-aggregation")
 SHEAF_ORDER = ("sheaf-digits", "sheaf-school", "sheaf-centralised", "sheaf-hetero", "sheaf-topology", "sheaf-init")
 GROUPS = {"all": ORDER, "sheaf-all": SHEAF_ORDER}
 

@@ -17,8 +17,14 @@ def _privacy_attacks(params: Mapping[str, str], job: Any, result: Any, federatio
     return probe(params, job, result, federation)
 
 
+def _secure_aggregation(params: Mapping[str, str], job: Any, result: Any, federation: Any) -> dict[str, Any]:
+    from topofl.experiments.security.secure_aggregation import probe
+
+    return probe(params, job, result, federation)
+
+
 #: every probe, by name
-PROBES: dict[str, Probe] = {"privacy-attacks": _privacy_attacks}
+PROBES: dict[str, Probe] = {"privacy-attacks": _privacy_attacks, "secure-aggregation": _secure_aggregation}
 
 
 def parse_probe(spec: str) -> tuple[str, dict[str, str]]:

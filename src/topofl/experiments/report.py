@@ -24,7 +24,7 @@ from topofl.experiments.results import read_csv
 
 ORDER = (
     "comparison", "paper-protocol", "controls", "heart-disease", "robustness", "attacks", "continual", "privacy",
-    "privacy-attacks", "privacy-dp",
+    "privacy-attacks", "privacy-dp", "secure-aggregation",
     "ablation", "ptopofl-options", "diagrams",
     "sheaf-digits", "sheaf-school", "sheaf-centralised", "sheaf-hetero", "sheaf-topology", "sheaf-init",
 )

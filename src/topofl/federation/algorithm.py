@@ -122,6 +122,20 @@ class Algorithm(ABC):
     def message_for(self, client_id: int) -> ServerMessage:
         """The message the server would send ``client_id`` now."""
 
+    def secure_plan(self, rnd: int, updates: list[ClientUpdate]) -> Any:
+        """Under secure aggregation (:mod:`topofl.federation.secure`): a
+        :class:`~topofl.federation.secure.SecurePlan` of round ``rnd`` — which clients are summed
+        together, with which weights — from ``updates``, the replies without their models. A method
+        whose server reads each model has none (its config refuses ``secure_aggregation``).
+        """
+        raise ValueError(f"{self.name} does not aggregate from secure sums")
+
+    def secure_aggregate(self, rnd: int, plan: Any, sums: dict[int, Any]) -> dict[str, Any]:
+        """Fold the groups' :class:`~topofl.federation.secure.GroupSum` into the server state; return the
+        round's log.
+        """
+        raise ValueError(f"{self.name} does not aggregate from secure sums")
+
     def server_params(self) -> np.ndarray | None:
         """The server's model after the run (``None`` when the server keeps none, e.g. Local)."""
         return None

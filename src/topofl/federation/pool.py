@@ -81,6 +81,12 @@ class ClientPool(ABC):
     def evaluate(self, rnd: int, messages: dict[int, ServerMessage]) -> tuple[list[ClientEvaluation], list[Failure]]:
         """Test metrics of the addressed clients; evaluations in client order, and who failed."""
 
+    def secure(self, rnd: int, stage: str, requests: dict[int, Any]) -> tuple[list[Any], list[Failure]]:
+        """One stage of a secure-aggregation round (:mod:`topofl.federation.secure`): each addressed
+        client's answer to its request (:func:`~topofl.federation.secure.client_step`), and who failed.
+        """
+        raise ValueError(f"secure aggregation is not available on the {type(self).__name__} runtime")
+
     def final_models(
         self, rnd: int, messages: dict[int, ServerMessage]
     ) -> tuple[dict[int, np.ndarray], dict[int, dict[str, np.ndarray]]]:
@@ -115,6 +121,23 @@ class InProcessPool(ClientPool):
             for cid in sorted(messages)
         ]
         return updates, []
+
+    def secure(self, rnd: int, stage: str, requests: dict[int, Any]) -> tuple[list[Any], list[Failure]]:
+        """A client that refuses a request (``ValueError``: out of order, unsound) leaves the round: a
+        :class:`Failure`, as a vanished node would be; any other exception propagates (a bug).
+        """
+        from topofl.federation.secure_client import client_step
+
+        data = {c.client_id: c for c in self.federation.at_round(rnd)}
+        replies: list[Any] = []
+        failures: list[Failure] = []
+        for cid in sorted(requests):
+            ctx = client_context(data[cid], self.states[cid], self.model, rnd, self.seed)
+            try:
+                replies.append(client_step(self.algorithm, ctx, requests[cid]))
+            except ValueError as exc:
+                failures.append(Failure(rnd, cid, "fit", f"secure aggregation ({stage}): client refused: {exc}"))
+        return replies, failures
 
     def final_models(
         self, rnd: int, messages: dict[int, ServerMessage]

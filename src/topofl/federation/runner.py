@@ -23,8 +23,9 @@ from topofl._validation import TrainingWarning, check_int, check_range
 from topofl.data.federation import Federation, feature_scale_problem
 from topofl.federation.algorithm import Algorithm
 from topofl.federation.history import History, RoundSummary, nanmean, nanstd, regression_summary
-from topofl.federation.messages import ClientUpdate, as_sent
+from topofl.federation.messages import ClientUpdate, ServerMessage, as_sent
 from topofl.federation.pool import ClientEvaluation, ClientPool, Failure, InProcessPool, client_rng  # noqa: F401 (re-export)
+from topofl.federation.secure import secure_config, secure_fit
 from topofl.federation.validation import ClientInfo, evaluation_problem, screen_updates
 from topofl.limits import MAX_ROUNDS, MAX_SEED
 from topofl.metrics import pooled
@@ -153,15 +154,12 @@ def run_rounds(  # noqa: PLR0913 (public keyword options of the round loop that 
         for rnd in range(first, rounds + 1):
             selected = select_clients(rng, ids, client_fraction)
             messages = as_sent(algorithm.configure_fit(rnd, selected), param_dtype(model))
-            updates, failures = pool.fit(rnd, messages)
-            valid, rejected = screen_updates(algorithm, updates, messages, pool.infos)
-            failures.extend(Failure(rnd, cid, "fit", f"invalid payload: {reason}") for cid, reason in rejected)
-            if rejected and not valid and all(r.startswith("update norm") for _, r in rejected):
-                watch.all_refused(rnd, len(rejected))
-            up = {u.client_id: (u.n_floats(), u.n_bytes()) for u in valid}
-            down = {cid: (messages[cid].n_floats(), messages[cid].n_bytes()) for cid in selected}
-            _aggregate(algorithm, history, rnd, valid, min_replies)
-            del updates, valid, messages   # not kept: the replies are released before evaluation and the next round
+            if secure_config(algorithm) is not None:
+                failures: list[Failure] = []
+                up, down = secure_fit(pool, algorithm, rnd, messages, history, min_replies, seed, failures)
+            else:
+                up, down, failures = _fit(pool, algorithm, history, rnd, messages, min_replies, watch)
+            del messages   # not kept: the replies are released before evaluation and the next round
             evaluations = _evaluate(pool, algorithm, model, history, ids, rnd, failures)
             summary = _summarise_round(history, model, evaluations, rnd, up, down)
             history.rounds.append(summary)
@@ -196,6 +194,23 @@ def _begin(algorithm: Algorithm, model: Model, ids: list[int], rng: np.random.Ge
         raise ValueError(f"a run of {rounds} round(s) cannot continue after round {start.round}")
     rng.bit_generator.state = start.rng_state
     return start.algorithm, start.history, start.watch, start.round + 1
+
+
+def _fit(pool: ClientPool, algorithm: Algorithm, history: History, rnd: int, messages: dict[int, ServerMessage],
+         min_replies: int, watch: _DivergenceWatch) -> tuple[dict[int, tuple[int, int]], dict[int, tuple[int, int]],
+                                                             list[Failure]]:
+    """The fit step in the clear: local work, screening, aggregation; each client's (numbers, bytes) up and
+    down, and the round's failures so far.
+    """
+    updates, failures = pool.fit(rnd, messages)
+    valid, rejected = screen_updates(algorithm, updates, messages, pool.infos)
+    failures.extend(Failure(rnd, cid, "fit", f"invalid payload: {reason}") for cid, reason in rejected)
+    if rejected and not valid and all(r.startswith("update norm") for _, r in rejected):
+        watch.all_refused(rnd, len(rejected))
+    up = {u.client_id: (u.n_floats(), u.n_bytes()) for u in valid}
+    down = {cid: (m.n_floats(), m.n_bytes()) for cid, m in messages.items()}
+    _aggregate(algorithm, history, rnd, valid, min_replies)
+    return up, down, failures
 
 
 def _aggregate(algorithm: Algorithm, history: History, rnd: int, valid: list[ClientUpdate], min_replies: int) -> None:

@@ -11,6 +11,7 @@ from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
 from topofl.flower import node, peer
+from topofl.flower.secure_records import is_secure
 
 app = ClientApp()
 
@@ -23,7 +24,11 @@ def query(msg: Message, context: Context) -> Message:
 
 @app.train()
 def train(msg: Message, context: Context) -> Message:
-    """One round of a federated method's local work on this node (:func:`topofl.flower.node.fit`)."""
+    """One round of a federated method's local work on this node (:func:`topofl.flower.node.fit`), or one
+    stage of secure aggregation (:func:`topofl.flower.node.secure`).
+    """
+    if is_secure(msg.content):
+        return Message(node.secure(context.node_config, context.state, msg.content), reply_to=msg)
     return Message(node.fit(context.node_config, context.state, msg.content), reply_to=msg)
 
 

@@ -159,6 +159,13 @@ def describe(node_config: Mapping[str, Any], content: RecordDict) -> RecordDict:
 
 def _context(node_config, state: RecordDict, content: RecordDict, stage: str):
     message, config = decode_server_message(content)
+    algorithm, ctx, key = _job_context(node_config, state, config, stage)
+    return algorithm, ctx, message, config, key
+
+
+def _job_context(node_config: Mapping[str, Any], state: RecordDict, config: Mapping[str, Any], stage: str
+                 ) -> tuple[Any, Any, str]:
+    """The job's algorithm, this client's context (its state as it was before this message) and the job key."""
     rnd = int(config["round"])
     data, _, _ = node_data(node_config, config, rnd)
     if data.n_features != int(config["n_features"]):
@@ -173,7 +180,7 @@ def _context(node_config, state: RecordDict, content: RecordDict, stage: str):
         log.warning("client %d has no state of this job before round %d %s (selected for the first time, or its state "
                     "was lost: the SuperNode restarted, or a resumed run reached new SuperNodes); %s: %s",
                     data.client_id, rnd, stage, algorithm.name, recovery)
-    return algorithm, client_context(data, st, model, rnd, int(config["seed"])), message, config, key
+    return algorithm, client_context(data, st, model, rnd, int(config["seed"])), key
 
 
 def fit(node_config: Mapping[str, Any], state: RecordDict, content: RecordDict) -> RecordDict:
@@ -192,3 +199,32 @@ def evaluate(node_config: Mapping[str, Any], state: RecordDict, content: RecordD
     share = bool(config.get("pooled", False))
     ev = ClientEvaluation(ctx.client_id, metrics, ctx.data.y_test if share else None, scores if share else None)
     return encode_evaluation(ev)
+
+
+#: the node's record of the unmask request it answered last (outside the state snapshots, which a
+#: message sent again starts from): a second request of that round must name the same survivors
+_REVEALED = "topofl.secagg.revealed"
+
+
+def secure(node_config: Mapping[str, Any], state: RecordDict, content: RecordDict) -> RecordDict:
+    """One stage of secure aggregation (:func:`topofl.federation.secure_client.client_step`) on this node's
+    data and state. An unmask request that the node already answered for this round with other
+    survivors or dropped clients is refused (answering it could reveal both shares of one client).
+    """
+    from topofl.federation.secure_client import MaskInput, ShareKeys, Unmask, client_step
+    from topofl.flower.secure_records import decode_request, encode_reply
+
+    request, config = decode_request(content)
+    stage = {ShareKeys: "share", MaskInput: "mask", Unmask: "unmask"}.get(type(request), "fit")
+    algorithm, ctx, key = _job_context(node_config, state, config, stage)
+    if isinstance(request, Unmask):
+        asked = ConfigRecord({"job": key, "round": int(request.round), "survivors": sorted(request.survivors),
+                              "dropped": sorted(request.dropped)})
+        before = state[_REVEALED] if _REVEALED in state else None
+        if (before is not None and before.get("job") == key and before.get("round") == int(request.round)
+                and dict(before) != dict(asked)):
+            raise ValueError("secure aggregation: a second unmask request for this round with other survivors")
+        state[_REVEALED] = asked
+    reply = client_step(algorithm, ctx, request)
+    save_round_state(state, key, message_seq(ctx.round, stage), ctx.state, state_dir(node_config))
+    return encode_reply(reply, getattr(ctx.model, "layout", None))

@@ -21,6 +21,8 @@ from topofl.federation.pool import ClientPool, Failure
 from topofl.federation.validation import ClientInfo, ReplySchema
 from topofl.flower.exchange import exchange
 from topofl.flower.records import decode_evaluation, decode_update, encode_server_message
+from topofl.limits import MAX_REPLY_FREE_VALUES
+from topofl.privacy.secagg import TRAILER
 
 #: what a fit reply of client ``cid`` to ``message`` must look like (the algorithm's reply schema)
 SchemaFn = Callable[[int, ServerMessage], ReplySchema]
@@ -75,6 +77,30 @@ class FlowerPool(ClientPool):
             return decode_update(content, schema(cid, messages[cid]) if schema is not None else None)
 
         return self._send(rnd, messages, MessageType.TRAIN, "fit", decode)
+
+    def secure(self, rnd, stage, requests):
+        """One stage of secure aggregation on the nodes (``train`` messages with a ``secagg`` record,
+        :mod:`topofl.flower.secure_records`); replies are checked before they are decoded.
+        """
+        from topofl.flower.secure_records import decode_reply, encode_request
+
+        encoded: dict[int, Any] = {}
+        contents = {cid: encode_request(r, self.job, rnd, encoded) for cid, r in requests.items() if cid in self.nodes}
+        schema = self.schema
+        if stage == "advertise" and schema is not None and requests:
+            cid, first = next(iter(requests.items()))   # a masked input: the model's numbers and the trailer
+            self._masked_size = int(schema(cid, first.message).params.shape[0]) + TRAILER
+        n_masked = getattr(self, "_masked_size", MAX_REPLY_FREE_VALUES)
+
+        def decode(cid: int, content: RecordDict) -> Any:
+            fit = requests[cid].message if stage == "advertise" else None
+            return decode_reply(content, stage, schema(cid, fit) if schema is not None and fit is not None else None,
+                                n_masked)
+
+        got, failures = exchange(self.grid, self.nodes, contents, MessageType.TRAIN, rnd, "fit", self.timeout, decode)
+        failures += [Failure(rnd, cid, "fit", "no SuperNode for this client since the run was resumed")
+                     for cid in sorted(set(requests) - set(self.nodes))]
+        return [got[cid] for cid in sorted(got)], failures
 
     def evaluate(self, rnd, messages):
         n_classes = int(self.job.get("n_classes") or 0)

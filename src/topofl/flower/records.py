@@ -342,9 +342,16 @@ SNAPSHOTS_KEPT = 3
 MEMORY_SNAPSHOTS_KEPT = 2
 
 
+#: the messages of a round in order: its fit (or, under secure aggregation, the advertise stage), the other
+#: secure-aggregation stages, its evaluation
+ROUND_MESSAGES = ("fit", "share", "mask", "unmask", "evaluate")
+
+
 def message_seq(rnd: int, stage: str) -> int:
-    """The position of a server message in a run: round r's ``fit`` is 2r, its ``evaluate`` 2r + 1."""
-    return 2 * int(rnd) + (stage == "evaluate")
+    """The position of a server message in a run: round r's ``fit`` is 8r, its secure-aggregation stages
+    8r + 1..3 (``share``, ``mask``, ``unmask``), its ``evaluate`` 8r + 4.
+    """
+    return 8 * int(rnd) + ROUND_MESSAGES.index(stage)
 
 
 def state_dir(node_config: Mapping[str, Any]) -> Path | None:

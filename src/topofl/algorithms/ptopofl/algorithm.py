@@ -25,6 +25,7 @@ from topofl.algorithms.base import (
     ClientContext,
     DPAggregateConfig,
     RobustRuleConfig,
+    SecureAggConfig,
     UpdateReputation,
     cap_shares,
     dp_server_rng,
@@ -37,6 +38,7 @@ from topofl.algorithms.base import (
 from topofl.algorithms.ptopofl import maths
 from topofl.config import choice, floats, ints
 from topofl.federation.messages import ClientUpdate, ServerMessage
+from topofl.federation.secure_client import GroupSum, SecurePlan
 from topofl.federation.validation import ArraySpec, ClientInfo, ReplySchema
 from topofl.models.base import Model
 from topofl.models.registry import is_deep, representation
@@ -65,7 +67,7 @@ _H0_ENTROPY, _H1_ENTROPY = LAYOUT.index("h0_entropy"), LAYOUT.index("h1_entropy"
 
 
 @dataclass(frozen=True)
-class PTopoFLConfig(DPAggregateConfig, RobustRuleConfig, AlgorithmConfig):
+class PTopoFLConfig(SecureAggConfig, DPAggregateConfig, RobustRuleConfig, AlgorithmConfig):
     """Hyper-parameters of pTopoFL; defaults are the paper's (Table 3) where it gives one."""
 
     n_clusters: int = hp(
@@ -186,6 +188,7 @@ class PTopoFLConfig(DPAggregateConfig, RobustRuleConfig, AlgorithmConfig):
             object.__setattr__(self, "augment", "on" if self.augment else "off")
         super().__post_init__()  # the declared bounds of every field; the rules joining fields follow
         self.check_dp_rule("intra_aggregator", self.intra_aggregator)
+        self.check_secure_rule("intra_aggregator", self.intra_aggregator)
         clash = {"on": ("sample_weight", "off"), "off": ("augment", "sample_weight")}.get(self.augment, ())
         if self.topo_features in clash:
             raise ValueError(f"topo_features={self.topo_features!r} contradicts augment={self.augment!r}; "
@@ -539,13 +542,23 @@ class PTopoFL(Algorithm):
         elif members:
             w = self._weights(members, sorted(u.client_id for u in members), None, distances)
             self.init_params = self._aggregate(members, w, robust, "all", members)
+        return {**self._waiting_log(rnd, z, flagged), **self._weights_log(distances), **self._robust_log(robust),
+                **self._dp_log(rnd, robust)}
+
+    def _waiting(self, rnd: int) -> bool:
+        """Whether round ``rnd`` aggregates provisionally (:meth:`_provisional`): no clustering yet and too few
+        descriptors, or the ``cluster_after`` warm-up.
+        """
+        c = self.config
+        return not self.labels and (len(self.phi) < c.n_clusters or rnd <= c.cluster_after)
+
+    def _waiting_log(self, rnd: int, z: dict[int, float], flagged: list[int]) -> dict[str, Any]:
         c = self.config
         waiting = (f"{len(self.phi)} descriptor(s) < n_clusters={c.n_clusters}: clustering waits"
                    if len(self.phi) < c.n_clusters
                    else f"warm-up round {rnd} of cluster_after={c.cluster_after}: clustering waits")
         return {"clusters": {}, "trust": self.trust, "z": z, "flagged": flagged, "drift": {}, "reclustered": [],
-                "waiting": waiting, **self._weights_log(distances), **self._robust_log(robust),
-                **self._dp_log(rnd, robust)}
+                "waiting": waiting}
 
     def _weights(self, members: list[ClientUpdate], group: list[int], centroid: np.ndarray | None,
                  distances: dict[int, float]) -> np.ndarray:
@@ -755,9 +768,20 @@ class PTopoFL(Algorithm):
         (§3.4, Eq. 8), each cluster's aggregate (Eq. 6, Eq. 12, a robust rule or DP-FedAvg) and the blend (Eq. 7).
         """
         self._receive_descriptors(updates)
-        fresh = self._refresh_due(rnd)  # as configure_fit decided for this round
-        if not self.labels and (len(self.phi) < self.config.n_clusters or rnd <= self.config.cluster_after):
+        if self._waiting(rnd):
             return self._provisional(rnd, updates)
+        round_log, centroids = self._cluster_round(rnd)
+        robust: dict[str, Any] = {}
+        distances: dict[int, float] = {}
+        self._aggregate_clusters(updates, centroids, robust, distances)
+        self.cluster_models = maths.blend(self.cluster_raw, self._sizes(), self.config.beta)
+        return {**round_log, **self._weights_log(distances), **self._robust_log(robust), **self._dp_log(rnd, robust)}
+
+    def _cluster_round(self, rnd: int) -> tuple[dict[str, Any], dict[int, np.ndarray]]:
+        """The round's clustering (§3.3), drift and re-assignment (§3.5, Eq. 9) and trust (§3.4, Eq. 8), from the
+        descriptors received: the round log's entries and each cluster's centroid.
+        """
+        fresh = self._refresh_due(rnd)  # as configure_fit decided for this round
         if not self.labels or fresh:
             self._cluster_all(rnd, fresh)
         for cid in self.phi:
@@ -766,10 +790,6 @@ class PTopoFL(Algorithm):
         drift, moved = self._track_drift()
         self.trust, z, flagged = self._trust()
         centroids = maths.cluster_centroids(self.phi, self.labels)
-        robust: dict[str, Any] = {}
-        distances: dict[int, float] = {}
-        self._aggregate_clusters(updates, centroids, robust, distances)
-        self.cluster_models = maths.blend(self.cluster_raw, self._sizes(), self.config.beta)
         return {
             "clusters": {int(k): int(v) for k, v in self.labels.items()},
             "trust": self.trust,
@@ -781,7 +801,63 @@ class PTopoFL(Algorithm):
                 int(k): [float(v[_H0_ENTROPY]), float(v[_H1_ENTROPY])] for k, v in self.phi.items()
             },  # (h0_entropy, h1_entropy) of each client's latest descriptor (§3.5, Fig. 5)
             **({"reclustered_all": True} if fresh else {}),
-            **self._weights_log(distances),
-            **self._robust_log(robust),
-            **self._dp_log(rnd, robust),
-        }
+        }, centroids
+
+    # ---- secure aggregation (topofl.federation.secure) ----------------------------------------
+    def secure_plan(self, rnd: int, updates: list[ClientUpdate]) -> SecurePlan:
+        """The server step of Algorithm 1 up to the weights, from what the clients sent besides their
+        models (descriptors, sizes): clustering, drift, trust, and each cluster's Eq. 6 (or Eq. 12)
+        weights — one secure sum per cluster. Each cluster's weights are scaled to sum to its number of
+        participants (they are normalised within a group anyway, and so keep each cluster's mass in a merged group).
+
+        A cluster with fewer than ``secure_min_group`` participants cannot hide its members
+        (``secure_small_groups``): ``merge`` sums it with the cluster of nearest centroid (both clusters
+        then take the merged group's mean as their aggregate this round; labels are unchanged), repeated
+        until every group is large enough or one is left; ``exclude`` leaves it out this round (its
+        model stays). The log's ``secure_groups`` lists each group's clusters.
+        """
+        self._receive_descriptors(updates)
+        c = self.config
+        distances: dict[int, float] = {}
+        if self._waiting(rnd):   # the provisional group of every participant with a descriptor
+            self.trust, z, flagged = self._trust()
+            members = [u for u in updates if u.client_id in self.phi]
+            groups: dict[int, dict[int, float]] = {}
+            if members:
+                w = self._weights(members, sorted(u.client_id for u in members), None, distances)
+                groups[0] = {u.client_id: float(x) for u, x in zip(members, w, strict=True)}
+            return SecurePlan(groups, {**self._waiting_log(rnd, z, flagged), **self._weights_log(distances)},
+                              {"provisional": True, "clusters": {0: [0]} if groups else {}})
+        round_log, centroids = self._cluster_round(rnd)
+        weights: dict[int, dict[int, float]] = {}
+        for j in sorted(set(self.labels.values())):
+            members = [u for u in updates if self.labels.get(u.client_id) == j]
+            if not members:
+                continue
+            group = sorted(cid for cid, lab in self.labels.items() if lab == j and cid in self.dgms)
+            w = self._weights(members, group, centroids[j], distances)
+            w = w * (len(members) / float(np.sum(w)))
+            weights[j] = {u.client_id: float(x) for u, x in zip(members, w, strict=True)}
+        clusters, policy = maths.small_groups(
+            {j: len(v) for j, v in weights.items()}, centroids, c.secure_min_group, c.secure_small_groups)
+        groups = {g: {cid: x for j in js for cid, x in weights[j].items()} for g, js in clusters.items()}
+        log = {**round_log, **self._weights_log(distances), "secure_groups": {int(g): js for g, js in clusters.items()},
+               **policy}
+        return SecurePlan(groups, log, {"provisional": False, "clusters": clusters})
+
+    def secure_aggregate(self, rnd: int, plan: SecurePlan, sums: dict[int, GroupSum]) -> dict[str, Any]:
+        """Each summed group's mean Σ w_k θ_k / Σ w_k (the survivors') becomes the aggregate of its clusters
+        (Eq. 6, as in the clear to quantisation error), then the blend (Eq. 7); before the first clustering,
+        the provisional model. A group that was abandoned or excluded leaves its clusters' models as they were.
+        """
+        for g, clusters in plan.context["clusters"].items():
+            if g not in sums:
+                continue
+            if plan.context["provisional"]:
+                self.init_params = sums[g].mean
+            else:
+                for j in clusters:
+                    self.cluster_raw[j] = sums[g].mean
+        if not plan.context["provisional"]:
+            self.cluster_models = maths.blend(self.cluster_raw, self._sizes(), self.config.beta)
+        return dict(plan.log)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -126,3 +127,36 @@ def cluster_centroids(phi: Mapping[int, np.ndarray], labels: Mapping[int, int]) 
         if cid in phi:
             out.setdefault(lab, []).append(normalise_rows(phi[cid])[0])
     return {j: np.mean(v, axis=0) for j, v in out.items()}
+
+
+def small_groups(sizes: Mapping[int, int], centroids: Mapping[int, np.ndarray], min_group: int,
+                 policy: str) -> tuple[dict[int, list[int]], dict[str, Any]]:
+    """Secure aggregation's groups of clusters (:meth:`PTopoFL.secure_plan`): each cluster with ``sizes[j]``
+    participants alone, except those below ``min_group``. ``policy="merge"``: the smallest such group
+    (ties: lowest id) joins the group holding the cluster of nearest centroid, until none is small or
+    one group is left; ``"exclude"``: small clusters are left out. A group's id is its lowest cluster id.
+    Returns the groups and the round log's ``secure_merged`` (group → clusters, for merged groups) or
+    ``secure_excluded`` (clusters) entry.
+    """
+    groups = {j: [j] for j in sorted(sizes)}
+
+    def size(g: int) -> int:
+        return sum(sizes[j] for j in groups[g])
+
+    if policy == "exclude":
+        out = [j for j in sorted(groups) if size(j) < min_group]
+        return {g: js for g, js in groups.items() if g not in out}, ({"secure_excluded": out} if out else {})
+    while len(groups) > 1:
+        small = [g for g in groups if size(g) < min_group]
+        if not small:
+            break
+        g = min(small, key=lambda x: (size(x), x))
+
+        def gap(h: int, g: int = g) -> tuple[float, int]:
+            return min(float(np.linalg.norm(centroids[a] - centroids[b])) for a in groups[g] for b in groups[h]), h
+
+        h = min((x for x in groups if x != g), key=gap)
+        keep, gone = min(g, h), max(g, h)
+        groups[keep] = sorted(groups[keep] + groups.pop(gone))
+    merged = {g: js for g, js in groups.items() if len(js) > 1}
+    return groups, ({"secure_merged": merged} if merged else {})
