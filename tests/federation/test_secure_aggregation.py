@@ -390,12 +390,17 @@ def test_a_client_refuses_out_of_order_replayed_and_unsafe_requests():
         step(algorithm, ctx(1), secure.Unmask(1, (0, 1, 2), ()))
     private = {v: secagg.new_private_key() for v in (1, 2, 3)}
     others = {v: (secagg.public_key(private[v]), secagg.public_key(secagg.new_private_key())) for v in (1, 2, 3)}
+    members = (0, 1, 2, 3)
     with pytest.raises(ValueError, match="own public keys"):
-        step(algorithm, ctx(1), secure.ShareKeys(1, 0, 1.0, others))
+        step(algorithm, ctx(1), secure.ShareKeys(1, 0, 1.0, others, members))
     keys = {0: (adv.c_pk, adv.s_pk), **others}
     with pytest.raises(ValueError, match="weight"):
-        step(algorithm, ctx(1), secure.ShareKeys(1, 0, 1.5, keys))
-    shared = step(algorithm, ctx(1), secure.ShareKeys(1, 0, 0.5, keys))
+        step(algorithm, ctx(1), secure.ShareKeys(1, 0, 1.5, keys, members))
+    with pytest.raises(ValueError, match="cannot hide its members"):   # a group below secure_min_group
+        step(algorithm, ctx(1), secure.ShareKeys(1, 0, 0.5, {k: keys[k] for k in (0, 1)}, (0, 1)))
+    with pytest.raises(ValueError, match="not this client's neighbours"):   # the graph says everyone; keys say less
+        step(algorithm, ctx(1), secure.ShareKeys(1, 0, 0.5, {k: keys[k] for k in (0, 1, 2)}, members))
+    shared = step(algorithm, ctx(1), secure.ShareKeys(1, 0, 0.5, keys, members))
     assert set(shared.sealed) == {1, 2, 3}
 
     def sealed(src, rnd, dst=0):   # a share pair that client src really sealed for dst in round rnd
@@ -423,9 +428,15 @@ def test_a_client_reveals_once_and_never_for_a_sum_below_the_minimum():
     with pytest.raises(ValueError, match="out of order"):   # a replayed unmask request: already answered
         secure.client_step(algorithm, ctx, secure.Unmask(1, (0, 1, 2, 3), ()))
     # a fresh round in which the server asks to reveal a sum of two inputs
-    pool.states[cid]["secagg"].update(stage="masked", threshold=2, peers=(1, 2, 3), held={})
+    pool.states[cid]["secagg"].update(stage="masked", threshold=2, peers=(1, 2, 3), held={},
+                                      graph={0: (1, 2, 3), 1: (0, 2, 3), 2: (0, 1, 3), 3: (0, 1, 2)})
     with pytest.raises(ValueError, match="refusing to reveal a sum of 2"):
         secure.client_step(algorithm, ctx, secure.Unmask(1, (0, 1), (2, 3)))
+    # survivors that are no longer connected in a sparse graph: each piece's sum would be revealed
+    ring = {c: ((c - 1) % 6, (c + 1) % 6) for c in range(6)}
+    pool.states[cid]["secagg"].update(stage="masked", threshold=2, peers=(1, 5), held={}, graph=ring)
+    with pytest.raises(ValueError, match="not one connected piece"):
+        secure.client_step(algorithm, ctx, secure.Unmask(1, (0, 1, 3, 4), (2, 5)))
 
 
 # ---------------------------------------------------------------- configuration
@@ -465,3 +476,128 @@ def test_secure_mode_with_a_float32_cnn_gives_the_plain_results(method):
     for a, b in zip(plain.rounds, sec.rounds, strict=True):
         assert abs(a.accuracy - b.accuracy) <= 1 / 150 + 1e-12   # at most one test image of 150 changes its class
     assert all(g["clipped"] == 0 for e in sec.server_logs for g in e["secure"].values())
+
+
+# ---------------------------------------------------------------- hostile clients (review of issue 23)
+class Tamper(InProcessPool):
+    """``hook(pool, rnd, stage, requests, replies) -> replies`` edits what reaches the server."""
+
+    def __init__(self, *args, hook):
+        super().__init__(*args)
+        self.hook = hook
+
+    def secure(self, rnd, stage, requests):
+        replies, failures = super().secure(rnd, stage, requests)
+        return self.hook(self, rnd, stage, requests, replies), failures
+
+
+def _tampered(fed, hook, hp=None, rounds=1):
+    return _run(fed, "fedavg", {"secure_aggregation": True, **(hp or {})}, rounds=rounds,
+                pool_type=lambda *a: Tamper(*a, hook=hook))
+
+
+def _replace(replies, cid, **changes):
+    return [dataclasses.replace(r, **changes) if r.client_id == cid else r for r in replies]
+
+
+def test_survivors_split_into_pieces_of_a_sparse_graph_are_never_unmasked():
+    """Two dropouts cut a ring (2 neighbours each) into two pieces: unmasking would give each piece's sum
+    (as few as 2 inputs), so the group is abandoned before stage 4."""
+    fed = _federation(10)
+    graph = secagg.neighbour_graph(range(10), 2, (0, 1, 0, 0x5EC))   # the graph the server draws (seed 0, round 1)
+    ring = [0]
+    while len(ring) < 10:
+        ring.append(next(v for v in graph[ring[-1]] if v not in ring))
+    cut = {ring[0]: "mask", ring[3]: "mask"}   # leaves pieces of 2 and 6
+    hp = {"secure_aggregation": True, "secure_neighbours": 2}
+    history, pool = _run(fed, "fedavg", hp, wrap=lambda p: secure.Vanishing(p, {1: cut}))
+    entry = history.server_logs[0]["secure"]["0"]
+    assert "split into pieces" in entry["abandoned"]
+    assert not any(isinstance(r, secure.Unmasked) for r in pool.received)
+    assert np.array_equal(history.server_params, np.zeros_like(history.server_params))
+
+
+def test_a_low_order_public_key_is_refused_at_advertise_and_the_round_completes():
+    def hook(pool, rnd, stage, requests, replies):
+        return _replace(replies, 2, c_pk=bytes(32)) if stage == "advertise" else replies
+
+    history, _ = _tampered(_federation(6), hook)
+    assert any(f.client == 2 and "non-zero secret" in f.reason for f in history.failures)
+    entry = history.server_logs[0]["secure"]["0"]
+    assert "abandoned" not in entry and entry["survivors"] == [0, 1, 3, 4, 5]
+
+
+def test_wrong_shamir_shares_from_a_hostile_client_do_not_abandon_the_group():
+    """Client 1 reveals garbage shares at unmask; the others' shares still rebuild every secret (the
+    server tries subsets until a seed matches its commitment), and the sum is exact."""
+    def hook(pool, rnd, stage, requests, replies):
+        if stage == "unmask":
+            return [dataclasses.replace(r, seeds={v: s[:2] + bytes(16) for v, s in r.seeds.items()})
+                    if r.client_id == 1 else r for r in replies]
+        return replies
+
+    fed = _federation(6)
+    history, pool = _tampered(fed, hook)
+    assert "abandoned" not in history.server_logs[0]["secure"]["0"]
+    clean, _ = _run(fed, "fedavg", {"secure_aggregation": True})
+    assert np.array_equal(history.server_params, clean.server_params)
+
+
+def test_a_non_finite_model_makes_its_client_leave_instead_of_corrupting_the_sum():
+    def hook(pool, rnd, stage, requests, replies):
+        if stage == "share":
+            pool.states[3]["secagg"]["params"] = np.full_like(pool.states[3]["secagg"]["params"], np.nan)
+        return replies
+
+    history, _ = _tampered(_federation(6), hook)
+    assert any(f.client == 3 and "non-finite" in f.reason for f in history.failures)
+    entry = history.server_logs[0]["secure"]["0"]
+    assert entry["dropped"] == [3] and "abandoned" not in entry
+    assert np.all(np.abs(history.server_params) < 10)
+
+
+def test_an_inconsistent_trailer_abandons_the_group_and_keeps_the_model():
+    """A hostile client adds 2^62 levels to its weight: the decoded weights no longer sum to the server's."""
+    def hook(pool, rnd, stage, requests, replies):
+        if stage == "mask":
+            out = []
+            for r in replies:
+                if r.client_id == 0:
+                    v = r.vector.copy()
+                    v[-2:-1] += np.array([2**62], dtype=np.uint64)   # mod 2^64, as an array (no scalar warning)
+                    r = dataclasses.replace(r, vector=v)
+                out.append(r)
+            return out
+        return replies
+
+    history, _ = _tampered(_federation(6), hook, rounds=2)
+    assert all("inconsistent sum" in e["secure"]["0"]["abandoned"] for e in history.server_logs)
+    assert np.array_equal(history.server_params, np.zeros_like(history.server_params))
+
+
+@pytest.mark.parametrize("stage,change", [
+    ("share", {"round": np.array([1, 1])}),
+    ("share", {"sealed": "not a mapping"}),
+    ("mask", {"round": 1.0}),
+    ("unmask", {"seeds": {object(): b"x"}}),
+])
+def test_malformed_replies_are_refused_without_crashing_the_server(stage, change):
+    def hook(pool, rnd, s, requests, replies):
+        return _replace(replies, 1, **change) if s == stage else replies
+
+    history, _ = _tampered(_federation(6), hook)
+    entry = history.server_logs[0]["secure"]["0"]
+    assert "abandoned" not in entry
+    assert stage == "unmask" or any(f.client == 1 for f in history.failures)
+
+
+def test_a_reply_sent_three_times_is_refused_every_time():
+    def hook(pool, rnd, stage, requests, replies):
+        if stage == "mask":
+            extra = [r for r in replies if r.client_id == 1]
+            return replies + extra + extra
+        return replies
+
+    history, _ = _tampered(_federation(6), hook)
+    entry = history.server_logs[0]["secure"]["0"]
+    assert 1 not in entry["survivors"] and entry["dropped"] == [1]

@@ -111,7 +111,8 @@ class SecureAggConfig(Config):
     )
     secure_clip: float = hp(
         64.0, "secure aggregation: every coordinate of a client's weighted model w_k·θ_k is clipped to [-c, c] "
-        "before quantisation (clipped coordinates are counted in the round log)", low=0.0, low_open=True, high=1e12,
+        "before quantisation (clipped coordinates are counted in the round log; >= 1: the weight, in (0, 1], is "
+        "quantised with the model)", low=1.0, high=1e12,
     )
     secure_bits: int = hp(
         40, "secure aggregation: fixed-point levels 2^bits - 1 over [-secure_clip, secure_clip] (8..48; a sum of up "

@@ -27,10 +27,12 @@ fails or sends a bad reply leaves the round there, and the protocol recovers its
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -120,9 +122,11 @@ class _Exchange:
         self.failures.extend(failures)
         want = REPLY_TYPES[stage]
         got: dict[int, Any] = {}
+        twice: set[int] = set()   # clients that replied more than once: every copy is refused
         r: Any
         for r in replies:
             cid: Any = getattr(r, "client_id", None)
+            rnd = getattr(r, "round", None)
             reason: str
             if isinstance(cid, bool) or not isinstance(cid, (int, np.integer)):
                 reason, cid = f"a {stage} reply without a client id ({type(r).__name__})", None
@@ -130,12 +134,12 @@ class _Exchange:
                 reason, cid = f"a {stage} reply from client {cid}, which was not asked", None
             elif type(r) is not want:
                 reason = f"a {stage} reply must be {want.__name__}; got {type(r).__name__}"
-            elif getattr(r, "round", None) != self.rnd:
-                reason = (f"a {stage} reply for round {getattr(r, 'round', None)!r} (replayed or misrouted) in round "
-                          f"{self.rnd}")
-            elif int(cid) in got:
+            elif type(rnd) is not int or rnd != self.rnd:
+                reason = f"a {stage} reply for round {str(rnd)[:40]} (replayed or misrouted) in round {self.rnd}"
+            elif int(cid) in got or int(cid) in twice:
                 reason = f"a second {stage} reply from the same client"
-                got.pop(int(cid))
+                got.pop(int(cid), None)
+                twice.add(int(cid))
             else:
                 got[int(cid)] = r
                 self.traffic.add(self.traffic.up, int(cid), _reply_bytes(r))
@@ -192,16 +196,17 @@ def secure_fit(pool: ClientPool, algorithm: Algorithm, rnd: int, messages: dict[
 
 
 def _public_keys(send: _Exchange, replies: Mapping[int, Advertised]) -> dict[int, tuple[bytes, bytes]]:
-    """Each sound reply's two public keys: 32 bytes each, distinct, and no key advertised by two clients
+    """Each sound reply's two public keys: 32-byte X25519 keys, distinct, not low-order points (with one,
+    every neighbour's agreement would fail and it would leave), and no key advertised by two clients
     this round (both are refused: a copied key would let one client open the other's shares).
     """
     keys: dict[int, tuple[bytes, bytes]] = {}
     for cid, r in replies.items():
-        if (isinstance(r.c_pk, bytes) and isinstance(r.s_pk, bytes)
-                and len(r.c_pk) == len(r.s_pk) == secagg.KEY_BYTES and r.c_pk != r.s_pk):
+        if secagg.valid_public_key(r.c_pk) and secagg.valid_public_key(r.s_pk) and r.c_pk != r.s_pk:
             keys[cid] = (r.c_pk, r.s_pk)
         else:
-            send.refuse(cid, "advertise", f"public keys must be two distinct {secagg.KEY_BYTES}-byte keys")
+            send.refuse(cid, "advertise", f"public keys must be two distinct {secagg.KEY_BYTES}-byte X25519 keys "
+                        "that agree a non-zero secret")
     count: dict[bytes, int] = {}
     for pair in keys.values():
         for k in pair:
@@ -224,6 +229,7 @@ class _Groups:
         self.min_group = int(config.secure_min_group)
         self.report: dict[str, Any] = {}
         self.graphs: dict[int, dict[int, tuple[int, ...]]] = {}
+        self.seeds: dict[int, tuple[int, ...]] = {}   # the public seed of each group's neighbour graph
         self.weights: dict[int, dict[int, float]] = {}
         for g, members in sorted(plan.groups.items()):
             w = {int(c): float(v) for c, v in members.items() if int(c) in keys}
@@ -233,7 +239,8 @@ class _Groups:
                 continue
             top = max(w.values())
             self.weights[g] = {c: v / top for c, v in w.items()}
-            self.graphs[g] = secagg.neighbour_graph(sorted(w), int(config.secure_neighbours), (seed, rnd, g, 0x5EC))
+            self.seeds[g] = (seed, rnd, int(g), 0x5EC)
+            self.graphs[g] = secagg.neighbour_graph(sorted(w), int(config.secure_neighbours), self.seeds[g])
         self.u2: dict[int, set[int]] = {}
         self.u3: dict[int, set[int]] = {}
         self.shared: dict[int, SharedKeys] = {}
@@ -246,7 +253,8 @@ class _Groups:
     def share(self) -> None:
         """Stage 2: each member's group, weight and share set's keys; U2 = who answered soundly."""
         self.shared = self.send("share", {
-            c: ShareKeys(self.rnd, int(g), self.weights[g][c], {v: self.keys[v] for v in (*near, c)})
+            c: ShareKeys(self.rnd, int(g), self.weights[g][c], {v: self.keys[v] for v in (*near, c)},
+                         tuple(sorted(graph)), self.seeds[g])
             for g, graph in self.graphs.items() for c, near in graph.items()})
         for g, graph in self.graphs.items():
             self.u2[g] = set()
@@ -254,9 +262,7 @@ class _Groups:
                 r = self.shared.get(c)
                 if r is None:
                     continue
-                if (isinstance(r.commitment, bytes) and len(r.commitment) == 32 and isinstance(r.sealed, Mapping)
-                        and set(r.sealed) == set(graph[c])
-                        and all(isinstance(b, bytes) and len(b) == secagg.SEALED_BYTES for b in r.sealed.values())):
+                if _sound(partial(_shares_sound, r, graph[c])):
                     self.u2[g].add(c)
                 else:
                     self.send.refuse(c, "share", f"must carry one {secagg.SEALED_BYTES}-byte sealed share pair per "
@@ -275,7 +281,8 @@ class _Groups:
                 if r is None:
                     continue
                 v = r.vector
-                if type(v) is np.ndarray and v.dtype == np.uint64 and v.shape == (n,) and n > secagg.TRAILER:
+                if (type(v) is np.ndarray and v.dtype == np.uint64 and v.dtype.byteorder in "=|" and v.shape == (n,)
+                        and n > secagg.TRAILER):
                     self.u3[g].add(c)
                 else:
                     self.send.refuse(c, "mask", "the masked input must be a uint64 vector of the round's length; got "
@@ -287,6 +294,9 @@ class _Groups:
             if len(self.u3[g]) < max(self.min_group, t):
                 entry["abandoned"] = (f"{len(self.u3[g])} survivor(s) < max(secure_min_group={self.min_group}, "
                                       f"threshold={t}): nothing revealed")
+            elif not secagg.connected(graph, sorted(self.u3[g])):
+                entry["abandoned"] = ("the survivors are split into pieces of the neighbour graph (each piece's sum "
+                                      "would be revealed): nothing revealed")
 
     def unmask(self) -> dict[int, GroupSum]:
         """Stage 4 for each group not abandoned, and its sum (decoded, with its weights)."""
@@ -310,10 +320,12 @@ class _Groups:
             weight = float(math.fsum(self.weights[g][c] for c in members))
             sums[g] = GroupSum(q.decode(total[:d], len(members)), weight, members, reported, int(total[d + 1]))
             entry.update(clipped=sums[g].clipped, weight=weight, reported_weight=reported)
-            if abs(reported - weight) > len(members) * q.step + 1e-12:
-                entry["weight_mismatch"] = True
-                log.warning("round %d: secure group %s: the clients' weights sum to %.9g, the server's to %.9g",
-                            self.rnd, g, reported, weight)
+            if abs(reported - weight) > len(members) * q.step + 1e-12 or sums[g].clipped > len(members) * d:
+                entry["abandoned"] = (f"inconsistent sum (the clients' weights sum to {reported:.9g}, the server's to "
+                                      f"{weight:.9g}; {sums[g].clipped} coordinate(s) clipped): not applied")
+                log.warning("round %d: secure group %s: %s", self.rnd, g, entry["abandoned"])
+                del sums[g]
+                continue
             if sums[g].clipped:
                 log.warning("round %d: secure group %s: %d coordinate(s) clipped to secure_clip=%g", self.rnd, g,
                             sums[g].clipped, q.clip)
@@ -332,25 +344,30 @@ class _Groups:
         seeds: dict[int, list[bytes]] = {}
         dead: dict[int, list[bytes]] = {}
         for c, r in unmasked.items():
-            if c not in u3 or not isinstance(r.seeds, Mapping) or not isinstance(r.keys, Mapping):
+            if c not in u3:
                 continue
-            for v, share in r.seeds.items():
-                if v in u3 and (c == v or v in graph[c]) and isinstance(share, bytes):
+            try:   # a reply is read only as plain dicts of int → bytes; anything else delivers no share
+                parsed = [(v, share, kind) for kind, m in (("seed", r.seeds), ("key", r.keys)) if type(m) is dict
+                          for v, share in m.items() if type(v) is int and type(share) is bytes]
+            except Exception:  # noqa: BLE001 - a malformed reply is ignored, never a crash
+                parsed = []
+            for v, share, kind in parsed:
+                if kind == "seed" and v in u3 and (c == v or v in graph[c]):
                     seeds.setdefault(v, []).append(share)
-            for v, share in r.keys.items():
-                if v in u2 - u3 and v in graph[c] and isinstance(share, bytes):
+                elif kind == "key" and v in u2 - u3 and v in graph[c]:
                     dead.setdefault(v, []).append(share)
+        def committed(v: int) -> Callable[[bytes], bool]:
+            return lambda b: secagg.commitment(b) == self.shared[v].commitment
+
+        def advertised(v: int) -> Callable[[bytes], bool]:
+            return lambda b: secagg.public_key(secagg.masking_key(b)) == self.keys[v][1]
+
         for v in sorted(u3):
-            seed = _rebuild(seeds.get(v, []), self.threshold(g, v), f"client {v}'s self-mask seed")
-            if secagg.commitment(seed) != self.shared[v].commitment:
-                raise ValueError(f"client {v}'s rebuilt self-mask seed does not match its commitment (a bad share)")
+            seed = _rebuild(seeds.get(v, []), self.threshold(g, v), f"client {v}'s self-mask seed", committed(v))
             total -= secagg.self_mask(seed, n)
         for v in sorted(u2 - u3):
             s_sk = secagg.masking_key(_rebuild(dead.get(v, []), self.threshold(g, v),
-                                               f"dropped client {v}'s masking key"))
-            if secagg.public_key(s_sk) != self.keys[v][1]:
-                raise ValueError(f"dropped client {v}'s rebuilt masking key does not match its public key "
-                                 "(a bad share)")
+                                               f"dropped client {v}'s masking key", advertised(v)))
             for u in graph[v]:
                 if u in u3:   # u added sign(u, v)·PRG(s_uv): take it out
                     m = secagg.prg(secagg.mask_seed(s_sk, self.keys[u][1], self.rnd, g), n)
@@ -361,11 +378,49 @@ class _Groups:
         return total
 
 
-def _rebuild(shares: list[bytes], t: int, what: str) -> bytes:
-    good = [s for s in shares if len(s) == secagg.SHARE_BYTES]
+#: subsets of shares :func:`_rebuild` tries before it gives up on a secret
+REBUILD_TRIES = 256
+
+
+def _rebuild(shares: list[bytes], t: int, what: str, check: Callable[[bytes], bool]) -> bytes:
+    """The secret that ``t`` of ``shares`` rebuild and that passes ``check`` (its commitment or public
+    key): the first ``t``, then leaving out one share, then two (at most :data:`REBUILD_TRIES` subsets),
+    so that a few wrong shares sent by hostile clients do not abandon a group that has enough good ones.
+    ``ValueError`` when no subset passes.
+    """
+    good = list(dict.fromkeys(s for s in shares if len(s) == secagg.SHARE_BYTES))   # distinct, well-sized
+    by_index: dict[bytes, bytes] = {}
+    for s in good:   # one share per index: a duplicate index (a forged copy) keeps the first
+        by_index.setdefault(s[:2], s)
+    good = list(by_index.values())
     if len(good) < t:
         raise ValueError(f"{len(good)} share(s) of {what} < threshold {t}")
-    return secagg.combine_secret(good[:t])
+    tries = 0
+    for k in range(0, min(2, len(good) - t) + 1):
+        for out in itertools.combinations(range(len(good)), k):
+            subset = [s for i, s in enumerate(good) if i not in out][:t]
+            secret = secagg.combine_secret(subset)
+            if check(secret):
+                return secret
+            tries += 1
+            if tries >= REBUILD_TRIES:
+                break
+    raise ValueError(f"no {t} of the {len(good)} share(s) of {what} rebuild it (wrong shares)")
+
+
+def _shares_sound(reply: SharedKeys, near: tuple[int, ...]) -> bool:
+    """Whether a share reply holds one sealed pair of the right size per neighbour and a 32-byte commitment."""
+    return (isinstance(reply.commitment, bytes) and len(reply.commitment) == 32 and type(reply.sealed) is dict
+            and set(reply.sealed) == set(near)
+            and all(type(b) is bytes and len(b) == secagg.SEALED_BYTES for b in reply.sealed.values()))
+
+
+def _sound(test: Callable[[], bool]) -> bool:
+    """``test()``, or ``False`` when reading a malformed reply raises."""
+    try:
+        return bool(test())
+    except Exception:  # noqa: BLE001 - a malformed reply is refused, never a crash
+        return False
 
 
 class Vanishing(ClientPool):

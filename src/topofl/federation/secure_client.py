@@ -49,17 +49,22 @@ class Advertised:
 
 @dataclass(frozen=True)
 class ShareKeys:
-    """Server → client, stage 2: its group, its weight in (0, 1], and the public keys of its share set
-    (its neighbours and itself), client id → ``(c_pk, s_pk)``.
+    """Server → client, stage 2: its group, its weight in (0, 1], the public keys of its share set
+    (its neighbours and itself), client id → ``(c_pk, s_pk)``, and the group's members and graph seed
+    (the client rebuilds the public neighbour graph and checks its share set and, at unmask, that the
+    survivors are still connected).
     """
 
     round: int
     group: int
     weight: float
     keys: Mapping[int, tuple[bytes, bytes]]
+    members: tuple[int, ...] = ()
+    graph_seed: tuple[int, ...] = ()
 
     def n_bytes(self) -> int:
-        return 16 + sum(len(a) + len(b) + 8 for a, b in self.keys.values())
+        return 16 + sum(len(a) + len(b) + 8 for a, b in self.keys.values()) + 8 * (len(self.members)
+                                                                                   + len(self.graph_seed))
 
 
 @dataclass(frozen=True)
@@ -204,8 +209,10 @@ def _advertise(algorithm: Algorithm, ctx: ClientContext, request: Advertise) -> 
     update = algorithm.client_fit(ctx, request.message)
     c_sk, s_seed = secagg.new_private_key(), secagg.new_secret()
     s_sk = secagg.masking_key(s_seed)   # the masking key comes from a 16-byte seed, which is what it shares
+    # the self-mask seed b is drawn now, with the keys: a share request sent again (a Flower message
+    # re-sent after a SuperLink restart starts from this state) shares the same b
     ctx.state["secagg"] = {"round": int(request.round), "stage": "advertised", "params": update.params,
-                           "c_sk": c_sk, "s_sk": s_sk, "s_seed": s_seed}
+                           "c_sk": c_sk, "s_sk": s_sk, "s_seed": s_seed, "seed": secagg.new_secret()}
     meta = dataclasses.replace(update, params=np.empty(0))
     return Advertised(ctx.client_id, int(request.round), meta, secagg.public_key(c_sk), secagg.public_key(s_sk))
 
@@ -219,15 +226,21 @@ def _share(config: Any, ctx: ClientContext, st: dict[str, Any], request: ShareKe
         raise ValueError("secure aggregation: the share set does not hold this client's own public keys")
     if not (isinstance(request.weight, float) and 0.0 < request.weight <= 1.0):
         raise ValueError(f"secure aggregation: weight must be in (0, 1]; got {request.weight!r}")
-    n = len(keys)
-    if n < int(config.secure_min_group) and n < 2:
-        raise ValueError(f"secure aggregation: a share set of {n} client(s) cannot hide anyone")
+    members = tuple(sorted({int(c) for c in request.members}))
+    if me not in members or len(members) < int(config.secure_min_group):
+        raise ValueError(f"secure aggregation: a group of {len(members)} member(s) (this client "
+                         f"{'in' if me in members else 'not in'} it) cannot hide its members "
+                         f"(secure_min_group={config.secure_min_group})")
+    graph = secagg.neighbour_graph(members, int(config.secure_neighbours), tuple(int(x) for x in request.graph_seed))
+    if set(keys) != {*graph[me], me}:
+        raise ValueError("secure aggregation: the share set is not this client's neighbours in the group's graph")
     for v, pair in keys.items():
         if len(pair) != 2 or any(not isinstance(k, bytes) or len(k) != secagg.KEY_BYTES for k in pair):
             raise ValueError(f"secure aggregation: client {v}'s public keys are not two {secagg.KEY_BYTES}-byte keys")
+    n = len(keys)
     t = secagg.threshold_for(n, float(config.secure_threshold))
     order = sorted(keys)
-    seed = secagg.new_secret()   # the self-mask seed b
+    seed = st["seed"]   # the self-mask seed b, drawn at advertise
     b_shares = secagg.share_secret(seed, t, n)
     s_shares = secagg.share_secret(st["s_seed"], t, n)
     sealed, own = {}, None
@@ -238,7 +251,7 @@ def _share(config: Any, ctx: ClientContext, st: dict[str, Any], request: ShareKe
         key = secagg.share_key(st["c_sk"], keys[v][0])
         sealed[v] = secagg.seal(key, b_shares[i] + s_shares[i], secagg.associated(request.round, request.group, me, v))
     st.update(stage="shared", group=int(request.group), weight=float(request.weight), keys=keys, threshold=t,
-              seed=seed, held={me: own})
+              graph=graph, held={me: own})
     return SharedKeys(me, int(request.round), sealed, secagg.commitment(seed))
 
 
@@ -280,12 +293,15 @@ def _unmask(config: Any, ctx: ClientContext, st: dict[str, Any], request: Unmask
     if len(survivors) < need:
         raise ValueError(f"secure aggregation: refusing to reveal a sum of {len(survivors)} input(s) "
                          f"(needs at least {need})")
+    if not (survivors | dropped) <= set(st["graph"]) or not secagg.connected(st["graph"], sorted(survivors)):
+        raise ValueError("secure aggregation: refusing to unmask survivors that are not one connected piece of "
+                         "the group's graph (the server would learn each piece's sum)")
     peers, near = set(st["peers"]), set(st["keys"]) - {me}
     if not (dropped & near) <= peers:
         raise ValueError("secure aggregation: a neighbour listed as dropped never sent this client its shares")
     held = st.pop("held")
     seeds = {v: held[v][0] for v in sorted(survivors) if v in held}
     keys = {v: held[v][1] for v in sorted(dropped) if v in held}
-    for k in ("seed", "s_sk", "s_seed", "c_sk"):
+    for k in ("seed", "s_sk", "s_seed", "c_sk", "graph"):
         st.pop(k, None)
     return Unmasked(me, int(st["round"]), seeds, keys)

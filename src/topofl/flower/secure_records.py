@@ -60,7 +60,8 @@ def encode_request(request: Any, job: Mapping[str, Any], rnd: int, encoded: dict
         ids = sorted(request.keys)
         rd[SECAGG] = ConfigRecord({"stage": "share", "group": int(request.group), "weight": float(request.weight),
                                    "ids": ids, "c_pk": [request.keys[c][0] for c in ids],
-                                   "s_pk": [request.keys[c][1] for c in ids]})
+                                   "s_pk": [request.keys[c][1] for c in ids], "members": list(request.members),
+                                   "graph_seed": [int(x) for x in request.graph_seed]})
     elif isinstance(request, MaskInput):
         ids = sorted(request.sealed)
         rd[SECAGG] = ConfigRecord({"stage": "mask", "ids": ids, "sealed": [request.sealed[c] for c in ids]})
@@ -90,7 +91,8 @@ def decode_request(content: RecordDict) -> tuple[Any, dict[str, Any]]:
         if not isinstance(weight, float):
             raise PayloadError(f"secagg weight must be a float; got {weight!r}")
         return ShareKeys(rnd, _int(rec.get("group"), "secagg group"), weight,
-                         {c: (a, b) for c, a, b in zip(ids, c_pk, s_pk, strict=True)}), config
+                         {c: (a, b) for c, a, b in zip(ids, c_pk, s_pk, strict=True)},
+                         tuple(_ints(rec, "members")), tuple(_ints(rec, "graph_seed", distinct=False))), config
     if stage == "mask":
         ids = _ints(rec, "ids")
         return MaskInput(rnd, dict(zip(ids, _bytes(rec, "sealed", len(ids)), strict=True))), config
@@ -186,12 +188,12 @@ def _int(value: Any, what: str) -> int:
     return value
 
 
-def _ints(rec: Mapping[str, Any], key: str) -> list[int]:
+def _ints(rec: Mapping[str, Any], key: str, distinct: bool = True) -> list[int]:
     value = rec.get(key)
     if not isinstance(value, list) or len(value) > _MAX_IDS:
-        raise PayloadError(f"secagg {key} must be a list of at most {_MAX_IDS} client ids")
+        raise PayloadError(f"secagg {key} must be a list of at most {_MAX_IDS} integers")
     ids = [_int(v, f"secagg {key}") for v in value]
-    if len(set(ids)) != len(ids):
+    if distinct and len(set(ids)) != len(ids):
         raise PayloadError(f"secagg {key} lists a client twice")
     return ids
 

@@ -113,6 +113,19 @@ def agree(private: bytes, peer_public: bytes, info: bytes) -> bytes:
     return HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None, info=info).derive(shared)
 
 
+def valid_public_key(public: bytes) -> bool:
+    """Whether ``public`` is a 32-byte X25519 key that agrees a non-zero secret (not a low-order point,
+    with which every agreement fails: a client advertising one would make its neighbours leave).
+    """
+    if not isinstance(public, bytes) or len(public) != KEY_BYTES:
+        return False
+    try:
+        X25519PrivateKey.generate().exchange(X25519PublicKey.from_public_bytes(public))
+    except ValueError:
+        return False
+    return True
+
+
 def share_key(private: bytes, peer_public: bytes) -> bytes:
     """The key encrypting shares between two clients (their encryption key pairs)."""
     return agree(private, peer_public, _INFO_SHARE)
@@ -217,6 +230,8 @@ class Quantiser:
         coordinates the clip changed.
         """
         x = np.asarray(x, dtype=np.float64)
+        if not np.all(np.isfinite(x)):
+            raise ValueError("secure aggregation: the model holds non-finite values and cannot be quantised")
         clipped = int(np.count_nonzero(np.abs(x) > self.clip))
         scaled = (np.clip(x, -self.clip, self.clip) + self.clip) * (1.0 / self.step)
         return np.rint(scaled).astype(np.uint64), clipped
@@ -244,6 +259,25 @@ def neighbour_graph(members: Sequence[int], k: int, seed: Sequence[int]) -> dict
         near = {ring[(pos + d) % m] for d in range(-half, half + 1) if d}
         out[c] = tuple(sorted(near))
     return out
+
+
+def connected(graph: Mapping[int, Sequence[int]], nodes: Sequence[int]) -> bool:
+    """Whether ``nodes`` form one connected piece of ``graph`` restricted to them. Once the survivors'
+    self masks and the dropped clients' pairwise masks are removed, the masks between survivors cancel
+    within each such piece, so the server learns each piece's sum: with the sparse graph, survivors
+    split into pieces must not be unmasked (Bell et al. 2020 need the graph connected after dropouts).
+    """
+    left = set(int(c) for c in nodes)
+    if not left:
+        return False
+    stack = [next(iter(left))]
+    seen = {stack[0]}
+    while stack:
+        for v in graph.get(stack.pop(), ()):
+            if v in left and v not in seen:
+                seen.add(v)
+                stack.append(v)
+    return seen == left
 
 
 def pairwise_sign(u: int, v: int) -> int:
