@@ -844,7 +844,8 @@ def secure_hyperparameters(method: str, hyperparameters: dict[str, Any]) -> dict
     try:
         build(method, out)
     except ValueError as exc:
-        raise ValueError(f"--secure-aggregation with {method}: {exc}") from None
+        raise ValueError(f"--secure-aggregation with {method}: {exc} (choose the methods, e.g. --methods "
+                         "ptopofl,fedavg,fedprox,ditto,perfedavg)") from None
     return out
 
 

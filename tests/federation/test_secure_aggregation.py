@@ -119,7 +119,7 @@ def _federation(n_clients=6, seed=0, n=60):
     return Federation.from_arrays([blob_client(rng, n + 7 * k, shift=0.8 * (k % 2)) for k in range(n_clients)])
 
 
-@pytest.mark.parametrize("method", ["fedavg", "fedprox", "ptopofl"])
+@pytest.mark.parametrize("method", ["fedavg", "fedprox", "ditto", "perfedavg", "ptopofl"])
 def test_secure_mode_gives_the_plain_mode_results_to_quantisation_error(method):
     # pTopoFL on the healthcare scenario: two clusters of four clients, none below secure_min_group
     fed = make_scenario("healthcare", 0) if method == "ptopofl" else _federation()
