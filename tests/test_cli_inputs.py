@@ -48,3 +48,16 @@ def test_a_long_wrong_value_is_shown_shortened(tmp_path):
 def test_nesting_the_layout_needs_is_accepted(tmp_path):
     text = "methods = ['fedavg']\n[hyperparameters]\nlr = 0.1\n[hyperparameters.ptopofl]\nbeta = 0.5\n[scenario_params]\nn_clients = 4\n"
     assert load_toml(write(tmp_path / "ok.toml", text))["hyperparameters"]["ptopofl"] == {"beta": 0.5}
+
+
+@pytest.mark.parametrize("extra,named", [([], None), (["--secure-aggregation"], "--secure-aggregation"),
+                                         (["--papers-rules"], "--robust-defaults")])
+def test_flower_resume_names_only_the_options_that_were_given(tmp_path, extra, named):
+    """A flag left at its default (--secure-aggregation off) is not "given"; a flag set is named."""
+    pytest.importorskip("flwr")
+    res = CliRunner().invoke(app, ["flower", "--resume", str(tmp_path / "missing-run"), *extra])
+    assert res.exit_code != 0
+    if named is None:
+        assert "leave out" not in res.output
+    else:
+        assert "leave out" in res.output and named in res.output

@@ -454,7 +454,8 @@ Exits 1 with the reason when the run fails.
 
     o = ui.Options(**options)
     if resume is not None:
-        given = [f"--{k.replace('_', '-')}" for k, v in options.items() if v not in (None, [])]
+        given = [f"--{k.replace('_', '-')}" for k, v in options.items()
+                 if v not in (None, []) and v != ui.SHARED_OPTIONS[k][1].default]   # a flag left at its default
         given += [flag for flag, value in (("--out", out), ("--pooled-metrics", pooled_metrics or None))
                   if value is not None]
         if given:

@@ -72,7 +72,7 @@ def test_pairwise_masks_cancel_and_the_sum_is_exact_mod_2_64():
     seeds = {c: secagg.new_secret() for c in ids}
     total = np.zeros(9, dtype=np.uint64)
     for c in ids:
-        pairs = {v: secagg.mask_seed(sk[c], pk[v], 4, 0) for v in ids if v != c}
+        pairs = {v: secagg.mask_seed(sk[c], pk[v], 4, 0, (c, v)) for v in ids if v != c}
         y = secagg.masked_input(levels[c], seeds[c], pairs, c)
         assert not np.array_equal(y, levels[c])
         total += y
@@ -428,13 +428,14 @@ def test_a_client_reveals_once_and_never_for_a_sum_below_the_minimum():
     with pytest.raises(ValueError, match="out of order"):   # a replayed unmask request: already answered
         secure.client_step(algorithm, ctx, secure.Unmask(1, (0, 1, 2, 3), ()))
     # a fresh round in which the server asks to reveal a sum of two inputs
-    pool.states[cid]["secagg"].update(stage="masked", threshold=2, peers=(1, 2, 3), held={},
-                                      graph={0: (1, 2, 3), 1: (0, 2, 3), 2: (0, 1, 3), 3: (0, 1, 2)})
+    pool.states[cid]["secagg"].update(stage="masked", threshold=2, peers=(1, 2, 3), held={}, members=(0, 1, 2, 3),
+                                      graph=None)
     with pytest.raises(ValueError, match="refusing to reveal a sum of 2"):
         secure.client_step(algorithm, ctx, secure.Unmask(1, (0, 1), (2, 3)))
     # survivors that are no longer connected in a sparse graph: each piece's sum would be revealed
     ring = {c: ((c - 1) % 6, (c + 1) % 6) for c in range(6)}
-    pool.states[cid]["secagg"].update(stage="masked", threshold=2, peers=(1, 5), held={}, graph=ring)
+    pool.states[cid]["secagg"].update(stage="masked", threshold=2, peers=(1, 5), held={}, members=tuple(range(6)),
+                                      graph=ring)
     with pytest.raises(ValueError, match="not one connected piece"):
         secure.client_step(algorithm, ctx, secure.Unmask(1, (0, 1, 3, 4), (2, 5)))
 
@@ -504,10 +505,7 @@ def test_survivors_split_into_pieces_of_a_sparse_graph_are_never_unmasked():
     """Two dropouts cut a ring (2 neighbours each) into two pieces: unmasking would give each piece's sum
     (as few as 2 inputs), so the group is abandoned before stage 4."""
     fed = _federation(10)
-    graph = secagg.neighbour_graph(range(10), 2, (0, 1, 0, 0x5EC))   # the graph the server draws (seed 0, round 1)
-    ring = [0]
-    while len(ring) < 10:
-        ring.append(next(v for v in graph[ring[-1]] if v not in ring))
+    ring = _ring(10)
     cut = {ring[0]: "mask", ring[3]: "mask"}   # leaves pieces of 2 and 6
     hp = {"secure_aggregation": True, "secure_neighbours": 2}
     history, pool = _run(fed, "fedavg", hp, wrap=lambda p: secure.Vanishing(p, {1: cut}))
@@ -528,8 +526,8 @@ def test_a_low_order_public_key_is_refused_at_advertise_and_the_round_completes(
 
 
 def test_wrong_shamir_shares_from_a_hostile_client_do_not_abandon_the_group():
-    """Client 1 reveals garbage shares at unmask; the others' shares still rebuild every secret (the
-    server tries subsets until a seed matches its commitment), and the sum is exact."""
+    """Client 1 reveals garbage shares at unmask; the others' shares still rebuild every secret (a share
+    that is not the one its dealer committed to is dropped), and the sum is exact."""
     def hook(pool, rnd, stage, requests, replies):
         if stage == "unmask":
             return [dataclasses.replace(r, seeds={v: s[:2] + bytes(16) for v, s in r.seeds.items()})
@@ -601,3 +599,69 @@ def test_a_reply_sent_three_times_is_refused_every_time():
     history, _ = _tampered(_federation(6), hook)
     entry = history.server_logs[0]["secure"]["0"]
     assert 1 not in entry["survivors"] and entry["dropped"] == [1]
+
+
+def _ring(n, k=2):
+    graph = secagg.neighbour_graph(range(n), k, (0, 1, 0, 0x5EC))   # the graph the server draws (seed 0, round 1)
+    ring = [0]
+    while len(ring) < n:
+        ring.append(next(v for v in graph[ring[-1]] if v not in ring))
+    return ring
+
+
+@pytest.mark.parametrize("forge", ["index 0", "another holder's index", "garbage"])
+def test_forged_or_relabelled_shares_are_dropped_by_index_and_digest(forge):
+    """Client 1 reveals forged shares at unmask: index 0, the index of an honest holder, or garbage; each
+    is dropped (wrong index, or not the share its dealer committed to), and the sum is exact, also at a
+    threshold that leaves no spare share."""
+    def hook(pool, rnd, stage, requests, replies):
+        if stage != "unmask":
+            return replies
+        def bad(s):
+            return {"index 0": b"\0\0" + s[2:], "another holder's index": b"\0\x03" + s[2:],
+                    "garbage": s[:2] + bytes(16)}[forge]
+        return [dataclasses.replace(r, seeds={v: bad(s) for v, s in r.seeds.items()}) if r.client_id == 1 else r
+                for r in replies]
+
+    fed = _federation(6)
+    for threshold in (0.6, 0.8):
+        history, _ = _tampered(fed, hook, {"secure_threshold": threshold})
+        assert "abandoned" not in history.server_logs[0]["secure"]["0"]
+        clean, _ = _run(fed, "fedavg", {"secure_aggregation": True, "secure_threshold": threshold})
+        assert np.array_equal(history.server_params, clean.server_params)
+
+
+def test_a_disguised_copy_of_another_clients_key_is_refused():
+    """X25519 ignores a key's top bit: a copy of client 1's masking key with it set is the same key in disguise."""
+    def hook(pool, rnd, stage, requests, replies):
+        if stage != "advertise":
+            return replies
+        victim = next(r for r in replies if r.client_id == 1).s_pk
+        return _replace(replies, 4, s_pk=victim[:31] + bytes([victim[31] | 0x80]))
+
+    history, _ = _tampered(_federation(6), hook)
+    assert any(f.client == 4 and "X25519" in f.reason for f in history.failures)
+    assert history.server_logs[0]["secure"]["0"]["survivors"] == [0, 1, 2, 3, 5]
+
+
+def test_a_secret_without_enough_surviving_holders_stops_the_group_before_anything_is_revealed():
+    fed = _federation(10)
+    ring = _ring(10)
+    schedule = {1: {ring[0]: "share", ring[1]: "mask"}}   # ring[1]'s key is held by ring[2] alone among survivors
+    hp = {"secure_aggregation": True, "secure_neighbours": 2}
+    history, pool = _run(fed, "fedavg", hp, wrap=lambda p: secure.Vanishing(p, schedule))
+    entry = history.server_logs[0]["secure"]["0"]
+    assert "surviving holder" in entry["abandoned"] and "nothing revealed" in entry["abandoned"]
+    assert not any(isinstance(r, secure.Unmasked) for r in pool.received)
+
+
+def test_an_advertised_update_naming_another_client_is_refused():
+    def hook(pool, rnd, stage, requests, replies):
+        if stage != "advertise":
+            return replies
+        return [dataclasses.replace(r, update=dataclasses.replace(r.update, client_id=2)) if r.client_id == 1 else r
+                for r in replies]
+
+    history, _ = _tampered(_federation(6), hook)
+    assert [(f.client, "names another client" in f.reason) for f in history.failures] == [(1, True)]
+    assert history.server_logs[0]["secure"]["0"]["survivors"] == [0, 2, 3, 4, 5]

@@ -27,9 +27,9 @@ fails or sends a bad reply leaves the round there, and the protocol recovers its
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import logging
 import math
+import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
@@ -171,6 +171,10 @@ def secure_fit(pool: ClientPool, algorithm: Algorithm, rnd: int, messages: dict[
     assert config is not None
     send = _Exchange(pool, rnd, failures)
     advertised = send("advertise", {cid: Advertise(rnd, m) for cid, m in messages.items()})
+    for sender in sorted(advertised):   # the update inside must be the sender's own (it could name another client)
+        if not isinstance(advertised[sender].update, ClientUpdate) or advertised[sender].update.client_id != sender:
+            send.refuse(sender, "advertise", "the update inside names another client")
+            del advertised[sender]
     valid, rejected = screen_updates(_MetaView(algorithm), [r.update for r in advertised.values()], messages,
                                      pool.infos)
     for cid, reason in rejected:
@@ -218,6 +222,11 @@ def _public_keys(send: _Exchange, replies: Mapping[int, Advertised]) -> dict[int
     return keys
 
 
+#: a group size above which the complete graph (``secure_neighbours=0``) is worth a warning
+COMPLETE_GRAPH_WARN = 200
+_warned_complete: list[bool] = []   # warned once per process
+
+
 class _Groups:
     """Stages 2-4 of one round for every group of a plan at once (one exchange per stage), and each
     group's sum; ``report`` is the round log's ``secure`` entry (per group).
@@ -239,6 +248,12 @@ class _Groups:
                 continue
             top = max(w.values())
             self.weights[g] = {c: v / top for c, v in w.items()}
+            if int(config.secure_neighbours) == 0 and len(w) > COMPLETE_GRAPH_WARN and not _warned_complete:
+                _warned_complete.append(True)
+                log.warning("secure aggregation: a group of %d clients with secure_neighbours=0 (every member a "
+                            "neighbour) costs each client %d Shamir shares per secret and the server O(m²) work per "
+                            "round; set secure_neighbours (SecAgg+'s sparse graph, e.g. 32) for groups this large",
+                            len(w), len(w))
             self.seeds[g] = (seed, rnd, int(g), 0x5EC)
             self.graphs[g] = secagg.neighbour_graph(sorted(w), int(config.secure_neighbours), self.seeds[g])
         self.u2: dict[int, set[int]] = {}
@@ -262,11 +277,11 @@ class _Groups:
                 r = self.shared.get(c)
                 if r is None:
                     continue
-                if _sound(partial(_shares_sound, r, graph[c])):
+                if _sound(partial(_shares_sound, r, graph[c], c)):
                     self.u2[g].add(c)
                 else:
                     self.send.refuse(c, "share", f"must carry one {secagg.SEALED_BYTES}-byte sealed share pair per "
-                                     "neighbour and a 32-byte commitment")
+                                     "neighbour, a 32-byte commitment and two 32-byte digests per share")
 
     def mask(self) -> None:
         """Stage 3: the shares addressed to each member of U2; U3 = who sent a sound masked input."""
@@ -297,6 +312,26 @@ class _Groups:
             elif not secagg.connected(graph, sorted(self.u3[g])):
                 entry["abandoned"] = ("the survivors are split into pieces of the neighbour graph (each piece's sum "
                                       "would be revealed): nothing revealed")
+            else:
+                short = self.unrecoverable(g)
+                if short is not None:
+                    entry["abandoned"] = f"{short}: nothing revealed"
+
+    def unrecoverable(self, g: int) -> str | None:
+        """Why some secret of group ``g`` could not be rebuilt from the survivors' shares — a survivor's
+        self-mask seed or a dropped client's masking key held by fewer than its threshold of survivors —
+        so that stage 4 is not asked for at all; ``None`` when every one can be.
+        """
+        graph, u3 = self.graphs[g], self.u3[g]
+        for v in sorted(u3):
+            holders = len(({v} | set(graph[v])) & u3)
+            if holders < self.threshold(g, v):
+                return f"client {v}'s self-mask seed has {holders} surviving holder(s) < its threshold"
+        for v in sorted(self.u2[g] - u3):
+            holders = len(set(graph[v]) & u3)
+            if holders < self.threshold(g, v):
+                return f"dropped client {v}'s masking key has {holders} surviving holder(s) < its threshold"
+        return None
 
     def unmask(self) -> dict[int, GroupSum]:
         """Stage 4 for each group not abandoned, and its sum (decoded, with its weights)."""
@@ -331,6 +366,18 @@ class _Groups:
                             sums[g].clipped, q.clip)
         return sums
 
+    def dealt(self, g: int, owner: int, holder: int, kind: int, share: bytes) -> bool:
+        """Whether ``share`` is the one ``owner`` dealt ``holder`` (its self-mask share for ``kind`` 0, its key
+        share for 1): the index of the holder's place in the owner's sorted share set, and the digest the
+        owner sent at the share stage. A wrong or relabelled share is dropped, so it can neither make a
+        rebuild fail nor displace an honest share.
+        """
+        order = sorted((*self.graphs[g][owner], owner))
+        if len(share) != secagg.SHARE_BYTES or share[:2] != struct.pack(">H", order.index(holder) + 1):
+            return False
+        aad = secagg.associated(self.rnd, g, owner, holder)
+        return secagg.share_digest(aad, b"bs"[kind:kind + 1], share) == self.shared[owner].digests[holder][kind]
+
     def unmasked_total(self, g: int, unmasked: Mapping[int, Unmasked]) -> np.ndarray:
         """Σ_{u ∈ U3} y_u with every mask removed: survivors' self masks from their rebuilt seeds (checked
         against their commitments), dropped clients' pairwise masks from their rebuilt masking keys
@@ -352,25 +399,23 @@ class _Groups:
             except Exception:  # noqa: BLE001 - a malformed reply is ignored, never a crash
                 parsed = []
             for v, share, kind in parsed:
-                if kind == "seed" and v in u3 and (c == v or v in graph[c]):
+                if kind == "seed" and v in u3 and (c == v or v in graph[c]) and self.dealt(g, v, c, 0, share):
                     seeds.setdefault(v, []).append(share)
-                elif kind == "key" and v in u2 - u3 and v in graph[c]:
+                elif kind == "key" and v in u2 - u3 and v in graph[c] and self.dealt(g, v, c, 1, share):
                     dead.setdefault(v, []).append(share)
-        def committed(v: int) -> Callable[[bytes], bool]:
-            return lambda b: secagg.commitment(b) == self.shared[v].commitment
-
-        def advertised(v: int) -> Callable[[bytes], bool]:
-            return lambda b: secagg.public_key(secagg.masking_key(b)) == self.keys[v][1]
-
         for v in sorted(u3):
-            seed = _rebuild(seeds.get(v, []), self.threshold(g, v), f"client {v}'s self-mask seed", committed(v))
+            seed = _rebuild(seeds.get(v, []), self.threshold(g, v), f"client {v}'s self-mask seed")
+            if secagg.commitment(seed) != self.shared[v].commitment:
+                raise ValueError(f"client {v}'s rebuilt self-mask seed does not match its commitment")
             total -= secagg.self_mask(seed, n)
         for v in sorted(u2 - u3):
             s_sk = secagg.masking_key(_rebuild(dead.get(v, []), self.threshold(g, v),
-                                               f"dropped client {v}'s masking key", advertised(v)))
+                                               f"dropped client {v}'s masking key"))
+            if secagg.public_key(s_sk) != self.keys[v][1]:
+                raise ValueError(f"dropped client {v}'s rebuilt masking key does not match its public key")
             for u in graph[v]:
                 if u in u3:   # u added sign(u, v)·PRG(s_uv): take it out
-                    m = secagg.prg(secagg.mask_seed(s_sk, self.keys[u][1], self.rnd, g), n)
+                    m = secagg.prg(secagg.mask_seed(s_sk, self.keys[u][1], self.rnd, g, (u, v)), n)
                     if secagg.pairwise_sign(u, v) > 0:
                         total -= m
                     else:
@@ -378,41 +423,25 @@ class _Groups:
         return total
 
 
-#: subsets of shares :func:`_rebuild` tries before it gives up on a secret
-REBUILD_TRIES = 256
-
-
-def _rebuild(shares: list[bytes], t: int, what: str, check: Callable[[bytes], bool]) -> bytes:
-    """The secret that ``t`` of ``shares`` rebuild and that passes ``check`` (its commitment or public
-    key): the first ``t``, then leaving out one share, then two (at most :data:`REBUILD_TRIES` subsets),
-    so that a few wrong shares sent by hostile clients do not abandon a group that has enough good ones.
-    ``ValueError`` when no subset passes.
+def _rebuild(shares: list[bytes], t: int, what: str) -> bytes:
+    """The secret the first ``t`` of ``shares`` (each checked by :meth:`_Groups.dealt`) rebuild;
+    ``ValueError`` when fewer than ``t`` arrived.
     """
-    good = list(dict.fromkeys(s for s in shares if len(s) == secagg.SHARE_BYTES))   # distinct, well-sized
-    by_index: dict[bytes, bytes] = {}
-    for s in good:   # one share per index: a duplicate index (a forged copy) keeps the first
-        by_index.setdefault(s[:2], s)
-    good = list(by_index.values())
-    if len(good) < t:
-        raise ValueError(f"{len(good)} share(s) of {what} < threshold {t}")
-    tries = 0
-    for k in range(0, min(2, len(good) - t) + 1):
-        for out in itertools.combinations(range(len(good)), k):
-            subset = [s for i, s in enumerate(good) if i not in out][:t]
-            secret = secagg.combine_secret(subset)
-            if check(secret):
-                return secret
-            tries += 1
-            if tries >= REBUILD_TRIES:
-                break
-    raise ValueError(f"no {t} of the {len(good)} share(s) of {what} rebuild it (wrong shares)")
+    if len(shares) < t:
+        raise ValueError(f"{len(shares)} share(s) of {what} < threshold {t}")
+    return secagg.combine_secret(shares[:t])
 
 
-def _shares_sound(reply: SharedKeys, near: tuple[int, ...]) -> bool:
-    """Whether a share reply holds one sealed pair of the right size per neighbour and a 32-byte commitment."""
+def _shares_sound(reply: SharedKeys, near: tuple[int, ...], me: int) -> bool:
+    """Whether a share reply holds one sealed pair of the right size per neighbour, a 32-byte commitment and
+    two 32-byte share digests per member of its share set (its neighbours and itself).
+    """
     return (isinstance(reply.commitment, bytes) and len(reply.commitment) == 32 and type(reply.sealed) is dict
             and set(reply.sealed) == set(near)
-            and all(type(b) is bytes and len(b) == secagg.SEALED_BYTES for b in reply.sealed.values()))
+            and all(type(b) is bytes and len(b) == secagg.SEALED_BYTES for b in reply.sealed.values())
+            and type(reply.digests) is dict and set(reply.digests) == {*near, me}
+            and all(type(d) is tuple and len(d) == 2 and all(type(x) is bytes and len(x) == 32 for x in d)
+                    for d in reply.digests.values()))
 
 
 def _sound(test: Callable[[], bool]) -> bool:

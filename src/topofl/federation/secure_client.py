@@ -69,15 +69,20 @@ class ShareKeys:
 
 @dataclass(frozen=True)
 class SharedKeys:
-    """Client → server, stage 2: one sealed share pair per neighbour, and the commitment to its seed."""
+    """Client → server, stage 2: one sealed share pair per neighbour, the commitment to its seed, and the
+    digests of every share it dealt (holder → (digest of its self-mask share, digest of its key share),
+    itself included: :func:`~topofl.privacy.secagg.share_digest`).
+    """
 
     client_id: int
     round: int
     sealed: Mapping[int, bytes]
     commitment: bytes
+    digests: Mapping[int, tuple[bytes, bytes]] = field(default_factory=dict)
 
     def n_bytes(self) -> int:
-        return len(self.commitment) + sum(len(b) + 8 for b in self.sealed.values())
+        return (len(self.commitment) + sum(len(b) + 8 for b in self.sealed.values())
+                + sum(len(a) + len(b) + 8 for a, b in self.digests.values()))
 
 
 @dataclass(frozen=True)
@@ -243,16 +248,18 @@ def _share(config: Any, ctx: ClientContext, st: dict[str, Any], request: ShareKe
     seed = st["seed"]   # the self-mask seed b, drawn at advertise
     b_shares = secagg.share_secret(seed, t, n)
     s_shares = secagg.share_secret(st["s_seed"], t, n)
-    sealed, own = {}, None
+    sealed, own, digests = {}, None, {}
     for i, v in enumerate(order):
+        aad = secagg.associated(request.round, request.group, me, v)
+        digests[v] = (secagg.share_digest(aad, b"b", b_shares[i]), secagg.share_digest(aad, b"s", s_shares[i]))
         if v == me:
             own = (b_shares[i], s_shares[i])
             continue
-        key = secagg.share_key(st["c_sk"], keys[v][0])
-        sealed[v] = secagg.seal(key, b_shares[i] + s_shares[i], secagg.associated(request.round, request.group, me, v))
+        sealed[v] = secagg.seal(secagg.share_key(st["c_sk"], keys[v][0]), b_shares[i] + s_shares[i], aad)
+    complete = len(graph[me]) == len(members) - 1   # every member a neighbour: kept as the member list only
     st.update(stage="shared", group=int(request.group), weight=float(request.weight), keys=keys, threshold=t,
-              graph=graph, held={me: own})
-    return SharedKeys(me, int(request.round), sealed, secagg.commitment(seed))
+              members=members, graph=None if complete else graph, held={me: own})
+    return SharedKeys(me, int(request.round), sealed, secagg.commitment(seed), digests)
 
 
 def _mask(config: Any, ctx: ClientContext, st: dict[str, Any], request: MaskInput) -> MaskedInput:
@@ -274,7 +281,7 @@ def _mask(config: Any, ctx: ClientContext, st: dict[str, Any], request: MaskInpu
     levels, clipped = q.encode(np.asarray(st.pop("params"), dtype=np.float64) * w)
     wl, _ = q.encode(np.array([w]))
     levels = np.concatenate([levels, wl, np.array([clipped], dtype=np.uint64)])
-    pairs = {v: secagg.mask_seed(st["s_sk"], keys[v][1], rnd, group) for v in senders}
+    pairs = {v: secagg.mask_seed(st["s_sk"], keys[v][1], rnd, group, (me, v)) for v in senders}
     vector = secagg.masked_input(levels, st["seed"], pairs, me)
     st.update(stage="masked", peers=tuple(sorted(senders)))
     return MaskedInput(me, rnd, vector)
@@ -293,7 +300,9 @@ def _unmask(config: Any, ctx: ClientContext, st: dict[str, Any], request: Unmask
     if len(survivors) < need:
         raise ValueError(f"secure aggregation: refusing to reveal a sum of {len(survivors)} input(s) "
                          f"(needs at least {need})")
-    if not (survivors | dropped) <= set(st["graph"]) or not secagg.connected(st["graph"], sorted(survivors)):
+    graph = st["graph"]   # None: the complete graph, connected on any survivors
+    if not (survivors | dropped) <= set(st["members"]) or (graph is not None
+                                                           and not secagg.connected(graph, sorted(survivors))):
         raise ValueError("secure aggregation: refusing to unmask survivors that are not one connected piece of "
                          "the group's graph (the server would learn each piece's sum)")
     peers, near = set(st["peers"]), set(st["keys"]) - {me}
@@ -302,6 +311,6 @@ def _unmask(config: Any, ctx: ClientContext, st: dict[str, Any], request: Unmask
     held = st.pop("held")
     seeds = {v: held[v][0] for v in sorted(survivors) if v in held}
     keys = {v: held[v][1] for v in sorted(dropped) if v in held}
-    for k in ("seed", "s_sk", "s_seed", "c_sk", "graph"):
+    for k in ("seed", "s_sk", "s_seed", "c_sk", "graph", "members"):
         st.pop(k, None)
     return Unmasked(me, int(st["round"]), seeds, keys)

@@ -112,8 +112,11 @@ def encode_reply(reply: Any, layout: Any = None) -> RecordDict:
     rd = RecordDict({"meta": config_record({"client": int(reply.client_id)})})
     if isinstance(reply, SharedKeys):
         ids = sorted(reply.sealed)
+        held = sorted(reply.digests)
         rd[SECAGG] = ConfigRecord({"stage": "share", "round": reply.round, "ids": ids,
-                                   "sealed": [reply.sealed[c] for c in ids], "commitment": reply.commitment})
+                                   "sealed": [reply.sealed[c] for c in ids], "commitment": reply.commitment,
+                                   "digest_ids": held, "digests_b": [reply.digests[c][0] for c in held],
+                                   "digests_s": [reply.digests[c][1] for c in held]})
     elif isinstance(reply, MaskedInput):
         rd[SECAGG] = ConfigRecord({"stage": "mask", "round": reply.round})
         rd["masked"] = ArrayRecord({"y": Array(np.ascontiguousarray(reply.vector))})
@@ -150,7 +153,10 @@ def decode_reply(content: RecordDict, stage: str, schema: ReplySchema | None, n_
         commitment = rec.get("commitment")
         if not isinstance(commitment, bytes) or len(commitment) != 32:
             raise PayloadError("secagg commitment must be 32 bytes")
-        return SharedKeys(cid, rnd, dict(zip(ids, sealed, strict=True)), commitment)
+        held = _ints(rec, "digest_ids")
+        digests = dict(zip(held, zip(_bytes(rec, "digests_b", len(held), 32), _bytes(rec, "digests_s", len(held), 32),
+                                     strict=True), strict=True))
+        return SharedKeys(cid, rnd, dict(zip(ids, sealed, strict=True)), commitment, digests)
     if stage == "mask":
         arrays = content["masked"] if "masked" in content else None
         if not isinstance(arrays, ArrayRecord) or list(arrays.keys()) != ["y"]:

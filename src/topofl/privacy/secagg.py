@@ -114,10 +114,13 @@ def agree(private: bytes, peer_public: bytes, info: bytes) -> bytes:
 
 
 def valid_public_key(public: bytes) -> bool:
-    """Whether ``public`` is a 32-byte X25519 key that agrees a non-zero secret (not a low-order point,
-    with which every agreement fails: a client advertising one would make its neighbours leave).
+    """Whether ``public`` is a canonical 32-byte X25519 key (u < 2^255 − 19: X25519 ignores the top bit,
+    so a key with it set would be another client's key in disguise) that agrees a non-zero secret (not
+    a low-order point, with which every agreement fails: its neighbours would leave).
     """
     if not isinstance(public, bytes) or len(public) != KEY_BYTES:
+        return False
+    if int.from_bytes(public, "little") >= 2**255 - 19:   # non-canonical: the same point as a smaller key
         return False
     try:
         X25519PrivateKey.generate().exchange(X25519PublicKey.from_public_bytes(public))
@@ -131,9 +134,13 @@ def share_key(private: bytes, peer_public: bytes) -> bytes:
     return agree(private, peer_public, _INFO_SHARE)
 
 
-def mask_seed(private: bytes, peer_public: bytes, rnd: int, group: int) -> bytes:
-    """The pairwise mask seed s_uv of two clients in round ``rnd`` and group ``group`` (their masking key pairs)."""
-    return agree(private, peer_public, _INFO_MASK + struct.pack(">qq", rnd, group))
+def mask_seed(private: bytes, peer_public: bytes, rnd: int, group: int, pair: tuple[int, int]) -> bytes:
+    """The pairwise mask seed s_uv of clients ``pair`` = (u, v) in round ``rnd`` and group ``group`` (their
+    masking key pairs); bound to the pair's ids, so that a client advertising a copy of another's key
+    cannot make two of a victim's pairwise masks equal (and cancel).
+    """
+    lo, hi = sorted(int(c) for c in pair)
+    return agree(private, peer_public, _INFO_MASK + struct.pack(">qqqq", rnd, group, lo, hi))
 
 
 def associated(rnd: int, group: int, src: int, dst: int) -> bytes:
@@ -165,6 +172,15 @@ def prg(seed: bytes, n: int) -> np.ndarray:
         raise ValueError(f"a mask seed must be {KEY_BYTES} bytes; got {len(seed)}")
     stream = Cipher(algorithms.AES(seed), modes.CTR(bytes(16))).encryptor().update(bytes(8 * n))
     return np.frombuffer(stream, dtype="<u8").astype(np.uint64, copy=False)
+
+
+def share_digest(aad: bytes, kind: bytes, share: bytes) -> bytes:
+    """SHA-256 of one Shamir share bound to its dealer, holder, round and group (``aad``) and its kind
+    (``b"b"``: of the self-mask seed; ``b"s"``: of the masking-key seed). The dealer sends these with
+    its sealed shares, so the server can drop a wrong share revealed at unmask without any search.
+    A share is a uniformly random 128-bit value, so its digest reveals nothing.
+    """
+    return hashlib.sha256(aad + kind + share).digest()
 
 
 def commitment(seed: bytes) -> bytes:
