@@ -11,13 +11,39 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+_UMASK_LOCK = threading.Lock()
 
-def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
-    """Replace ``path`` by ``data`` atomically (temporary file in the same directory, fsync, rename)."""
+
+def file_mode() -> int:
+    """The mode a new file gets under the process's umask (``0o666 & ~umask``: 0o644 under the usual 022),
+    read from ``/proc/self/status`` where Linux reports it, else by setting and restoring the umask.
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    with _UMASK_LOCK:
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return 0o666 & ~mask
+
+
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, *, private: bool = False) -> None:
+    """Replace ``path`` by ``data`` atomically (temporary file in the same directory, fsync, rename).
+
+    The file gets the mode any new file would get under the user's umask (results and models a
+    colleague on a shared project directory can read), or 0o600 when ``private`` (a node's client
+    state, which holds its secrets).
+    """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
+        if not private:
+            os.fchmod(fd, file_mode())   # mkstemp creates 0o600
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()

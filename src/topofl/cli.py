@@ -32,6 +32,20 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from topofl._version import __version__
+
+        typer.echo(f"topofl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", help="Print topofl's version and exit.",
+                                       callback=_print_version, is_eager=True)) -> None:
+    """topofl: topological federated learning (pTopoFL, baselines) on synthetic scenarios or your data."""
+
+
 @app.command(cls=ui.WithHyperparameters,
              short_help="Compare methods over seeds on a scenario: a table of scores, results in a directory.")
 @ui.friendly_errors

@@ -96,22 +96,35 @@ class WithHyperparameters(TyperCommand):
         super().format_help(ctx, formatter)
 
 
+#: exit codes: bad input (a value, a file, a missing extra), a run that failed (training diverged, memory
+#: ran out), an interruption (Ctrl-C: 128 + SIGINT)
+EXIT_BAD_INPUT, EXIT_RUN_FAILED, EXIT_INTERRUPTED = 2, 1, 130
+
+
 def friendly_errors(fn: Callable) -> Callable:
-    """Turn bad input into a one-line message and exit code 2, never a traceback. The message is
-    printed verbatim (rich markup escaped: ``topofl[flower]`` keeps its brackets).
+    """Turn an error into a one-line message, never a traceback, and an exit code that says what
+    happened: :data:`EXIT_BAD_INPUT` (2) for bad input, :data:`EXIT_RUN_FAILED` (1) for a run that
+    failed on valid input (training diverged: ``FloatingPointError``; out of memory), and
+    :data:`EXIT_INTERRUPTED` (130) for Ctrl-C. The message is printed verbatim (rich markup escaped:
+    ``topofl[flower]`` keeps its brackets).
     """
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except (ValueError, FloatingPointError, OSError, ImportError, MemoryError) as exc:
+        except (FloatingPointError, MemoryError) as exc:
+            msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            err_console.print(f"[bold red]Error:[/] the run failed: {escape(msg)}", markup=True, highlight=False,
+                              soft_wrap=True)
+            raise typer.Exit(EXIT_RUN_FAILED) from None
+        except (ValueError, OSError, ImportError) as exc:
             msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             err_console.print(f"[bold red]Error:[/] {escape(msg)}", markup=True, highlight=False, soft_wrap=True)
-            raise typer.Exit(2) from None
+            raise typer.Exit(EXIT_BAD_INPUT) from None
         except KeyboardInterrupt:
             err_console.print("[yellow]Interrupted[/]: results of finished rounds are already on disk.")
-            raise typer.Exit(130) from None
+            raise typer.Exit(EXIT_INTERRUPTED) from None
 
     return wrapper
 

@@ -428,7 +428,7 @@ def save_round_state(state: RecordDict, key: str, seq: int, value: Any, director
         return
     d = directory / key
     d.mkdir(parents=True, exist_ok=True, mode=0o700)
-    write_bytes_atomic(d / f"seq-{int(seq)}.pkl", blob)
+    write_bytes_atomic(d / f"seq-{int(seq)}.pkl", blob, private=True)   # the client's state: its secrets too
     snaps = _snapshots(directory, key)
     older = sorted(s for s in snaps if s < seq)
     for s in [s for s in snaps if s > seq] + older[:max(0, len(older) - (SNAPSHOTS_KEPT - 1))]:
