@@ -147,6 +147,20 @@ def _invert(update: np.ndarray, n_features: int) -> np.ndarray:
     return x[:n_features]   # pTopoFL's model also sees four TDA features: the raw row comes first
 
 
+def group_means(history: Any, pool: Any, rnd: int) -> dict[str, tuple[list[int], np.ndarray]]:
+    """Per group summed in round ``rnd``: its survivors and Σ w_k θ_k / Σ w_k of their models — what the
+    secure server learned of it (computed here from the recorded models and the weights sent).
+    """
+    out = {}
+    for g, entry in history.server_logs[rnd - 1].get("secure", {}).items():
+        members = entry.get("survivors", [])
+        if "abandoned" in entry or not members:
+            continue
+        w = {c: float(pool.pool.states[c]["secagg"]["weight"]) for c in members}
+        out[g] = (members, sum(w[c] * pool.models[(rnd, c)] for c in members) / sum(w.values()))
+    return out
+
+
 def inversion_rows(fed: Any, method: str, seed: int) -> list[dict[str, Any]]:
     """The closed-form inversion (x = ∇_w / ∇_b; iDLG's label rule) on round 1 of each mode, in its most
     favourable setting (one SGD step on one example, no L2): per client, the relative error of the
@@ -168,13 +182,7 @@ def inversion_rows(fed: Any, method: str, seed: int) -> list[dict[str, Any]]:
                         "target": "its masked input" if secure else "its model",
                         "client": cid, "error": _nearest_error(_invert(v, n), rows[cid])})
         if secure:   # the group sums the server learns: the mean of the survivors' models
-            groups = history.server_logs[0]["secure"]
-            for g, entry in groups.items():
-                members = entry.get("survivors", [])
-                if "abandoned" in entry or not members:
-                    continue
-                w = {c: float(pool.pool.states[c]["secagg"]["weight"]) for c in members}
-                mean = sum(w[c] * pool.models[(1, c)] for c in members) / sum(w.values())
+            for g, (members, mean) in group_means(history, pool, 1).items():
                 x_hat = _invert(mean, n)
                 out.append({"seed": seed, "algorithm": method, "mode": mode, "target": "its group's sum",
                             "client": -1, "group": g, "error": min(_nearest_error(x_hat, rows[c]) for c in members)})
@@ -204,15 +212,8 @@ def membership_rows(fed: Any, method: str, hp: Mapping[str, Any], rounds: int, s
         views = _received_views(pool, rounds, secure, quantiser(algorithm.config))
         targets: dict[str, dict[int, np.ndarray]] = {"its masked input" if secure else "its model": views}
         if secure:
-            means: dict[int, np.ndarray] = {}
-            for entry in history.server_logs[-1]["secure"].values():
-                members = entry.get("survivors", [])
-                if "abandoned" in entry or not members:
-                    continue
-                w = {c: float(pool.pool.states[c]["secagg"]["weight"]) for c in members}
-                mean = sum(w[c] * pool.models[(rounds, c)] for c in members) / sum(w.values())
-                means.update({c: mean for c in members})
-            targets["its group's sum"] = means
+            targets["its group's sum"] = {c: mean for members, mean in group_means(history, pool, rounds).values()
+                                          for c in members}
         for target, thetas in targets.items():
             for c in fed.clients:
                 if c.client_id not in thetas:
