@@ -95,14 +95,10 @@ def run_config(name: str) -> Any:
     """Run configuration ``name`` of :data:`CONFIGS` and return its result."""
     if CONFIGS[name][1] != "deep":
         return _run_config(name)
-    import torch
+    from topofl.threads import limited_threads
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(TORCH_THREADS)
-    try:
+    with limited_threads(TORCH_THREADS, model="mlp"):   # simulate(threads=None) within keeps this number
         return _run_config(name)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _run_config(name: str) -> Any:

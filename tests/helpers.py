@@ -41,3 +41,20 @@ def one_line_error(res, *fragments):
     assert len(lines) == 1 and lines[0].startswith("Error:"), res.output
     for f in fragments:
         assert f in lines[0], (f, lines[0])
+
+
+def make_digit_cnn():
+    """A user's own small CNN on 8x8 one-channel images, 10 logits (``helpers:make_digit_cnn``): it needs
+    ``input_shape=(1, 8, 8)``, since rows arrive flat."""
+    import torch
+
+    class DigitCNN(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(1, 4, 3)
+            self.head = torch.nn.Linear(4 * 6 * 6, 10)
+
+        def forward(self, x):
+            return self.head(torch.relu(self.conv(x)).flatten(1))
+
+    return DigitCNN()

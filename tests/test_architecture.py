@@ -13,7 +13,8 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 #: bottom to top; a module may import its own layer or any layer below, never one above
 LAYERS = [
-    ("core", ["topofl._validation", "topofl._version", "topofl.limits", "topofl.config", "topofl.atomic"]),
+    ("core", ["topofl._validation", "topofl._version", "topofl.limits", "topofl.config", "topofl.atomic",
+              "topofl.threads"]),
     ("maths", ["topofl.tda", "topofl.models", "topofl.metrics", "topofl.privacy", "topofl.robustness", "topofl.robustness.aggregators"]),
     ("data", ["topofl.data"]),
     ("runtimes", ["topofl.federation", "topofl.decentralised", "topofl.decentralised.protocol", "topofl.decentralised.spec",
@@ -22,7 +23,8 @@ LAYERS = [
                  "topofl.decentralised.dfedu", "topofl.decentralised.dpsgd", "topofl.decentralised.local",
                  "topofl.robustness.attacks", "topofl.robustness.peer_attacks"]),
     ("registry", ["topofl.methods", "topofl.job"]),
-    ("applications", ["topofl.api", "topofl.experiments", "topofl.flower", "topofl.deployment_defaults"]),
+    ("applications", ["topofl.api", "topofl.experiments", "topofl.flower", "topofl.deployment_defaults",
+                      "topofl.tracking"]),
     ("interfaces", ["topofl", "topofl.cli", "topofl.cli_common"]),
     # operator tooling for a real Flower deployment (LocalDeployment, the Fleet proxy): on top, so nothing imports it
     ("tooling", ["topofl.deploy"]),

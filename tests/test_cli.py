@@ -114,7 +114,7 @@ def test_default_compare_runs_the_healthcare_comparison(tmp_path):
     """`topofl compare` with no flags: healthcare, every method, seeds 0-9, 15 rounds."""
     proc = subprocess.run([sys.executable, "-m", "topofl.cli", "compare"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    s = rows(tmp_path / "results" / "compare-healthcare" / "summary.csv")
+    s = rows(tmp_path / "results" / "compare-healthcare" / "run-0001" / "summary.csv")
     from topofl.methods import available
 
     assert [x["method"] for x in s] == available("server") and all(x["n_seeds"] == "10" for x in s)

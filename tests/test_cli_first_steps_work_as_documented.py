@@ -89,12 +89,15 @@ def test_compare_into_a_new_or_empty_directory_needs_no_flag(tmp_path):
 
 
 def test_the_default_out_of_compare_is_protected_too(tmp_path, monkeypatch):
+    """Without --out a comparison gets a new run directory (tests/test_run_dirs.py): earlier results stay."""
     monkeypatch.chdir(tmp_path)
     default = tmp_path / "results" / "compare-benchmark"
     default.mkdir(parents=True)
     (default / "summary.csv").write_text("earlier results\n")
-    one_line_error(runner.invoke(app, ["compare", *FAST]), "results/compare-benchmark", "--overwrite")
+    res = runner.invoke(app, ["compare", *FAST])
+    assert res.exit_code == 0, res.output
     assert (default / "summary.csv").read_text() == "earlier results\n"
+    assert (default / "run-0001" / "summary.csv").is_file()
 
 
 def test_run_out_refuses_a_non_empty_directory_without_overwrite(tmp_path):

@@ -26,8 +26,22 @@ PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 def test_the_licence_file_is_the_licence_pyproject_declares():
     text = (ROOT / "LICENSE").read_text()
-    assert PROJECT["project"]["license"]["text"] == "MIT"
+    assert PROJECT["project"]["license"] == "MIT AND CC-BY-4.0 AND CC-BY-SA-3.0"   # code AND the shipped data
+    assert PROJECT["project"]["license-files"] == ["LICENSE", "DATA-LICENCES.md"]
     assert text.startswith("MIT License") and "WITHOUT WARRANTY OF ANY KIND" in text
+
+
+def test_every_shipped_data_set_states_its_licence():
+    """Each directory of topofl/data/builtin has a README stating its licence, the same one DATA-LICENCES.md
+    gives it, and the package expression names it; a data set without a stated licence is not shipped."""
+    notices = (ROOT / "DATA-LICENCES.md").read_text()
+    licences = {"heart-disease": ("Creative Commons Attribution 4.0", "CC-BY-4.0"),
+                "mnist-10k": ("CC BY-SA 3.0", "CC-BY-SA-3.0")}
+    builtin = ROOT / "src" / "topofl" / "data" / "builtin"
+    assert {p.name for p in builtin.iterdir() if p.is_dir()} == set(licences)
+    for name, (stated, spdx) in licences.items():
+        assert stated in (builtin / name / "README.md").read_text()
+        assert f"`builtin/{name}/`" in notices and spdx in PROJECT["project"]["license"]
 
 
 def test_the_package_ships_py_typed():

@@ -12,6 +12,7 @@ from topofl.federation.history import Result, RoundSummary
 from topofl.federation.runner import run_federation
 from topofl.job import DEFAULT_GRAPH, DEFAULT_ROUNDS, Job
 from topofl.methods import build_peer, build_server
+from topofl.threads import limited_threads
 
 if TYPE_CHECKING:
     from topofl.robustness.attacks import AttackConfig
@@ -32,7 +33,8 @@ def load_job_data(job: Job) -> Any:
             if not (hasattr(data, "clients") and hasattr(data, "task")):
                 raise ValueError(f"data must be a Federation or a registered data source for {job.method}; "
                                  f"got {type(data).__name__}")
-            data = Federation(data.clients, data.task, data.n_classes, name=job.data_name)
+            data = Federation(data.clients, data.task, data.n_classes, name=job.data_name,
+                              preprocessing=getattr(data, "preprocessing", None))
         return data.with_validation(job.validation, job.seed) if job.validation else data
     data = peer_data(data)
     if job.validation:
@@ -55,6 +57,7 @@ def peer_data(clients: Any, task: str | None = None, n_classes: int | None = Non
     if isinstance(clients, LoadedData) and task is None and n_classes is None:
         return clients
     name = str(getattr(clients, "name", "custom"))
+    preprocessing = getattr(clients, "preprocessing", None) if task is None and n_classes is None else None
     if hasattr(clients, "clients") and hasattr(clients, "task"):
         data, task, n_classes = clients.clients, task or clients.task, n_classes or clients.n_classes
     else:
@@ -68,7 +71,7 @@ def peer_data(clients: Any, task: str | None = None, n_classes: int | None = Non
         if mapping is not None:
             data = [ClientData(c.X_train, mapping(c.y_train), c.X_test, mapping(c.y_test), c.client_id, c.meta)
                     for c in data]
-    return LoadedData(list(data), task, int(n_classes or 2), name)
+    return LoadedData(list(data), task, int(n_classes or 2), name, preprocessing=preprocessing)
 
 
 def run(
@@ -101,8 +104,11 @@ def run(
         algorithm = (build_server if job.family == "server" else build_peer)(job.method, job.hyperparameters)
     data = load_job_data(job)
     if job.family == "server":
-        return _run_server(job, algorithm, data, on_round, progress)
-    return _run_peers(job, algorithm, data, on_round, eval_every)
+        result = _run_server(job, algorithm, data, on_round, progress)
+    else:
+        result = _run_peers(job, algorithm, data, on_round, eval_every)
+    result.preprocessing = getattr(data, "preprocessing", None)  # predict takes raw rows
+    return result
 
 
 def _run_server(job: Job, algorithm: Algorithm, federation: Federation, on_round: OnRound | None,
@@ -113,7 +119,8 @@ def _run_server(job: Job, algorithm: Algorithm, federation: Federation, on_round
         config = parse_attack(job.attack)
         algorithm = attacked(algorithm, config, config.adversaries(federation.client_ids))
     return run_federation(federation, algorithm, job.rounds, job.seed, client_fraction=job.client_fraction,
-                          on_round=on_round, progress=progress, model=job.model, device=job.device)
+                          on_round=on_round, progress=progress, model=job.model, device=job.device,
+                          input_shape=job.input_shape)
 
 
 def _run_peers(job: Job, algorithm: Any, data: Any, on_round: OnRound | None, eval_every: int) -> Result:
@@ -130,7 +137,7 @@ def _run_peers(job: Job, algorithm: Any, data: Any, on_round: OnRound | None, ev
         config = parse_attack(job.attack)
         algorithm = attacked_peers(algorithm, config, config.adversaries(range(g.number_of_nodes())))
     models = peer_models(per_client(job.model, len(data.clients)), data.clients, data.task, data.n_classes,
-                         algorithm.config.l2, job.device)
+                         algorithm.config.l2, job.device, input_shape=job.input_shape)
 
     def report(result: Result, row: dict[str, Any]) -> None:
         if on_round is not None and "accuracy" in row:
@@ -151,7 +158,7 @@ def per_client(model: Any, n_clients: int) -> Any:
     return model
 
 
-def simulate(
+def simulate(  # noqa: PLR0913 (public API: the keyword options of a simulation)
     federation: Federation,
     method: str | Algorithm,
     rounds: int = DEFAULT_ROUNDS,
@@ -163,6 +170,8 @@ def simulate(
     model: Any = None,
     device: str = "cpu",
     attack: AttackConfig | str | None = None,
+    threads: int | None = None,
+    input_shape: tuple[int, ...] | None = None,
     **hyperparameters: Any,
 ) -> Result:
     """Run a method on a federation in process.
@@ -186,6 +195,13 @@ def simulate(
         Hostile clients (:mod:`topofl.robustness.attacks`): an ``AttackConfig`` or its spec,
         e.g. ``"sign_flip:fraction=0.25,start_round=2"``; the adversaries are
         ``attack.adversaries(federation.client_ids)``. ``None``: every client is honest.
+    input_shape
+        The shape each row is reshaped to for a PyTorch model, e.g. ``(1, 8, 8)`` for your own CNN
+        on 64 features (default: flat rows; a registered CNN infers a square image).
+    threads
+        Compute threads (BLAS and torch) of the run, restored afterwards; ``None``: the number
+        :func:`topofl.threads.set_threads` gave this process, else half the CPUs, at most 4
+        (:mod:`topofl.threads`). ``ValueError`` unless an integer from 1 to the usable CPUs.
     **hyperparameters
         The method's hyper-parameters (e.g. ``lr=0.05, n_clusters=2``); unknown names or
         out-of-range values raise ``ValueError``.
@@ -196,8 +212,9 @@ def simulate(
         ``result.final`` holds ``auc`` and ``accuracy`` (means over clients of each client's
         score with the model it would use), their spreads, and ``pooled_auc``/``pooled_accuracy``;
         ``history.client_models`` every client's final model, ``history.server_params`` the
-        server's, ``history.predict(X, client=k)`` scores new data; :func:`topofl.save_models`
-        writes them to a file.
+        server's, ``history.predict(rows, client=k)`` scores new raw rows (the federation's
+        ``preprocessing`` applied; ``k`` an id or a site name), ``history.module(k)`` gives a torch
+        model back as a module; :func:`topofl.save_models` writes them to a file.
     """
     if not isinstance(federation, Federation):
         raise ValueError(f"federation must be a topofl Federation; got {type(federation).__name__}")
@@ -208,9 +225,10 @@ def simulate(
         algorithm, method = method, _registered_name(method)
     job = Job(method=method, data=federation, hyperparameters=hyperparameters,
               model="linear" if model is None else model, rounds=rounds, seed=seed, client_fraction=client_fraction,
-              attack=attack or "", device=device)
+              attack=attack or "", device=device, input_shape=input_shape)
     _require_family(job, "server", "simulate", "simulate_decentralised")
-    return run(job, on_round=on_round, progress=progress, algorithm=algorithm)
+    with limited_threads(threads, model=job.model):
+        return run(job, on_round=on_round, progress=progress, algorithm=algorithm)
 
 
 def _require_family(job: Job, family: str, here: str, there: str) -> None:
@@ -246,6 +264,8 @@ def simulate_decentralised(  # noqa: PLR0913 (public API: the keyword options of
     model: Any = None,
     device: str = "cpu",
     attack: AttackConfig | str | None = None,
+    threads: int | None = None,
+    input_shape: tuple[int, ...] | None = None,
     **hyperparameters: Any,
 ) -> Any:
     """Run a decentralised method (``sheaf``, ``dfedu``, ``dpsgd``, ``local-peers``) on a graph.
@@ -268,6 +288,8 @@ def simulate_decentralised(  # noqa: PLR0913 (public API: the keyword options of
         e.g. ``"sign_flip:fraction=0.25,start_round=2"``; the adversaries are
         ``attack.adversaries(range(n_nodes))`` of the graph's nodes 0..N-1 (node k is the k-th
         client), as on the Flower relay. ``None``: every peer is honest.
+    threads, input_shape
+        Compute threads of the run and the input shape of a PyTorch model (see :func:`simulate`).
     **hyperparameters
         The method's hyper-parameters (``topofl methods`` lists the federated ones; see
         :class:`topofl.decentralised.sheaf.SheafConfig`).
@@ -275,12 +297,15 @@ def simulate_decentralised(  # noqa: PLR0913 (public API: the keyword options of
     name = "local-peers" if str(method).strip().lower() == "local" else method
     job = Job(method=name, data=peer_data(clients, task, n_classes),
               hyperparameters=hyperparameters, model="linear" if model is None else model, rounds=rounds, seed=seed,
-              graph=graph, graph_params=graph_params or {}, attack=attack or "", device=device)
+              graph=graph, graph_params=graph_params or {}, attack=attack or "", device=device,
+              input_shape=input_shape)
     _require_family(job, "peer", "simulate_decentralised", "simulate")
-    return run(job)
+    with limited_threads(threads, model=job.model):
+        return run(job)
 
 
-def peer_models(spec: Any, clients: Any, task: str, n_classes: int, l2: float, device: str = "cpu") -> list[Any] | None:
+def peer_models(spec: Any, clients: Any, task: str, n_classes: int, l2: float, device: str = "cpu",
+                input_shape: tuple[int, ...] | None = None) -> list[Any] | None:
     """One model per peer from ``spec`` (one spec for all, or a list with one per client); ``None``
     for the default linear models (the runner builds those).
     """
@@ -291,5 +316,6 @@ def peer_models(spec: Any, clients: Any, task: str, n_classes: int, l2: float, d
         raise ValueError(f"model lists {len(specs)} models for {len(clients)} clients")
     if all(is_linear(s) for s in specs):
         return None
-    return [build_model(s, task=task, n_features=c.n_features, n_classes=n_classes, l2=l2, device=device)
+    return [build_model(s, task=task, n_features=c.n_features, n_classes=n_classes, l2=l2, device=device,
+                        input_shape=input_shape)
             for s, c in zip(specs, clients, strict=True)]

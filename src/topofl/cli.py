@@ -49,42 +49,49 @@ def _main(version: bool = typer.Option(False, "--version", help="Print topofl's 
 @app.command(cls=ui.WithHyperparameters,
              short_help="Compare methods over seeds on a scenario: a table of scores, results in a directory.")
 @ui.friendly_errors
-@ui.with_options(*ui.JOB_OPTIONS, "overwrite", "verbose")
+@ui.with_options(*ui.JOB_OPTIONS, "input_shape", "overwrite", "verbose", "threads", *ui.TRACKING_OPTIONS)
 def compare(out: Optional[Path] = ui.OutOpt, **options: Any) -> None:
     """Compare methods over seeds on a scenario: a table of final AUC and accuracy (mean ± std over
     seeds; each seed's value is the mean over clients of each client's score with the model it
     would use), pooled AUC and convergence round; writes DIR/rounds.csv and DIR/summary.csv.
 
     With no flags: the healthcare comparison of every server-based method, seeds 0-9, 15 rounds, \
-into results/compare-healthcare/.
+into a new results/compare-healthcare/run-NNNN/.
 
     Peer-to-peer methods (sheaf, dfedu, dpsgd, local-peers) run on --graph and join the same table.
 
     --robust-defaults runs every method with the deployments' Byzantine-robust defaults \
 (what a Flower deployment applies).
 
-    DIR must be new or empty: a second comparison into the same DIR needs --overwrite (or another --out); \
-so does starting an interrupted one again.
+    Without --out each comparison writes into a new results/compare-SCENARIO/run-NNNN/ (the directory used is \
+printed). A given DIR must be new or empty: a second comparison into the same DIR needs --overwrite (or another \
+--out); so does starting an interrupted one again.
     """
     o = ui.Options(**options)
     ui.setup_logging(o.verbose)
-    from topofl.experiments.compare import run_compare
+    ui.apply_threads(o.threads)
+    from topofl.experiments.compare import run_compare, validate_jobs
 
     jobs = jobs_from_options(o, *_methods_and_seeds(o, "0-9", every_server_method=True))
     first = jobs[0]
-    out = out or Path("results") / f"compare-{first.data_name}"
+    validate_jobs(jobs)   # before a run directory is made: a refused comparison leaves none
+    ui.check_tracking(o)
+    out = ui.default_out(out, Path("results") / f"compare-{first.data_name}")
     check_out_is_free(out, o.overwrite)
     out = prepare_out(out)
     n_seeds = len({j.seed for j in jobs})
     t0 = time.perf_counter()
-    with ui.progress(remaining=False, transient=True, terminal_only=True) as bar:
+    with ui.tracking(o, out, "compare", first.data_name) as tracker, \
+            ui.progress(transient=True, terminal_only=True) as bar:
         task = bar.add_task("comparing", total=sum(j.rounds for j in jobs))
 
         def tick(history, summary) -> None:
             bar.update(task, advance=1, description=f"{history.method} seed {history.seed} round {summary.round}")
 
         rows = run_compare(jobs, out, on_round=tick)
-    ui.console.print(ui.summary_table(rows, f"{first.data_name}: {n_seeds} seeds × {first.rounds} rounds"))
+        ui.track_results(tracker, out)
+    lengths = " / ".join(f"{r} rounds" for r in dict.fromkeys(j.rounds for j in jobs))
+    ui.console.print(ui.summary_table(rows, f"{first.data_name}: {n_seeds} seeds × {lengths}"))
     ui.console.print(f"[dim]{time.perf_counter() - t0:.1f} s · results in {out}/ "
                      "(rounds.csv, curves.csv, summary.csv, server_log.jsonl, config.json)[/]")
 
@@ -146,15 +153,16 @@ def tune_settings(o: Any, file: dict | None = None) -> TuneSettings:
              short_help="Tune every method with the same budget on validation splits, then compare tuned and "
              "default.")
 @ui.friendly_errors
-@ui.with_options("methods", "seeds", *ui.DATA_OPTIONS, *ui.TUNING_OPTIONS, "verbose")
+@ui.with_options("methods", "seeds", *ui.DATA_OPTIONS, *ui.TUNING_OPTIONS, "verbose", "threads",
+                 *ui.TRACKING_OPTIONS)
 def tune(
     reference: Optional[str] = ui.ReferenceOpt,
     out: Optional[Path] = ui.TuneOutOpt,
     jobs: int = typer.Option(min(2, os.cpu_count() or 1), "--jobs", "-j",
                              help="Runs executed in parallel (processes)."),
     resume: bool = typer.Option(False, "--resume",
-                                help="Continue an interrupted tuning: finished runs are reused, the trials come out "
-                                "the same."),
+                                help="Continue an interrupted tuning (in --out, else the latest run directory): "
+                                "finished runs are reused, the trials come out the same."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Delete the results in --out first and start again."),
     **options: Any,
 ) -> None:
@@ -178,6 +186,7 @@ def tune(
     from topofl.methods import family
 
     check_int("--jobs", jobs, 1, MAX_JOBS)
+    ui.apply_threads(o.threads, jobs)
     file, method_list, seeds = _methods_and_seeds(o, "0-9", every_server_method=True)
     specs = [j.with_(experiment="tune") for j in jobs_from_options(o, file, method_list, seeds)]
     if specs[0].client_fraction != 1.0:
@@ -190,25 +199,29 @@ def tune(
                          "is peer-to-peer: tune it through its experiment, e.g. topofl experiment sheaf-digits --tuned")
     validate_jobs(specs)
     settings = tune_settings(o, file)
+    ui.check_tracking(o)
     ref = reference or ("ptopofl" if "ptopofl" in chosen else chosen[0])
-    out = out or Path("results") / f"tune-{specs[0].data_name}"
-    prepare_out(out)
+    out = prepare_out(ui.default_out(out, Path("results") / f"tune-{specs[0].data_name}", resume))
     t0 = time.perf_counter()
     with results_lock(out):  # held from the clearing on: a second writer is refused before anything is deleted
         if overwrite:
             clear_directory(out)
-        with ui.progress(terminal_only=True) as bar:
+        with ui.tracking(o, out, "tune", specs[0].data_name) as tracker, ui.progress(terminal_only=True) as bar, \
+                ui.on_interrupt(_resume_hint(out)):
             task = bar.add_task("tuning", total=total_runs(specs, settings))
             tune_comparison(specs, out, settings, reference=ref, resume=resume, jobs=jobs,
                             on_run=lambda what: bar.update(task, advance=1, description=what))
+            report_path = build_report(out)   # inside the tracked job, which logs it
+            for directory, under in ((out / "default", "default"), (out / "tuned", "tuned"), (out, "")):
+                ui.track_results(tracker, directory, under)
     ui.print_tuning(out)
-    ui.console.print(f"report: {build_report(out)}")
+    ui.console.print(f"report: {report_path}")
     ui.console.print(f"[dim]{time.perf_counter() - t0:.1f} s · results in {out}/[/]")
 
 
 @app.command(cls=ui.WithHyperparameters, short_help="Run one method with one seed and print its per-round metrics.")
 @ui.friendly_errors
-@ui.with_options(*ui.JOB_OPTIONS, "overwrite", "verbose")
+@ui.with_options(*ui.JOB_OPTIONS, "input_shape", "overwrite", "verbose", "threads", *ui.TRACKING_OPTIONS)
 def run(out: Optional[Path] = ui.OutOpt, save_models: Optional[Path] = ui.SaveModelsOpt, **options: Any) -> None:
     """Run one method with one seed and print its per-round metrics; with --out, write results
     (DIR new or empty, or --overwrite). Takes the options of compare, with one method and one seed.
@@ -217,17 +230,21 @@ def run(out: Optional[Path] = ui.OutOpt, save_models: Optional[Path] = ui.SaveMo
     """
     o = ui.Options(**options)
     ui.setup_logging(o.verbose)
+    ui.apply_threads(o.threads)
     from topofl.experiments.compare import run_compare
 
     (job,) = jobs_from_options(o, *_methods_and_seeds(o, "0", one=True))
+    ui.check_tracking(o)
     if out is not None:
         check_out_is_free(out, o.overwrite)
         prepare_out(out)
     if save_models is not None:
         prepare_out(save_models, "--save-models")
     table = ui.RoundTable(f"{job.method} on {job.data_name}, seed {job.seed}")
-    run_compare([job], out, on_round=table.add, on_run_done=table.done)
-    history = table.print()
+    with ui.tracking(o, out, "run", f"{job.method} {job.data_name} seed {job.seed}") as tracker:
+        run_compare([job], out, on_round=table.add, on_run_done=table.done)
+        history = table.print()
+        ui.track_results(tracker, out, history=history, params=job.file_dict())
     if save_models is not None:
         from topofl.models.io import save_models as save
 
@@ -239,7 +256,8 @@ def run(out: Optional[Path] = ui.OutOpt, save_models: Optional[Path] = ui.SaveMo
 
 @app.command(short_help="Run one of the papers' experiments, or all of them and the report.")
 @ui.friendly_errors
-@ui.with_options(*ui.TUNING_OPTIONS, *ui.DATA_OPTIONS, "client_fraction", "graph", "graph_param", "robust_defaults")
+@ui.with_options(*ui.TUNING_OPTIONS, *ui.DATA_OPTIONS, "client_fraction", "graph", "graph_param", "robust_defaults",
+                 "threads", *ui.TRACKING_OPTIONS)
 def experiment(  # noqa: PLR0913 (a typer command: its parameters are the command's options)
     name: str = typer.Argument(
         ...,
@@ -254,9 +272,10 @@ def experiment(  # noqa: PLR0913 (a typer command: its parameters are the comman
         None, "--seeds", help="Seeds: 0-9, 0,3,7, or 0-4,10 (default: 0-9 for pTopoFL experiments, 0-4 — the "
                               "paper's five runs — for Sheaf-FMTL ones; 0-2 for deep, sheaf-mnist and attacks --quick)."
     ),
-    out: Path = ui.ExperimentsOutOpt,
+    out: Optional[Path] = ui.ExperimentsOutOpt,
     resume: bool = typer.Option(False, "--resume",
-                                help="Continue an interrupted experiment: skip finished runs, redo partial ones."),
+                                help="Continue an interrupted experiment (in --out, else the latest run directory): "
+                                "skip finished runs, redo partial ones."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Delete earlier results of this experiment first."),
     jobs: int = typer.Option(min(2, os.cpu_count() or 1), "--jobs", "-j",
                              help="Runs executed in parallel (processes)."),
@@ -264,8 +283,8 @@ def experiment(  # noqa: PLR0913 (a typer command: its parameters are the comman
                                help="The budget that fits about 15 minutes on 2 cores (experiments deep, sheaf-mnist, "
                                "attacks)."),
     smoke: bool = typer.Option(
-        False, "--smoke", help="A smoke-test budget (deep, sheaf-mnist: a few rounds on a few hundred digits; "
-        "attacks: one share, three attacks, 3 rounds)."
+        False, "--smoke", help="A smoke-test budget, offered by every experiment (a few rounds, fewer methods and "
+        "settings; well under a minute each): its tables and figures are labelled as below the paper's budget."
     ),
     data_root: Optional[Path] = ui.DataRootOpt,
     tuned: bool = typer.Option(
@@ -298,22 +317,28 @@ def experiment(  # noqa: PLR0913 (a typer command: its parameters are the comman
     seed_list = parse_seeds(seeds) if seeds is not None else default_seeds(name, profile)
     names = list(GROUPS.get(name, (name,)))
     o = ui.Options(**options)
+    ui.apply_threads(o.threads, jobs)
     if o.tuning_flags() and not tuned:
         raise ValueError(f"{', '.join(o.tuning_flags())} go with --tuned")
     if tuned and o.robust_defaults:
         raise ValueError("--robust-defaults and --tuned exclude each other "
                          "(tune with -p aggregator=guarded_mean instead)")
     overrides, adjust = _experiment_overrides(o, names, seed_list, profile, root, tuned)
-    if tuned:
-        settings = tune_settings(o)
-        if name in GROUPS:
-            raise ValueError(f"--tuned tunes one experiment; {name!r} is a group")
-        _run_tuned(name, seed_list, out, settings, resume, overwrite, jobs, profile, root)
+    settings = tune_settings(o) if tuned else None
+    if tuned and name in GROUPS:
+        raise ValueError(f"--tuned tunes one experiment; {name!r} is a group")
+    ui.check_tracking(o)
+    n_runs = total_runs(names, seed_list, profile, root)   # plans every run (a budget it lacks is refused) ...
+    out = ui.default_out(out, ui.EXPERIMENTS_ROOT, resume)   # ... before a run directory is made
+    if settings is not None:
+        _run_tuned(name, seed_list, out, settings, resume, overwrite, jobs, profile, root, o)
         return
     prepare_out(out)
     t0 = time.perf_counter()
-    with ui.progress() as bar:
-        task = bar.add_task("runs", total=max(1, total_runs(names, seed_list, profile, root)))
+    report_path = None
+    with ui.tracking(o, out, "experiment", name) as tracker, ui.progress() as bar, \
+            ui.on_interrupt(_resume_hint(out)):
+        task = bar.add_task("runs", total=max(1, n_runs))
         for n in names:
             bar.update(task, description=f"{n}")
 
@@ -324,13 +349,22 @@ def experiment(  # noqa: PLR0913 (a typer command: its parameters are the comman
             exp_dir = run_experiment(n, seed_list, out, resume=resume, overwrite=overwrite, jobs=jobs, on_done=tick,
                                      profile=profile, data_root=root, robust_defaults=bool(o.robust_defaults),
                                      adjust=adjust, overrides=overrides)
+            ui.track_results(tracker, exp_dir, exp_dir.name if name in GROUPS else "")
             ui.console.print(f"[green]✓[/] {n}: results in {exp_dir}/")
             # the experiment's headline numbers
             for line in json.loads((exp_dir / "manifest.json").read_text()).get("console", []):
                 ui.console.print(line, markup=False, highlight=False, soft_wrap=True)
-    if name in GROUPS:
-        ui.console.print(f"report: {build_report(out)}")
+        if name in GROUPS:   # built inside the tracked job, which logs it
+            report_path = build_report(out)
+            ui.track_results(tracker, out)
+    if report_path is not None:
+        ui.console.print(f"report: {report_path}")
     ui.console.print(f"[dim]{time.perf_counter() - t0:.1f} s[/]")
+
+
+def _resume_hint(out: Path) -> str:
+    """What an interrupted ``experiment`` or ``tune`` tells the user: where its finished runs are, how to go on."""
+    return f"finished runs are kept in {out}/; to continue, run the same command with --resume --out {out}"
 
 
 def _experiment_overrides(o: Any, names: Sequence[str], seeds: Sequence[int], profile: str, root: str | None,
@@ -377,9 +411,9 @@ def _check_jobs(jobs: Sequence[Any]) -> None:
 
 
 def _run_tuned(name: str, seeds: Sequence[int], out: Path, settings: TuneSettings, resume: bool, overwrite: bool,
-               jobs: int, profile: str, root: str | None) -> None:
+               jobs: int, profile: str, root: str | None, o: Any) -> None:
     """``topofl experiment NAME --tuned``: the defaults into OUT/NAME, the tuned experiment into OUT/NAME-tuned,
-    then the report.
+    then the report (all tracked with ``o``'s ``--track``).
     """
     from topofl.experiments.driver import clear_directory, plan_for
     from topofl.experiments.report import build_report
@@ -393,24 +427,39 @@ def _run_tuned(name: str, seeds: Sequence[int], out: Path, settings: TuneSetting
         if overwrite:
             for d in (out / name, out / f"{name}-tuned"):
                 clear_directory(d)
-        with ui.progress() as bar:
+        with ui.tracking(o, out, "experiment", f"{name}-tuned") as tracker, ui.progress() as bar, \
+                ui.on_interrupt(_resume_hint(out)):
             task = bar.add_task(name, total=total_runs(specs, settings))
             tuned_dir = run_tuned_experiment(name, seeds, out, settings, resume=resume, jobs=jobs, profile=profile,
                                              data_root=root,
                                              on_run=lambda what: bar.update(task, advance=1, description=what))
+            report_path = build_report(out)   # inside the tracked job, which logs it
+            for directory, under in ((out / name, "default"), (tuned_dir, "tuned"), (out, "")):
+                ui.track_results(tracker, directory, under)
     ui.console.print(f"[green]✓[/] {name}: defaults in {out / name}/, tuned in {tuned_dir}/")
     ui.print_tuning(tuned_dir)
-    ui.console.print(f"report: {build_report(out)}")
+    ui.console.print(f"report: {report_path}")
     ui.console.print(f"[dim]{time.perf_counter() - t0:.1f} s[/]")
 
 
 @app.command(short_help="Rebuild DIR/report.html from an experiments directory.")
 @ui.friendly_errors
-def report(out: Path = ui.ReportDirArg) -> None:
-    """Write DIR/report.html (self-contained: every table and figure, configuration, versions)."""
+def report(out: Optional[Path] = ui.ReportDirArg) -> None:
+    """Write DIR/report.html (self-contained: every table and figure, configuration, versions).
+
+    DIR defaults to results/experiments; a DIR whose results are in run directories (DIR/run-NNNN, what
+    commands write without --out) reports its latest run.
+    """
     from topofl.experiments.report import build_report
 
-    ui.console.print(f"report: {build_report(out)}")
+    target = Path(out) if out is not None else ui.EXPERIMENTS_ROOT
+    runs = ui.run_dirs(target)
+    own = target.is_dir() and ((target / "manifest.json").exists()   # results of its own, beside any runs
+                               or any((d / "manifest.json").exists() for d in target.iterdir() if d not in runs))
+    if runs and not own:
+        target = runs[-1]
+        ui.console.print(f"reporting the latest run, {target}/", highlight=False)
+    ui.console.print(f"report: {build_report(target)}")
 
 
 @app.command(short_help="List every method, what it is, and its hyper-parameters.")
@@ -436,7 +485,7 @@ def scenarios() -> None:
 @app.command("flower", cls=ui.WithHyperparameters,
              short_help="Run a method on Flower's Simulation Runtime (Ray); needs the flower extra.")
 @ui.friendly_errors
-@ui.with_options(*ui.JOB_OPTIONS)
+@ui.with_options(*ui.JOB_OPTIONS, "threads")
 def flower(
     nodes: Optional[int] = typer.Option(None, "--nodes", help="Virtual SuperNodes (default: the scenario's clients)."),
     out: Optional[Path] = ui.FlowerOutOpt,
@@ -467,9 +516,11 @@ Exits 1 with the reason when the run fails.
     from topofl.flower.simulation import FlowerRunFailed
 
     o = ui.Options(**options)
+    if o.threads is not None:   # this process's and, through the thread variables, the Ray workers' (else Ray's)
+        ui.apply_threads(o.threads)
     if resume is not None:
-        given = [f"--{k.replace('_', '-')}" for k, v in options.items()
-                 if v not in (None, []) and v != ui.SHARED_OPTIONS[k][1].default]   # a flag left at its default
+        given = [f"--{k.replace('_', '-')}" for k, v in options.items()   # a flag left at its default; not --threads
+                 if k != "threads" and v not in (None, []) and v != ui.SHARED_OPTIONS[k][1].default]
         given += [flag for flag, value in (("--out", out), ("--pooled-metrics", pooled_metrics or None))
                   if value is not None]
         if given:
@@ -492,6 +543,67 @@ Exits 1 with the reason when the run fails.
         raise typer.Exit(1) from None
     where = f", resumed in {history.out_dir}" if resume else f", {settings.job.data_name}, seed {settings.job.seed}"
     ui.print_flower(history, f"{history.method} on Flower's Simulation Runtime" + where, time.perf_counter() - started)
+
+
+_PredictModelsArg = typer.Argument(..., help="A models file written by --save-models (DIR/METHOD-seedK.npz).")
+_PredictDataArg = typer.Argument(..., help="A CSV file with a header holding the models' feature columns (any order).")
+_PredictSiteOpt = typer.Option("site", "--site-column",
+                               help="Column naming each row's site: its rows go to that site's model.")
+_PredictLabelOpt = typer.Option(None, "--label-column",
+                                help="Label column; with it, the scores per site are printed (default: the label "
+                                "column the models were trained on, else y, where the file has it).")
+_PredictClientOpt = typer.Option(None, "--client",
+                                 help="Predict every row with this client's model (an id or a site name).")
+_PredictOutOpt = typer.Option(None, "--out", "-o",
+                              help="Write the predictions to this CSV file (default: standard output).")
+_PredictModelOpt = typer.Option(None, "--model",
+                                help="package.module:factory of your own torch module, if the models use one.")
+
+
+@app.command(short_help="Predict with saved models (run --save-models) on the raw rows of a CSV file.")
+@ui.friendly_errors
+def predict(  # noqa: PLR0913 (a typer command: its parameters are the command's options)
+    models: Path = _PredictModelsArg,
+    data: Path = _PredictDataArg,
+    site_column: str = _PredictSiteOpt,
+    label_column: Optional[str] = _PredictLabelOpt,
+    client: Optional[str] = _PredictClientOpt,
+    out: Optional[Path] = _PredictOutOpt,
+    model: Optional[str] = _PredictModelOpt,
+) -> None:
+    """Predict the raw rows of a CSV file with saved models: each row with its site's model (the site
+    column), or every row with --client's, or with the server's. The federation's preprocessing
+    (standardisation, imputation, label classes) travels in the models file and is applied here, so a
+    site's held-out rows score as the run reported. Writes line, site, client, the class probabilities
+    (or the value) and the predicted label per row; with a label column, prints each site's scores.
+    """
+    import warnings
+
+    from topofl.data.prediction import predict_table
+    from topofl.models.io import load_models
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trained = load_models(models, model=model)
+    for w in caught:
+        ui.err_console.print(f"[yellow]Warning:[/] {ui.escape(str(w.message))}", soft_wrap=True)
+    result = predict_table(trained, data, site_column=site_column, label_column=label_column, client=client)
+    shown = ui.console if out is not None else ui.err_console
+    if result.ignored:
+        shown.print(f"[dim]columns not read by the models: {ui.escape(', '.join(result.ignored[:12]))}"
+                    f"{' ...' if len(result.ignored) > 12 else ''}[/]")
+    if out is not None:
+        from topofl.atomic import write_text_atomic
+
+        if out.is_dir():
+            raise ValueError(f"--out {str(out)!r} is a directory; name the CSV file to write")
+        prepare_out(out.parent, "--out")
+        write_text_atomic(out, result.to_csv())
+        shown.print(f"{len(result.rows)} prediction(s) written to {out}")
+    else:
+        typer.echo(result.to_csv(), nl=False)
+    if result.scores:
+        shown.print(ui.prediction_scores_table(result.scores, f"{trained.method} (seed {trained.seed}) on {data.name}"))
 
 
 def main() -> None:

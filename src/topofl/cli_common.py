@@ -5,13 +5,16 @@ imported inside the functions that need them, never at module level.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import inspect
 import logging
 import os
+import signal
 import sys
-from collections.abc import Callable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -101,18 +104,57 @@ class WithHyperparameters(TyperCommand):
 EXIT_BAD_INPUT, EXIT_RUN_FAILED, EXIT_INTERRUPTED = 2, 1, 130
 
 
+class Interrupted(KeyboardInterrupt):
+    """An interruption (Ctrl-C, SIGTERM) that says what the user can do next (``hint``)."""
+
+    def __init__(self, hint: str) -> None:
+        super().__init__(hint)
+        self.hint = hint
+
+
+@contextlib.contextmanager
+def on_interrupt(hint: str) -> Iterator[None]:
+    """Let an interruption of the ``with`` block tell the user ``hint`` (e.g. how to ``--resume``)."""
+    try:
+        yield
+    except Interrupted:
+        raise
+    except KeyboardInterrupt:
+        raise Interrupted(hint) from None
+
+
+def _terminate_as_interrupt(signum: int, frame: Any) -> None:
+    """SIGTERM (a scheduler's, ``kill``) handled as Ctrl-C: the command stops its workers and exits 130."""
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """Within the block, SIGTERM raises ``KeyboardInterrupt`` (in the main thread; elsewhere nothing changes)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def friendly_errors(fn: Callable) -> Callable:
     """Turn an error into a one-line message, never a traceback, and an exit code that says what
     happened: :data:`EXIT_BAD_INPUT` (2) for bad input, :data:`EXIT_RUN_FAILED` (1) for a run that
     failed on valid input (training diverged: ``FloatingPointError``; out of memory), and
-    :data:`EXIT_INTERRUPTED` (130) for Ctrl-C. The message is printed verbatim (rich markup escaped:
-    ``topofl[flower]`` keeps its brackets).
+    :data:`EXIT_INTERRUPTED` (130) for Ctrl-C or SIGTERM (which the command receives as Ctrl-C: its
+    worker processes are stopped, and :func:`on_interrupt`'s hint says how to continue). The message
+    is printed verbatim (rich markup escaped: ``topofl[flower]`` keeps its brackets).
     """
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return fn(*args, **kwargs)
+            with _sigterm_interrupts():
+                return fn(*args, **kwargs)
         except (FloatingPointError, MemoryError) as exc:
             msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             err_console.print(f"[bold red]Error:[/] the run failed: {escape(msg)}", markup=True, highlight=False,
@@ -122,8 +164,9 @@ def friendly_errors(fn: Callable) -> Callable:
             msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             err_console.print(f"[bold red]Error:[/] {escape(msg)}", markup=True, highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_BAD_INPUT) from None
-        except KeyboardInterrupt:
-            err_console.print("[yellow]Interrupted[/]: results of finished rounds are already on disk.")
+        except KeyboardInterrupt as exc:
+            hint = exc.hint if isinstance(exc, Interrupted) else "results of finished rounds are already on disk."
+            err_console.print(f"[yellow]Interrupted[/]: {escape(hint)}", highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_INTERRUPTED) from None
 
     return wrapper
@@ -154,11 +197,12 @@ def setup_logging(verbose: bool) -> None:
 
 ScenarioOpt = typer.Option(None, "--scenario",
                            help="Scenario (default: healthcare); `topofl scenarios` lists them all.")
-RoundsOpt = typer.Option(None, "--rounds", "-r", help="Communication rounds (default 15).")
+RoundsOpt = typer.Option(None, "--rounds", "-r", help="Communication rounds (default 15; peer-to-peer methods: 100 "
+                         "iterations, each one mini-batch step).")
 OutOpt = typer.Option(
     None, "--out", "-o",
-    help="Directory for rounds.csv, curves.csv, summary.csv, server_log.jsonl, config.json (compare's default: "
-    "results/compare-SCENARIO); it must be new or empty unless --overwrite.",
+    help="Directory for rounds.csv, curves.csv, summary.csv, server_log.jsonl, config.json (compare's default: a new "
+    "results/compare-SCENARIO/run-NNNN per comparison); a given DIR must be new or empty unless --overwrite.",
 )
 OverwriteOpt = typer.Option(
     False, "--overwrite",
@@ -204,6 +248,11 @@ ModelOpt = typer.Option(
     help="Model every client trains: linear (default), cnn-small, cnn-same, cnn-medium, cnn-large, convnet2, resnet18, "
     "mlp, or package.module:factory (a torch.nn.Module); `topofl models` lists them.",
 )
+InputShapeOpt = typer.Option(
+    None, "--input-shape",
+    help="Shape each row is reshaped to for a torch model, e.g. 1,8,8 (C,H,W) for your own CNN on 64 features "
+    "(default: flat rows; a registered CNN infers a square image).",
+)
 DataOpt = typer.Option(
     None, "--data",
     help="Your own data: a CSV file with a site column (one client per site), or a directory with one CSV or NPZ "
@@ -227,8 +276,8 @@ FlowerResumeOpt = typer.Option(
 )
 ReferenceOpt = typer.Option(None, "--reference",
                             help="The method every other one is compared with (default ptopofl, else the first).")
-TuneOutOpt = typer.Option(None, "--out", "-o", help="Directory (default results/tune-SCENARIO); new or empty unless "
-                          "--resume or --overwrite.")
+TuneOutOpt = typer.Option(None, "--out", "-o", help="Directory (default: a new results/tune-SCENARIO/run-NNNN; with "
+                          "--resume the latest one); a given DIR must be new or empty unless --resume or --overwrite.")
 TrialsOpt = typer.Option(None, "--trials", help="Tuning: trials per method and setting, the same for every method "
                          "(default 30; trial 0 = the defaults).")
 TuneParamsOpt = typer.Option(
@@ -237,7 +286,7 @@ TuneParamsOpt = typer.Option(
     "the experiment varies between its settings; `topofl methods`).",
 )
 TuneSeedsOpt = typer.Option(None, "--tune-seeds",
-                            help="Tuning: seeds the trials are scored on (default: the same seeds; see the README).")
+                            help="Tuning: seeds the trials are scored on (default: the same seeds; docs/tuning.md).")
 ValidationOpt = typer.Option(None, "--validation-fraction", help="Tuning: share of each client's training data held "
                              "out for validation (default 0.25).")
 SamplerSeedOpt = typer.Option(None, "--sampler-seed", help="Tuning: seed of the TPE sampler (default 0); another seed "
@@ -246,9 +295,13 @@ TuneMetricOpt = typer.Option(None, "--tune-metric", help="Tuning: the validation
                              "(auto, auc, accuracy, pooled_auc, mse, r2).")
 DataRootOpt = typer.Option(None, "--data-root", help="Real CIFAR-10 pickles or LEAF FEMNIST JSON (experiment deep): "
                            "the paper's protocol.")
-ExperimentsOutOpt = typer.Option(Path("results/experiments"), "--out", "-o",
-                                 help="Directory; each experiment writes into DIR/NAME/.")
-ReportDirArg = typer.Argument(Path("results/experiments"), help="Experiments directory (as given to --out).")
+ExperimentsOutOpt = typer.Option(None, "--out", "-o",
+                                 help="Directory; each experiment writes into DIR/NAME/ (default: a new "
+                                 "results/experiments/run-NNNN; with --resume the latest one).")
+ReportDirArg = typer.Argument(None, help="Experiments directory (as given to --out; default, and for a directory of "
+                              "run-NNNN: its latest run).")
+#: where ``experiment`` and ``report`` find their runs when no directory is given
+EXPERIMENTS_ROOT = Path("results/experiments")
 
 
 def p_text(p: float) -> str:
@@ -265,6 +318,83 @@ MethodsOpt = typer.Option(
     help="Comma-separated methods (compare's default: every server-based method; run: one, default ptopofl); "
     "`topofl methods` lists them.",
 )
+TrackOpt = typer.Option(
+    None, "--track",
+    help="Also log the parameters, every round's metrics per method and seed, and the result files to mlflow or "
+    "tensorboard (extras topofl[mlflow], topofl[tensorboard]; docs/tracking.md).",
+)
+TrackUriOpt = typer.Option(
+    None, "--track-uri",
+    help="--track: where to log: a directory, or an MLflow tracking URI (default: MLFLOW_TRACKING_URI for mlflow, "
+    "else DIR/mlflow or DIR/tensorboard in the results directory; results/tracking for run without --out).",
+)
+ThreadsOpt = typer.Option(
+    None, "--threads",
+    help="Compute threads (BLAS and torch) of each process running training; default: half the CPUs shared "
+    "among the processes, at most 4 each (docs/running.md).",
+)
+
+
+def apply_threads(threads: int | None, jobs: int = 1) -> None:
+    """The thread policy of a command (:mod:`topofl.threads`): ``--threads N`` for this process and its
+    workers; without it, the default of one process when the command trains here (``jobs`` 1), while
+    ``jobs`` workers take theirs when they start.
+    """
+    from topofl.threads import check_threads, set_threads
+
+    if threads is not None:
+        set_threads(check_threads(threads, "--threads"))
+    elif jobs <= 1:
+        set_threads(None)
+
+
+@contextlib.contextmanager
+def tracking(o: Any, out: Path | None, command: str, subject: str) -> Iterator[Any]:
+    """A command's ``--track``/``--track-uri``: the tracker (:func:`topofl.tracking.make_tracker`, at
+    :func:`topofl.tracking.default_location` under ``out`` unless ``--track-uri``) tracking the block
+    as job ``command subject`` of MLflow experiment ``topofl command``; ``None`` without ``--track``.
+    An unknown tracker, a missing extra or a store that cannot be opened is bad input, raised on
+    entering; once the job runs, a tracker failure is only a warning. Prints where the job went.
+    """
+    check_tracking(o)
+    if o.track is None:
+        yield None
+        return
+    from topofl.tracking import default_location, make_tracker, tracked
+
+    tracker = make_tracker(o.track, o.track_uri or default_location(o.track, out))
+    tags = {"topofl.command": command, "topofl.results": str(Path(out).resolve()) if out is not None else ""}
+    with tracked(tracker, f"topofl {command}", f"{command} {subject}", tags) as t:
+        yield t
+    console.print(f"[dim]tracked: {escape(tracker.view_hint())}[/]", highlight=False, soft_wrap=True)
+
+
+def check_tracking(o: Any) -> None:
+    """Check ``--track``/``--track-uri`` before anything runs or is written (:func:`topofl.tracking.check_tracker`)."""
+    if o.track is None and o.track_uri is not None:
+        raise ValueError(f"--track-uri {o.track_uri!r} goes with --track (mlflow or tensorboard)")
+    if o.track is not None:
+        from topofl.tracking import check_tracker
+
+        check_tracker(o.track)
+
+
+def track_results(tracker: Any, directory: Path | None, under: str = "", history: Any = None,
+                  params: Mapping[str, Any] | None = None) -> None:
+    """Log results directory ``directory`` to ``tracker`` (:func:`topofl.tracking.log_results`), or,
+    with no directory, the run ``history`` with its job's ``params`` (:func:`topofl.tracking.log_history`);
+    nothing without ``--track``.
+    """
+    if tracker is None:
+        return
+    from topofl.tracking import log_history, log_results
+
+    if directory is not None:
+        log_results(tracker, directory, under)
+    elif history is not None:
+        log_history(tracker, history, params or {})
+
+
 #: options several commands take, declared once: name -> (type, typer option); see :func:`with_options`
 SHARED_OPTIONS: dict[str, tuple[Any, Any]] = {
     "methods": (Optional[str], MethodsOpt),
@@ -273,6 +403,7 @@ SHARED_OPTIONS: dict[str, tuple[Any, Any]] = {
     "seeds": (Optional[str], SeedsOpt), "rounds": (Optional[int], RoundsOpt),
     "param": (Optional[list[str]], ParamOpt), "scenario_param": (Optional[list[str]], ScenParamOpt),
     "config": (Optional[Path], ConfigOpt), "model": (Optional[str], ModelOpt),
+    "input_shape": (Optional[str], InputShapeOpt),
     "client_fraction": (Optional[float], FractionOpt), "graph": (Optional[str], GraphOpt),
     "graph_param": (Optional[list[str]], GraphParamOpt), "overwrite": (bool, OverwriteOpt),
     "verbose": (bool, VerboseOpt), "robust_defaults": (Optional[bool], RobustOpt),
@@ -281,7 +412,11 @@ SHARED_OPTIONS: dict[str, tuple[Any, Any]] = {
     "tune_seeds": (Optional[str], TuneSeedsOpt),
     "validation_fraction": (Optional[float], ValidationOpt), "tune_metric": (Optional[str], TuneMetricOpt),
     "sampler_seed": (Optional[int], SamplerSeedOpt),
+    "threads": (Optional[int], ThreadsOpt),
+    "track": (Optional[str], TrackOpt), "track_uri": (Optional[str], TrackUriOpt),
 }
+#: the options of experiment tracking (run, compare, experiment, tune): :func:`tracking`
+TRACKING_OPTIONS = ("track", "track_uri")
 #: the options of a tuning (tune, experiment --tuned), as a [tuning] table of --config names them too
 TUNING_OPTIONS = ("trials", "tune_params", "tune_seeds", "validation_fraction", "tune_metric", "sampler_seed")
 
@@ -615,7 +750,7 @@ MAX_CONFIG_DEPTH = 16
 
 
 def load_toml(path: Path) -> dict[str, Any]:
-    """Read a run/compare TOML file (layout in the README); every key's type is checked
+    """Read a run/compare TOML file (layout in docs/cli.md); every key's type is checked
     (:data:`CONFIG_KEYS`) and a wrong one is a ``ValueError`` naming the file and the key.
 
     Parameters
@@ -838,9 +973,43 @@ def jobs_from_options(o: Any, file: Mapping[str, Any], methods: Sequence[str], s
         method=chosen[0], data=data, data_params=scen, rounds=rounds,
         client_fraction=float(resolve(o.client_fraction, file, "client_fraction", 1.0)),
         graph=resolve(o.graph, file, "graph", DEFAULT_GRAPH), graph_params=graph_params,
-        model=resolve(o.model, file, "model", "linear"),
+        model=resolve(o.model, file, "model", "linear"), input_shape=_input_shape(o.input_shape),
     )
-    return plan_compare(template, chosen, parse_seeds(seeds), hyperparameters)
+    jobs = plan_compare(template, chosen, parse_seeds(seeds), hyperparameters)
+    if o.rounds is None and "rounds" not in file:  # a peer iteration is one mini-batch step, not a round of epochs
+        jobs = [j.with_(rounds=DEFAULT_PEER_ITERATIONS) if REGISTRY[j.method].family == "peer" else j for j in jobs]
+    return jobs
+
+
+#: iterations a peer-to-peer method runs when no --rounds is given: each is one mini-batch step (Sheaf-FMTL,
+#: Algorithm 1), so the 15 rounds of the server-based methods (each several local epochs) would leave it
+#: untrained — 15 steps gave Sheaf-FMTL accuracy 0.26 on digits, still rising; 100 steps are about the
+#: gradient steps of 15 server rounds there (2 local epochs of a few mini-batches each)
+DEFAULT_PEER_ITERATIONS = 100
+
+
+def prediction_scores_table(scores: list[dict[str, Any]], title: str) -> Table:
+    """``topofl predict``'s scores per site: rows, then accuracy and AUC (MSE and R² for regression)."""
+    metrics = [m for m in ("accuracy", "auc", "mse", "r2") if any(m in r for r in scores)]
+    table = Table(title=title)
+    for col in ("site", "client", "rows", *metrics):
+        table.add_column(col, justify="left" if col == "site" else "right")
+    for r in scores:
+        table.add_row(escape(str(r["site"])) or "–", str(r["client"]) if r["client"] != "" else "server",
+                      str(r["rows"]), *(_number(str(r.get(m, float("nan")))) for m in metrics))
+    return table
+
+
+def _input_shape(text: str | None) -> tuple[int, ...] | None:
+    """``--input-shape 1,8,8`` as a tuple (``ValueError`` naming the flag)."""
+    if text is None:
+        return None
+    from topofl.models.registry import checked_input_shape
+
+    try:
+        return checked_input_shape(text)
+    except ValueError as exc:
+        raise ValueError(f"--input-shape: {exc}") from None
 
 
 def secure_hyperparameters(method: str, hyperparameters: dict[str, Any]) -> dict[str, Any]:
@@ -943,3 +1112,70 @@ def prepare_out(path: Path, flag: str = "--out") -> Path:
     if not os.access(path, os.W_OK | os.X_OK):
         raise ValueError(f"{flag} {str(path)!r}: the directory is not writable")
     return path
+
+
+#: A command's default output is a fresh ROOT/run-NNNN per invocation (as Flower's run directories): the
+#: counter is zero-padded to sort by name up to 9999 and ordered by its number beyond.
+RUN_DIR_PREFIX = "run-"
+
+
+def run_dirs(root: Path) -> list[Path]:
+    """The run directories ``root/run-NNNN`` (see :func:`new_run_dir`), oldest (lowest number) first;
+    other entries of ``root`` are ignored.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = [(int(p.name[len(RUN_DIR_PREFIX):]), p) for p in root.iterdir()
+             if p.name.startswith(RUN_DIR_PREFIX) and p.name[len(RUN_DIR_PREFIX):].isdigit() and p.is_dir()]
+    return [p for _, p in sorted(found)]
+
+
+def new_run_dir(root: Path, flag: str = "--out") -> Path:
+    """Create and return a new, empty run directory ``root/run-NNNN``, one past the highest number there.
+
+    ``mkdir`` is the claim: a directory another process made meanwhile is skipped for the next
+    number, so concurrent commands never share one. ``root`` and its parents are created
+    (:func:`prepare_out`: a one-line ``ValueError`` naming ``flag`` when that fails).
+    """
+    root = prepare_out(root, flag)
+    numbers = [int(p.name[len(RUN_DIR_PREFIX):]) for p in run_dirs(root)]
+    n = max(numbers, default=0) + 1
+    while True:
+        candidate = root / f"{RUN_DIR_PREFIX}{n:04d}"
+        try:
+            candidate.mkdir()
+        except FileExistsError:
+            n += 1
+            continue
+        except OSError as exc:
+            reason = exc.strerror or exc
+            raise ValueError(f"{flag} {str(candidate)!r}: cannot create the directory ({reason})") from None
+        return candidate
+
+
+def latest_run_dir(root: Path) -> Path:
+    """The highest-numbered run directory of ``root`` (what ``--resume`` without ``--out`` continues);
+    a one-line ``ValueError`` when there is none.
+    """
+    dirs = run_dirs(root)
+    if not dirs:
+        raise ValueError(f"--resume: no earlier run in {str(root)!r} (runs without --out go to "
+                         f"{Path(root) / (RUN_DIR_PREFIX + 'NNNN')}); pass --out DIR to name the run to continue")
+    return dirs[-1]
+
+
+def default_out(out: Path | None, root: Path, resume: bool = False) -> Path:
+    """The directory a command writes into: ``out`` when given; else, with ``resume``, the latest
+    run of ``root`` (:func:`latest_run_dir`), or else a new one (:func:`new_run_dir`). Says which on
+    the console when it is not ``out``.
+    """
+    if out is not None:
+        return Path(out)
+    if resume:
+        chosen = latest_run_dir(root)
+        console.print(f"resuming the latest run, {chosen}/ (--out DIR names another)", highlight=False)
+    else:
+        chosen = new_run_dir(root)
+        console.print(f"results go to {chosen}/ (a new run directory; --out DIR chooses another)", highlight=False)
+    return chosen

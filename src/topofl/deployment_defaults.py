@@ -15,7 +15,7 @@ __all__ = ["DEPLOYMENT_DEFAULTS", "RULE_FIELDS", "deployment_hyperparameters"]
 #: The hyper-parameters a deployment (the Flower apps, ``topofl flower``) uses unless the run sets
 #: them or opts out (run-config ``robust-defaults=false``): method name, or ``"*"`` for every method
 #: whose configuration has the field → values. Measured by ``topofl experiment attacks`` (the
-#: "deployment default" rows; README "Threat model"): with 1 of 8 clients sending its update
+#: "deployment default" rows; docs/threat-model.md): with 1 of 8 clients sending its update
 #: reversed ×9 inside the norm bound, or 2 of 8 reversed ×10, FedAvg and pTopoFL keep their
 #: honest clients' AUC within 0.03 of the clean run, at ≤ 0.005 cost on clean runs.
 #:

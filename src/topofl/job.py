@@ -85,6 +85,9 @@ class Job:
         test split (0: train on it all, score on the test split).
     device : str
         ``"cpu"``, ``"cuda"`` or ``"auto"`` for a PyTorch model.
+    input_shape : tuple of int, optional
+        The shape each row is reshaped to for a PyTorch model, e.g. ``(1, 8, 8)`` for a user's CNN
+        (``None``: flat rows, or the image a registered CNN infers from the feature count).
     experiment, label, setting
         Bookkeeping of an experiment: its name, the method's display name, and the experiment's
         own columns (copied into every result row; ``eval_every`` there sets the peers' evaluation
@@ -104,6 +107,7 @@ class Job:
     attack: Any = ""
     validation: float = 0.0
     device: str = "cpu"
+    input_shape: tuple[int, ...] | None = None
     experiment: str = ""
     label: str = ""
     setting: Mapping[str, Any] = field(default_factory=dict)
@@ -125,6 +129,10 @@ class Job:
         check_range("client_fraction", self.client_fraction, 0.0, 1.0, low_open=True)
         check_range("validation", self.validation, 0.0, 0.5)
         check_choice("device", self.device, DEVICES)
+        if self.input_shape is not None:
+            from topofl.models.registry import checked_input_shape
+
+            object.__setattr__(self, "input_shape", checked_input_shape(self.input_shape))
         if isinstance(self.model, str) and not self.model.strip():
             raise ValueError("model must name a model (e.g. 'linear', 'cnn-small' or 'package.module:factory'); got ''")
         if isinstance(self.graph, str):
@@ -198,6 +206,8 @@ class Job:
             "graph": {"kind": d["graph"], **d["graph_params"]} if self.family == "peer" else {},
             "model": d["model"], "attack": d["attack"], "validation": d["validation"],
         }
+        if d["input_shape"] is not None:  # runs planned before input shapes existed keep their ids
+            out["input_shape"] = list(d["input_shape"])
         for name, default in (("client_fraction", 1.0), ("device", "cpu")):  # fields that came with Job
             if d[name] != default:
                 out[name] = d[name]

@@ -2,7 +2,7 @@
 
 A request above a bound is refused with a ``ValueError`` naming the field and the bound *before*
 any work starts, so that a typo such as ``--seeds 0-100000000`` fails at once instead of running
-until killed. The README's "Threat model and guarantees" section lists the same numbers.
+until killed. docs/threat-model.md ("Bounds") lists the same numbers.
 """
 from __future__ import annotations
 

@@ -15,6 +15,7 @@ import topofl  # noqa: E402
 import topofl.methods  # noqa: E402  (binds topofl.methods for the parametrisation below, also when this file runs alone)
 from topofl.data.loaders.mnist10k import mnist_federation  # noqa: E402
 from topofl.models.registry import build_model, is_deep  # noqa: E402
+from topofl.threads import limited_threads  # noqa: E402
 
 pytestmark = pytest.mark.deep
 SMALL = {"n_clients": 4, "adversarial": (1,)}
@@ -47,8 +48,11 @@ def test_a_users_module_trains_in_process_and_on_flower_with_identical_metrics(m
     # the Flower run applies the deployment defaults (robust-defaults): the in-process run gets the same
     local = topofl.simulate(fed, method, rounds=2, seed=0, model=make_mlp, **deployment_hyperparameters(method, {"lr": 0.05}))
     assert is_deep(local.model) and not local.failures
-    flower = federated_main(FakeGrid(4), FlowerSettings.from_flat(method=method, rounds=2, seed=0, scenario_params=SMALL,
-                                                        hyperparameters={"lr": 0.05}, model="helpers:make_mlp"))
+    # simulate trains with the thread policy's threads (topofl.threads); the in-memory grid's nodes run in this
+    # process, so they get the same number (torch's sums can differ in the last bit between thread counts)
+    with limited_threads():
+        flower = federated_main(FakeGrid(4), FlowerSettings.from_flat(method=method, rounds=2, seed=0, scenario_params=SMALL,
+                                                            hyperparameters={"lr": 0.05}, model="helpers:make_mlp"))
     assert not flower.failures
     assert_same_records(local.records, flower.records)
     assert local.final["auc"] > 0.6

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from topofl._validation import as_labels, as_points
 from topofl.limits import MAX_CLASSES
+from topofl.models.preprocessing import Preprocessing, default_feature_names, safe_name
 
 log = logging.getLogger(__name__)
 
@@ -179,10 +180,16 @@ def standardise_clients(clients: Sequence[ClientData], mode: str) -> list[Client
     computes with a secure sum, without pooling any data. ``"none"``: unchanged. A constant
     column is centred but not scaled.
     """
+    return _standardised(clients, mode)[0]
+
+
+def _standardised(clients: Sequence[ClientData],
+                  mode: str) -> tuple[list[ClientData], list[tuple[np.ndarray, np.ndarray]]]:
+    """:func:`standardise_clients` and each client's ``(mean, scale)`` (none for ``"none"``)."""
     if mode not in STANDARDISATIONS:
         raise ValueError(f"standardise must be one of {', '.join(STANDARDISATIONS)}; got {mode!r}")
     if mode == "none":
-        return list(clients)
+        return list(clients), []
     # an overflow is refused below, by column, not left to a NumPy warning
     with np.errstate(over="ignore", invalid="ignore"):
         if mode == "federated":
@@ -194,8 +201,8 @@ def standardise_clients(clients: Sequence[ClientData], mode: str) -> list[Client
         else:
             stats = [(c.X_train.mean(axis=0), c.X_train.std(axis=0)) for c in clients]
         out = []
-        for c, (mu, sd) in zip(clients, stats, strict=True):
-            sd = np.where(sd > 0, sd, 1.0)
+        used: list[tuple[np.ndarray, np.ndarray]] = [(np.asarray(mu), np.where(sd > 0, sd, 1.0)) for mu, sd in stats]
+        for c, (mu, sd) in zip(clients, used, strict=True):
             out.append(ClientData((c.X_train - mu) / sd, c.y_train, (c.X_test - mu) / sd, c.y_test,
                                   c.client_id, c.meta))
     # the inputs are finite (checked on entry), so anything non-finite here is an overflow
@@ -204,7 +211,7 @@ def standardise_clients(clients: Sequence[ClientData], mode: str) -> list[Client
                 & np.isfinite(c.X_train).all(axis=0) & np.isfinite(c.X_test).all(axis=0))
         if bad.any():
             raise ValueError(_overflow_message(clients, mode, int(np.flatnonzero(bad)[0])))
-    return out
+    return out, used
 
 
 def _overflow_message(clients: Sequence[ClientData], mode: str, j: int) -> str:
@@ -288,6 +295,18 @@ def validation_clients(clients: Sequence[ClientData], fraction: float, seed: int
     return out
 
 
+def site_split(y: Any, k: int, seed: int, test_fraction: float,
+               task: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The training and test row indices of the ``k``-th site (in client order) of
+    :meth:`Federation.from_sites` for ``seed``: stratified by label unless ``task="regression"``.
+    """
+    from topofl.data.partition import train_test_split
+
+    rng = np.random.default_rng(np.random.SeedSequence([seed, k, 0x7AB1]))
+    tr, te = train_test_split(np.asarray(y), test_fraction, rng, stratify=task != "regression")
+    return tr, te
+
+
 def _checked_n_classes(task: str, inferred: int, given: int | None) -> int:
     """The number of classes: what the labels need, widened by ``given`` (some classes may be absent
     from the data); ``ValueError`` when ``given`` contradicts the task or the labels.
@@ -303,6 +322,65 @@ def _checked_n_classes(task: str, inferred: int, given: int | None) -> int:
     if not inferred <= given <= MAX_CLASSES:
         raise ValueError(f"n_classes must be in [{inferred} (the labels' classes), {MAX_CLASSES}]; got {given}")
     return int(given)
+
+
+def _label_classes(task: str, n_classes: int, classes: list[Any] | None, mapped: bool) -> tuple[float, ...] | None:
+    """The label value of every class id, as :func:`resolve_labels` mapped them (``None``: regression)."""
+    if task == "regression":
+        return None
+    if classes is not None:
+        values = [float(v) for v in classes]
+    elif mapped:  # task="binary" with labels {-1, +1}
+        values = [-1.0, 1.0]
+    else:
+        values = []
+    top = max(values, default=-1.0)
+    values += [float(i) if not values else top + 1 + i - len(values) for i in range(len(values), n_classes)]
+    return tuple(values)
+
+
+def _preprocessing(clients: Sequence[ClientData], task: str, n_classes: int, standardise: str,
+                   stats: Sequence[tuple[np.ndarray, np.ndarray]], feature_names: Sequence[str] | None,
+                   prior: Preprocessing | None, classes: list[Any] | None, mapped: bool) -> Preprocessing:
+    """The :class:`Preprocessing` of a federation being built: ``prior`` (what was done to the rows before, e.g. a
+    loader's imputation, or an earlier federation's record) with this federation's standardisation, label classes,
+    feature names and site names (``meta["site"]`` of every client).
+    """
+    d = clients[0].n_features
+    if prior is not None and (prior.n_clients != len(clients) or prior.n_features != d):
+        raise ValueError(f"preprocessing describes {prior.n_clients} client(s) with {prior.n_features} feature(s); "
+                         f"the federation has {len(clients)} with {d}")
+    if prior is not None and prior.standardise != "none" and standardise != "none":
+        raise ValueError(f"these rows were already standardised ({prior.standardise!r}); standardise must be 'none'")
+    n_in = d - (len(prior.indicators) if prior is not None else 0)
+    if feature_names is not None:
+        if isinstance(feature_names, str) or len(feature_names) != n_in:
+            raise ValueError(f"feature_names must name each of the {n_in} feature column(s); got {feature_names!r}")
+        names = tuple(safe_name(str(n)) for n in feature_names)
+    else:
+        found = prior.feature_names if prior is not None else clients[0].meta.get("features")
+        names = tuple(safe_name(str(n)) for n in found) if found else ()
+        if len(names) != n_in or len(set(names)) != n_in:   # names a loader left in meta, when they do not fit
+            names = default_feature_names(n_in)
+    site_names = [c.meta.get("site") for c in clients]
+    if all(isinstance(s, str) and s for s in site_names) and len(set(site_names)) == len(site_names):
+        sites: tuple[str, ...] = tuple(safe_name(str(s)) for s in site_names)
+    else:
+        sites = prior.sites if prior is not None else ()
+    label_classes = _label_classes(task, n_classes, classes, mapped)
+    if prior is not None and prior.classes is not None and classes is None and not mapped \
+            and len(prior.classes) == n_classes:
+        label_classes = prior.classes  # the labels were mapped before (an earlier federation's record)
+    standardised = stats and standardise != "none"
+    return Preprocessing(
+        n_clients=len(clients), feature_names=names, sites=sites,
+        standardise=standardise if standardised else (prior.standardise if prior is not None else "none"),
+        mean=np.stack([m for m, _ in stats]) if standardised else (prior.mean if prior is not None else None),
+        scale=np.stack([s for _, s in stats]) if standardised else (prior.scale if prior is not None else None),
+        impute=prior.impute if prior is not None else None,
+        zero_is_missing=prior.zero_is_missing if prior is not None else (),
+        indicators=prior.indicators if prior is not None else (),
+        task=task, classes=label_classes, label_name=prior.label_name if prior is not None else "")
 
 
 class Federation:
@@ -322,6 +400,8 @@ class Federation:
         *,
         classes: Sequence[Any] | None = None,
         standardise: str = "none",
+        feature_names: Sequence[str] | None = None,
+        preprocessing: Preprocessing | None = None,
     ) -> None:
         if len(clients) < 1:
             raise ValueError("a federation needs at least 1 client; got 0")
@@ -338,12 +418,16 @@ class Federation:
         if mapping is not None:
             checked = [ClientData(c.X_train, mapping(c.y_train), c.X_test, mapping(c.y_test), c.client_id, c.meta)
                        for c in checked]
-        self.clients: list[ClientData] = standardise_clients(checked, standardise)
+        self.clients, stats = _standardised(checked, standardise)
         self.task = task
         self.n_classes = _checked_n_classes(task, inferred_c, n_classes)
         self.name = name
         self.info: dict[str, Any] = {**dict(info or {}),
                                      **({"standardise": standardise} if standardise != "none" else {})}
+        #: what was done to the rows before any model saw them (:class:`Preprocessing`): ``predict`` applies it
+        self.preprocessing: Preprocessing = _preprocessing(
+            self.clients, task, self.n_classes, standardise, stats, feature_names, preprocessing,
+            None if classes is None else list(classes), mapping is not None)
 
     @classmethod
     def from_arrays(
@@ -355,6 +439,9 @@ class Federation:
         *,
         classes: Sequence[Any] | None = None,
         standardise: str = "none",
+        feature_names: Sequence[str] | None = None,
+        sites: Sequence[str] | None = None,
+        preprocessing: Preprocessing | None = None,
     ) -> Federation:
         """Federation from ``[(X_train, y_train, X_test, y_test), ...]``, one tuple per client.
 
@@ -368,12 +455,32 @@ class Federation:
         standardise : {"none", "per_client", "federated"}
             Z-score the features (see :func:`standardise_clients`); features on very different
             scales otherwise train poorly, and training warns about them.
+        feature_names : list of str, optional
+            The columns' names (default ``x0, x1, ...``), kept with the models.
+        sites : list of str, optional
+            A name for each client (client ``k`` is ``arrays[k]``), kept with the models:
+            ``predict(rows, client="name")``.
+        preprocessing : Preprocessing, optional
+            What was already done to these rows (a loader's imputation), kept with the models.
+
+        Notes
+        -----
+        The federation's :attr:`preprocessing` records what it fitted (standardisation
+        statistics, label classes, names), so that a run's ``predict`` takes raw rows.
         """
         if isinstance(arrays, np.ndarray) or len(arrays) < 1:
             raise ValueError("arrays must be a non-empty list of (X_train, y_train, X_test, y_test) tuples")
-        meta = meta or [{}] * len(arrays)
-        clients = [_validated_client(k, a, meta[k]) for k, a in enumerate(arrays)]
-        return cls(clients, task=task, name=name, classes=classes, standardise=standardise)
+        metas: list[dict[str, Any]] = [dict(m) for m in meta] if meta else [{} for _ in arrays]
+        if len(metas) != len(arrays):
+            raise ValueError(f"meta has {len(metas)} entries for {len(arrays)} clients")
+        if sites is not None:
+            if isinstance(sites, str) or len(sites) != len(arrays):
+                raise ValueError(f"sites must name each of the {len(arrays)} clients; got {sites!r}")
+            for m, site in zip(metas, sites, strict=True):
+                m["site"] = str(site)
+        clients = [_validated_client(k, a, metas[k]) for k, a in enumerate(arrays)]
+        return cls(clients, task=task, name=name, classes=classes, standardise=standardise,
+                   feature_names=feature_names, preprocessing=preprocessing)
 
     @classmethod
     def from_sites(
@@ -386,13 +493,14 @@ class Federation:
         classes: Sequence[Any] | None = None,
         standardise: str = "none",
         name: str = "table",
+        label_name: str = "",
     ) -> Federation:
         """Federation of whole sites ``(name, X, y, feature_names)``, one client each in the given
         order, each split into train and test with ``seed`` (stratified by label unless
-        ``task="regression"``; see :func:`topofl.data.partition.train_test_split`).
+        ``task="regression"``; see :func:`topofl.data.partition.train_test_split`). The site and
+        feature names (and ``label_name``, the label column's) are kept in :attr:`preprocessing`.
         """
         from topofl._validation import check_choice, check_range
-        from topofl.data.partition import train_test_split
 
         check_range("test_fraction", test_fraction, 0.0, 1.0, low_open=True, high_open=True)
         if task is not None:
@@ -405,11 +513,13 @@ class Federation:
             if len(X) < 2:
                 raise ValueError(f"site {site!r} has {len(X)} row(s); each site needs at least 2 "
                                  "(one to train, one to test)")
-            rng = np.random.default_rng(np.random.SeedSequence([seed, k, 0x7AB1]))
-            tr, te = train_test_split(np.asarray(y), test_fraction, rng, stratify=task != "regression")
+            tr, te = site_split(y, k, seed, test_fraction, task)
             arrays.append((X[tr], y[tr], X[te], y[te]))
             meta.append({"site": str(site), "features": list(features)})
-        return cls.from_arrays(arrays, task=task, name=name, meta=meta, classes=classes, standardise=standardise)
+        fed = cls.from_arrays(arrays, task=task, name=name, meta=meta, classes=classes, standardise=standardise)
+        if label_name:
+            fed.preprocessing = replace(fed.preprocessing, label_name=safe_name(label_name))
+        return fed
 
     @classmethod
     def from_dataframe(cls, df: Any, site_column: str, label_column: str, **options: Any) -> Federation:
@@ -431,7 +541,7 @@ class Federation:
             if not np.all(np.isfinite(X)):
                 raise ValueError(f"site {site!r} has missing or non-finite feature values; fill or drop them first")
             sites.append((str(site), X, part[label_column].to_numpy(), [str(c) for c in features]))
-        return cls.from_sites(sites, **options)
+        return cls.from_sites(sites, **{"label_name": str(label_column), **options})
 
     @property
     def n_features(self) -> int:
@@ -465,7 +575,7 @@ class Federation:
             raise ValueError(f"a validation split needs a static federation; {self.name!r} changes its data by round")
         clients = validation_clients(self.clients, fraction, seed, stratify=self.task != "regression")
         fed = Federation(clients, task=self.task, n_classes=self.n_classes, name=self.name,
-                         info={**self.info, "validation_fraction": fraction})
+                         info={**self.info, "validation_fraction": fraction}, preprocessing=self.preprocessing)
         return fed
 
     def __repr__(self) -> str:

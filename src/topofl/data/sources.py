@@ -3,6 +3,7 @@ and the offline data sets of the Sheaf-FMTL experiments. :func:`load` gives a so
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,14 +45,55 @@ def _tabular(seed: int, **params: Any) -> Any:
     return synthetic_tabular(seed=seed, **params)
 
 
-def _school(seed: int, **params: Any) -> Any:
-    """School (the 139 schools shipped with topofl), the paper's protocol, z-scored per school."""
-    from importlib import resources
+#: the environment variable naming School's ``school.mat`` (or a directory holding it)
+SCHOOL_ENV = "TOPOFL_SCHOOL"
+#: where a user gets School (not shipped with topofl: no licence is stated for it)
+SCHOOL_SOURCES = ("the MALSAR package (https://github.com/jiayuzhou/MALSAR, data/school.mat) or Liu et al. 2022's "
+                  "code (https://github.com/kenziyuliu/private-cross-silo-fl)")
 
+
+def _checkout_school() -> list[Path]:
+    """Where a development checkout finds School: ``../shared/data/school`` beside the repository (as CI has
+    it), seen from the source tree and from the working directory.
+    """
+    repo = Path(__file__).resolve().parents[3]
+    return [repo.parent / "shared" / "data" / "school" / "school.mat",
+            Path.cwd().parent / "shared" / "data" / "school" / "school.mat"]
+
+
+def school_path(path: str | Path | None = None) -> Path:
+    """The School data's ``school.mat``: ``path`` (a file, or a directory holding ``school.mat``), else
+    the one :data:`SCHOOL_ENV` names, else ``../shared/data/school/school.mat`` of a development checkout.
+
+    School is not shipped inside the package: no licence is stated for the data (Goldstein 1991,
+    redistributed with MALSAR), so the user supplies the file.
+
+    Raises
+    ------
+    ValueError
+        ``path`` or :data:`SCHOOL_ENV` names no such file, or none is given and no checkout copy
+        exists (saying where to get it).
+    """
+    given, origin = (path, "path") if path is not None else (os.environ.get(SCHOOL_ENV) or None, SCHOOL_ENV)
+    if given is not None:
+        p = Path(given).expanduser()
+        p = p / "school.mat" if p.is_dir() else p
+        if not p.is_file():
+            raise ValueError(f"School: {origin} {str(given)!r} is not school.mat nor a directory holding it")
+        return p
+    for p in _checkout_school():
+        if p.is_file():
+            return p
+    raise ValueError(f"the School data is not shipped with topofl (no licence is stated for it): get school.mat from "
+                     f"{SCHOOL_SOURCES}, then set {SCHOOL_ENV}=/path/to/school.mat (or pass -s path=FILE; in "
+                     "Python data_params={'path': FILE})")
+
+
+def _school(seed: int, path: str | None = None, **params: Any) -> Any:
+    """School (139 schools, from :func:`school_path`), the paper's protocol, z-scored per school."""
     from topofl.data.loaders.matfiles import load_school
 
-    path = Path(str(resources.files("topofl.data") / "builtin" / "school" / "school.mat"))
-    return load_school(path, seed=seed, **{"standardise": "per_client", **params})
+    return load_school(school_path(path), seed=seed, **{"standardise": "per_client", **params})
 
 
 def _scenario_loader(name: str) -> Callable[..., Any]:
@@ -68,8 +110,8 @@ _PEER_SOURCES = {
                       False),
     "tabular": (_tabular, "Synthetic tabular clients whose feature counts differ (Sheaf-FMTL's heterogeneous models).",
                 True),
-    "school": (_school, "The School benchmark (139 schools, shipped), the Sheaf-FMTL protocol, z-scored per school.",
-               False),
+    "school": (_school, "The School benchmark (139 schools; not shipped: TOPOFL_SCHOOL or -s path=FILE names "
+               "school.mat), the Sheaf-FMTL protocol, z-scored per school.", False),
 }
 
 SOURCES: dict[str, DataSource] = {

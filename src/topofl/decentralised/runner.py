@@ -159,6 +159,7 @@ def run_decentralised(  # noqa: PLR0913 (the public entry point's keyword option
         if track_memory:
             tracemalloc.stop()
     _keep_models(history, peers)
+    history.keep_final_client_metrics()
     return history
 
 

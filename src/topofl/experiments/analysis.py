@@ -18,8 +18,9 @@ def num(v: Any) -> float:
 
 def group_curves(rows: Iterable[Mapping[str, str]], by: Sequence[str],
                  metric: str = "auc") -> dict[tuple, dict[str, np.ndarray]]:
-    """``{group: {"round", "mean", "std", "n", "se"}}``: the metric over rounds — mean, std and
-    standard error over seeds — for each combination of the ``by`` columns.
+    """``{group: {"round", "mean", "std", "n", "se", "low", "high"}}``: the metric over rounds — mean,
+    std, standard error and 95 % Student-t interval (``low``–``high``, NaN with one seed) over seeds —
+    for each combination of the ``by`` columns.
     """
     acc: dict[tuple, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
@@ -35,6 +36,8 @@ def group_curves(rows: Iterable[Mapping[str, str]], by: Sequence[str],
             "n": np.array([np.sum(~np.isnan(v)) for v in vals]),
         }
         out[g]["se"] = out[g]["std"] / np.sqrt(np.maximum(out[g]["n"], 1))
+        ci = np.array([t_interval(v.tolist())[1:] for v in vals]).reshape(-1, 2)
+        out[g]["low"], out[g]["high"] = ci[:, 0], ci[:, 1]
     return out
 
 
@@ -212,6 +215,63 @@ def t_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, flo
         return mean, float("nan"), float("nan")
     half = float(student_t.ppf(0.5 + level / 2, v.size - 1) * v.std(ddof=1) / np.sqrt(v.size))
     return mean, mean - half, mean + half
+
+
+def interval_text(low: float, high: float, fmt: str = "+.3f", prefix: str = "") -> str:
+    """``"(low, high)"`` of a confidence interval (``prefix`` before the numbers, e.g. ``"95 % CI "``),
+    or ``"(one seed: no interval)"`` when it is NaN (fewer than two seeds: :func:`t_interval`), so
+    that no "(+nan, +nan)" reaches a note or the console.
+    """
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return "(one seed: no interval)"
+    return f"({prefix}{low:{fmt}}, {high:{fmt}})"
+
+
+def best_method(done: Sequence[Mapping[str, Any]], metric: str = "auc", level: float = 0.95,
+                higher_is_better: bool = True) -> dict[str, Any]:
+    """The method with the best mean final ``metric`` and whether it is distinguishable from the runner-up.
+
+    ``done`` holds one group's done-records (``method``: the method or its label, ``seed``, ``final``). The
+    leader (best mean over its seeds) is compared with the runner-up by the paired difference over
+    the seeds both ran (:func:`paired_differences`, Student-t interval at ``level``): the leader is
+    ``best`` only when that interval excludes 0; otherwise ``best`` is ``None`` — no method is
+    distinguishable (a lead of 0.001 on a few seeds names nobody). Returns ``{"best", "leader",
+    "runner_up", "diff_mean", "ci_low", "ci_high", "n_seeds"}`` (``leader``/``runner_up`` ``None``
+    with fewer than two methods).
+    """
+    means: dict[str, list[float]] = defaultdict(list)
+    for d in done:
+        means[d["method"]].append(num(d["final"][metric]))
+    score = {m: float(np.nanmean(v)) for m, v in means.items() if np.any(np.isfinite(v))}
+    nan = float("nan")
+    if len(score) < 2:
+        only = next(iter(score), None)
+        return {"best": None, "leader": only, "runner_up": None, "diff_mean": nan, "ci_low": nan, "ci_high": nan,
+                "n_seeds": 0}
+    ranked = sorted(score, key=lambda m: score[m], reverse=higher_is_better)
+    leader, runner = ranked[0], ranked[1]
+    (row,) = paired_differences([d for d in done if d["method"] in (leader, runner)], (), leader, metric, level)
+    diff, low, high = row["diff_mean"], row["ci_low"], row["ci_high"]  # leader − runner-up
+    if not higher_is_better:
+        diff, low, high = -diff, -high, -low
+    clear = bool(np.isfinite(low) and np.isfinite(high) and low > 0)
+    return {"best": leader if clear else None, "leader": leader, "runner_up": runner, "diff_mean": diff,
+            "ci_low": low, "ci_high": high, "n_seeds": row["n_seeds"]}
+
+
+def best_text(b: Mapping[str, Any], metric: str = "AUC") -> str:
+    """One sentence on :func:`best_method`'s answer: the best method with its lead over the runner-up
+    (paired, 95 % interval), or that no method is distinguishable from the runner-up.
+    """
+    if b["leader"] is None:
+        return "no results"
+    if b["runner_up"] is None:
+        return f"{b['leader']} alone"
+    lead = (f"{b['leader']} − {b['runner_up']} {b['diff_mean']:+.3f} "
+            f"{interval_text(b['ci_low'], b['ci_high'], prefix='95 % CI ')}")
+    if b["best"] is None:
+        return f"no method is distinguishable (best mean: {lead}; the interval includes 0)"
+    return f"best: {b['best']} ({lead}, paired over {b['n_seeds']} seeds)"
 
 
 def paired_curves(

@@ -4,6 +4,7 @@ the manifest its analysis leaves for the report (:class:`Manifest`), and readers
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -88,6 +89,8 @@ class Manifest:
     notes: list[str] = field(default_factory=list)
     #: lines ``topofl experiment`` prints when the experiment finishes (its headline numbers), if any
     console: list[str] = field(default_factory=list)
+    #: the budget's label when it is not the paper-sized ``full`` one (:func:`budget_label`); ``""`` at ``full``
+    budget: str = ""
 
     def table(self, out: Path, stem: str, title: str, rows: Sequence[Mapping[str, Any]],
               columns: Sequence[str] | None = None,
@@ -132,6 +135,10 @@ class Experiment:
     tunable: bool = False
     takes_data_root: bool = False
 
+    def __post_init__(self) -> None:
+        # every analysis labels a budget below the paper's: its figures (in the image) and its manifest
+        object.__setattr__(self, "analyse", _labelled_analysis(self, self.analyse))
+
     @property
     def profiles(self) -> tuple[str, ...]:
         """The names of the budgets it offers."""
@@ -143,3 +150,57 @@ class Experiment:
             raise ValueError(f"experiment {self.name!r} has no {profile!r} budget (--quick/--smoke); it offers: "
                              f"{', '.join(self.budgets)}")
         return self.budgets[profile]
+
+
+def _short(value: Any) -> str:
+    """A budget field's value in a label: tuples joined by commas, ``None`` as "all", long values cut."""
+    if value is None:
+        return "all"
+    if isinstance(value, tuple):
+        text = ", ".join(_short(v) for v in value)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        text = ", ".join(f"{f.name} {_short(getattr(value, f.name))}" for f in dataclasses.fields(value))
+    else:
+        text = f"{value:g}" if isinstance(value, float) else str(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def budget_label(exp: Experiment, budget: Any) -> str:
+    """How ``budget`` differs from ``exp``'s paper-sized ``full`` budget, as a label for its tables
+    and figures: ``""`` at ``full``; else ``"<profile> budget — below the paper's: rounds 3 (full:
+    15), ..."`` (``custom budget`` when it is none of the offered ones), field by field.
+    """
+    full = exp.budgets.get("full")
+    if budget is None or budget == full:
+        return ""
+    profile = next((name for name, b in exp.budgets.items() if b == budget), "custom")
+    if dataclasses.is_dataclass(budget) and dataclasses.is_dataclass(full) and type(budget) is type(full):
+        diffs = [f"{f.name.replace('_', ' ')} {_short(getattr(budget, f.name))} (full: {_short(getattr(full, f.name))})"
+                 for f in dataclasses.fields(budget) if getattr(budget, f.name) != getattr(full, f.name)]
+    else:
+        diffs = [_short(budget)]
+    return (f"{profile} budget — below the paper's, not comparable with its numbers: " + "; ".join(diffs)
+            if profile != "custom" else "custom budget — differs from the paper's: " + "; ".join(diffs))
+
+
+def _labelled_analysis(exp: Experiment, analyse: Callable[..., Manifest]) -> Callable[..., Manifest]:
+    """``analyse`` with a budget other than ``full`` labelled (:func:`budget_label`): every figure it
+    saves carries the label in the image (:func:`topofl.experiments.figures.labelled`) and its
+    manifest's ``budget`` holds it for the report's tables and captions.
+    """
+    if getattr(analyse, "labels_budget", False):
+        return analyse
+
+    def run(*args: Any, **kwargs: Any) -> Manifest:
+        from topofl.experiments.figures import labelled
+
+        budget = args[2] if len(args) > 2 else kwargs.get("budget", exp.budgets.get("full"))
+        label = budget_label(exp, budget)
+        with labelled(label.split(":")[0]):
+            man = analyse(*args, **kwargs)
+        man.budget = label
+        return man
+
+    run.labels_budget = True  # type: ignore[attr-defined]
+    run.__doc__, run.__name__ = analyse.__doc__, getattr(analyse, "__name__", "analyse")
+    return run

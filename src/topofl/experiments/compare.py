@@ -83,7 +83,7 @@ def validate_jobs(jobs: Sequence[Job]) -> None:
             peer = build_peer(job.method, job.hyperparameters)
             graph = make_graph(job.graph, len(data.clients), seed=job.seed, **dict(job.graph_params))
             models = peer_models(per_client(job.model, len(data.clients)), data.clients, data.task, data.n_classes,
-                                 peer.config.l2)
+                                 peer.config.l2, input_shape=job.input_shape)
             dims = [m.n_params for m in models] if models else [
                 build_model("linear", task=data.task, n_features=c.n_features,
                             n_classes=max(data.n_classes, 2)).n_params
@@ -91,7 +91,8 @@ def validate_jobs(jobs: Sequence[Job]) -> None:
             peer.node_specs(dict(enumerate(dims)), graph, np.random.default_rng(0))  # edge spaces, map storage
             continue
         algorithm = build_server(job.method, job.hyperparameters)
-        model = algorithm.build_model(job.model, data.task, data.n_features, data.n_classes)
+        model = algorithm.build_model(job.model, data.task, data.n_features, data.n_classes,
+                                      **({"input_shape": job.input_shape} if job.input_shape else {}))
         algorithm.setup(model, data.client_ids, np.random.default_rng(0))
 
 

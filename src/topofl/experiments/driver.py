@@ -50,14 +50,21 @@ def experiment(name: str) -> Experiment:
     return EXPERIMENTS[name]
 
 
+#: seeds of the smoke budget by default: two, so that its paired tables still have intervals
+SMOKE_SEEDS = 2
+
+
 def default_seeds(name: str, profile: str = "full") -> tuple[int, ...]:
     """The default seeds of an experiment (its ``quick_seeds`` for the quick budget, when it has
-    them), or of a group's first experiment; 0–9 otherwise.
+    them; its first :data:`SMOKE_SEEDS` seeds for the smoke budget, a check that everything runs),
+    or of a group's first experiment; 0–9 otherwise.
     """
     first = GROUPS.get(name, (name,))[0]
     if first not in EXPERIMENTS:
-        return tuple(range(10))
+        return tuple(range(SMOKE_SEEDS if profile == "smoke" else 10))
     exp = EXPERIMENTS[first]
+    if profile == "smoke":
+        return exp.default_seeds[:SMOKE_SEEDS]
     return exp.quick_seeds if profile == "quick" and exp.quick_seeds is not None else exp.default_seeds
 
 
@@ -114,6 +121,10 @@ def run_experiment(  # noqa: PLR0913 (user-facing keyword options of the experim
     The directory is locked from before ``overwrite`` empties it until its ``config.json`` is
     written: a second process writing it meanwhile is refused (a ``ValueError`` naming it), and
     one refused changes nothing there.
+
+    An interruption (``KeyboardInterrupt``) stops the queue and the worker processes at once
+    (:func:`topofl.experiments.runs.execute`) and propagates, leaving the finished runs sealed in
+    ``out/name/runs``: the same call with ``resume=True`` reuses them.
     """
     b = budget_for(name, profile, budget)
     specs = plan_for(name, seeds, profile, data_root, b)

@@ -1,7 +1,9 @@
 """Matplotlib helpers: consistent style, PNG + SVG output, readable at report size."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import contextvars
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +15,24 @@ PALETTE = {
     "ptopofl": "#1b9e77", "fedavg": "#666666", "fedprox": "#d95f02", "scaffold": "#7570b3", "pfedme": "#e7298a",
     "ditto": "#66a61e", "perfedavg": "#e6ab02", "ifca": "#a6761d", "local": "#1f78b4",
 }
+#: colours for curves whose method's palette colour is already taken in the same figure (a method's
+#: variant, e.g. "pTopoFL (flagged gate)"): dark, distinct from every :data:`PALETTE` entry
+VARIANT_COLOURS = ("#000000", "#b2182b", "#2166ac", "#762a83", "#8c510a", "#01665e")
+
+#: the label of the budget the figures being drawn belong to ("" at the paper's budget; :func:`labelled`)
+_BUDGET_LABEL: contextvars.ContextVar[str] = contextvars.ContextVar("budget_label", default="")
+
+
+@contextlib.contextmanager
+def labelled(label: str) -> Iterator[None]:
+    """Within the block every figure :func:`save` writes carries ``label`` (a budget below the
+    paper's) in the image, bottom left; ``""`` writes none.
+    """
+    token = _BUDGET_LABEL.set(label)
+    try:
+        yield
+    finally:
+        _BUDGET_LABEL.reset(token)
 
 
 def pyplot():
@@ -39,10 +59,47 @@ def colour(method: str, i: int = 0) -> Colour:
     return matplotlib.colormaps["tab10"](i % 10)
 
 
+def colours(methods: Sequence[str]) -> list[Colour]:
+    """One colour per curve label of one figure, all distinct: each method's :func:`colour`, and a
+    :data:`VARIANT_COLOURS` entry for a label whose colour an earlier label already took (a variant
+    of a method, such as "pTopoFL (flagged gate)" beside "ptopofl").
+    """
+    out: list[Colour] = []
+    spare = iter(VARIANT_COLOURS)
+    for i, m in enumerate(methods):
+        c = colour(m, i)
+        out.append(next(spare, c) if c in out else c)
+    return out
+
+
+def tidy_axes(fig) -> None:
+    """Readable ticks: integer ticks on every axis labelled in rounds (or iterations, epochs, clients),
+    and on logarithmic axes labels at whole decades only (minor labels would overlap).
+    """
+    from matplotlib.ticker import MaxNLocator, NullFormatter
+
+    for ax in fig.axes:
+        for axis, label in ((ax.xaxis, ax.get_xlabel()), (ax.yaxis, ax.get_ylabel())):
+            scale = ax.get_xscale() if axis is ax.xaxis else ax.get_yscale()
+            if scale == "log":
+                axis.set_minor_formatter(NullFormatter())
+            elif any(w in label.lower() for w in ("round", "iteration", "epoch")):
+                axis.set_major_locator(MaxNLocator(integer=True))
+
+
 def save(fig, out_dir: Path, stem: str) -> dict[str, str]:
-    """Write ``stem.png`` and ``stem.svg``; return their file names."""
+    """Write ``stem.png`` and ``stem.svg`` (axes tidied by :func:`tidy_axes`; within :func:`labelled`,
+    the budget's label in the image); return their file names.
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
+    tidy_axes(fig)
+    label = _BUDGET_LABEL.get()
+    if label:
+        fig.text(0.005, 0.005, label, ha="left", va="bottom", fontsize=8, color="#a40000", fontweight="bold")
+        height = fig.get_size_inches()[1]
+        fig.tight_layout(rect=(0, 0.18 / height, 1, 1))
+    else:
+        fig.tight_layout()
     fig.savefig(out_dir / f"{stem}.png", dpi=130)
     fig.savefig(out_dir / f"{stem}.svg", metadata={"Date": None})
     import matplotlib.pyplot as plt
@@ -82,6 +139,9 @@ def dot_plot(ax, labels: Sequence[str], means: Sequence[float], lows: Sequence[f
         ax.errorbar(m[i], y[i], xerr=err[:, i:i + 1], fmt="o", color=colours[i], ms=6, capsize=3, lw=1.4)
     if zero_line:
         ax.axvline(0.0, color="#444", lw=0.9, ls="--")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=5))  # signed three-decimal labels need room
     ax.set_yticks(y, list(labels))
     ax.set_ylim(len(labels) - 0.5, -0.5)
     ax.set_xlabel(xlabel)

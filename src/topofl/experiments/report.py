@@ -45,6 +45,8 @@ figure{margin:1em 0 2em}figure img{max-width:100%;height:auto;border:1px solid #
 figcaption{font-size:.9em;color:#555}
 .ci{color:#555;font-size:.9em}tr.sig td{font-weight:600}
 .note{background:#fff8e1;border-left:4px solid #f0b400;padding:.5em .8em;margin:.6em 0}.meta{color:#666;font-size:.9em}
+.budgetnote{background:#fdecea;border-left:4px solid #a40000;padding:.5em .8em;margin:.6em 0}\
+.budget{color:#a40000;font-weight:600}
 details{margin:.4em 0 1.2em}summary{cursor:pointer;color:#155;font-size:.92em}
 nav a{margin-right:1em;white-space:nowrap}code{font-size:.92em}
 """
@@ -76,9 +78,14 @@ def _kind(name: str, values: list[str]) -> str:
 
 
 def _integers(nums: list[float], values: list[str]) -> bool:
-    """Whether every number is an integer, written as one (no decimal point, no exponent)."""
-    return all(f.is_integer() for f in nums) and all("." not in v and "e" not in v.lower() for v in values
-                                                     if _num(v) is not None)
+    """Whether the column holds integers: every number is one, and either written as one (no decimal
+    point, no exponent) or, written as a float ("21.0": a count stored as a float), some number is
+    at least 2 — so a metric column whose values happen to be 0.0 and 1.0 keeps its decimals.
+    """
+    if not all(f.is_integer() for f in nums):
+        return False
+    written = all("." not in v and "e" not in v.lower() for v in values if _num(v) is not None)
+    return written or max(abs(f) for f in nums) >= 2
 
 
 def _magnitude_kind(low: str, top: float) -> str:
@@ -178,7 +185,10 @@ def _p_cell(parts: list[str]) -> str:
 def _cell(r: dict[str, str], keys: list[str], joiner: str, kinds: dict[str, str]) -> str:
     """One cell of the display column joining ``keys`` of row ``r``."""
     parts = [_fmt(r[k], kinds[k]) for k in keys]
-    text = (f"{parts[0]}<br><span class=ci>({parts[1]}, {parts[2]})</span>" if joiner == "ci"
+    if joiner == "ci" and parts[0] not in ("–", "") and any(p in ("–", "") for p in parts[1:]):
+        # NaN (or empty) interval beside a mean: fewer than two seeds, no t-interval
+        parts[1:] = ["1 seed, no CI"]
+    text = (f"{parts[0]}<br><span class=ci>({', '.join(parts[1:])})</span>" if joiner == "ci"
             else _p_cell(parts) if joiner == "p"
             else joiner.join(parts))
     cls = " class=t" if len(keys) == 1 and kinds[keys[0]] == "text" else ""
@@ -192,7 +202,7 @@ def _row(r: dict[str, str], groups: list[tuple[str, list[str], str]], kinds: dic
     return ("<tr class=sig>" if any(_below(r[c], ALPHA) for c in holm_cols) else "<tr>") + cells + "</tr>"
 
 
-def _table(path: Path, title: str, max_rows: int = 60, show: list[str] | None = None) -> str:
+def _table(path: Path, title: str, max_rows: int = 60, show: list[str] | None = None, budget: str = "") -> str:
     rows = read_csv(path)
     if not rows:
         return f"<p class=meta>{html.escape(title)}: no rows.</p>"
@@ -208,21 +218,41 @@ def _table(path: Path, title: str, max_rows: int = 60, show: list[str] | None = 
     note = (" <span class=meta>p: two-sided paired t-test over seeds; Holm: adjusted by Holm's method over the "
             f"comparisons of one family (its size after “of”); rows in bold: Holm-adjusted p &lt; {ALPHA:g}.</span>"
             if holm_cols else "")
-    return (f"<div class=tw><table><caption>{html.escape(title)} <span class=meta>({path.name})</span>{note}</caption>"
+    return (f"<div class=tw><table><caption>{html.escape(title)} <span class=meta>({path.name})</span>{note}"
+            f"{_budget_tag(budget)}</caption>"
             f"<tr>{head}</tr>{''.join(body)}</table></div>{more}")
 
 
-def _figure(exp_dir: Path, fig: dict) -> str:
+def _budget_tag(budget: str) -> str:
+    """The short budget label a table or figure caption ends with (nothing at the paper's budget)."""
+    return f" <span class=budget>[{html.escape(budget.split(':')[0])}]</span>" if budget else ""
+
+
+def _budget_of(man: dict[str, Any], cfg: dict[str, Any]) -> str:
+    """The experiment's budget label: its manifest's (:func:`topofl.experiments.base.budget_label`),
+    or, for a manifest written before labels, the profile named in ``config.json`` when it is not ``full``.
+    """
+    if man.get("budget"):
+        return str(man["budget"])
+    profile = str(cfg.get("profile", "full"))
+    return f"{profile} budget — below the paper's, not comparable with its numbers" if profile != "full" else ""
+
+
+def _figure(exp_dir: Path, fig: dict, budget: str = "") -> str:
     data = base64.b64encode((exp_dir / fig["png"]).read_bytes()).decode()
     svg = f' · <a href="{exp_dir.name}/{fig["svg"]}">SVG</a>' if "svg" in fig else ""
     return (
         f'<figure><img alt="{html.escape(fig["caption"])}" src="data:image/png;base64,{data}">'
-        f'<figcaption>{html.escape(fig["caption"])}{svg}</figcaption></figure>'
+        f'<figcaption>{html.escape(fig["caption"])}{_budget_tag(budget)}{svg}</figcaption></figure>'
     )
 
 
 def _kv(d: Any) -> str:
-    return ", ".join(f"{k}={v}" for k, v in d.items()) if isinstance(d, dict) and d else "–"
+    """``k=v, ...`` of a settings dict, less NaN values (a setting a run does not have, e.g. a baseline's γ)."""
+    if not isinstance(d, dict):
+        return "–"
+    items = [(k, v) for k, v in d.items() if not (isinstance(v, float) and math.isnan(v))]
+    return ", ".join(f"{k}={v}" for k, v in items) if items else "–"
 
 
 def _settings(cfg: dict[str, Any]) -> str:
@@ -283,10 +313,16 @@ def _report_dirs(out: Path) -> list[Path]:
 
 def _section(d: Path, man: dict[str, Any], cfg: dict[str, Any]) -> str:
     """One experiment's section: title, description, notes, tables, figures and settings."""
+    budget = _budget_of(man, cfg)
     parts = [f'<h2 id="{man["name"]}">{html.escape(man["title"])}</h2><p>{html.escape(man["description"])}</p>']
+    if budget:
+        parts.append(f"<div class=budgetnote><b>{html.escape(budget.split(':')[0])}</b>"
+                     f"{html.escape(budget[len(budget.split(':')[0]):])}. Every table and figure below "
+                     "is at this budget.</div>")
     parts += [f'<div class=note>{html.escape(n)}</div>' for n in man["notes"]]
-    parts += [_table(d / t["csv"], t["title"], show=t.get("show")) for t in man["tables"] if t["csv"] != "pairs.csv"]
-    parts += [_figure(d, f) for f in man["figures"]]
+    parts += [_table(d / t["csv"], t["title"], show=t.get("show"), budget=budget) for t in man["tables"]
+              if t["csv"] != "pairs.csv"]
+    parts += [_figure(d, f, budget) for f in man["figures"]]
     parts.append(_settings(cfg))
     return "\n".join(parts)
 

@@ -8,9 +8,8 @@ complete. ``DIR`` is locked throughout. See docs/internals.md#topofl.experiments
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, wait
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +17,12 @@ from topofl._validation import check_int
 from topofl.experiments.decentralised_run import execute_decentralised
 from topofl.experiments.federated_run import execute_federated
 from topofl.experiments.paper_protocol import execute_paper_protocol, is_protocol_run
+from topofl.experiments.pool import workers
 from topofl.experiments.store import load_curves, load_done, merge, results_lock, run_paths, verified_done, write_done
 from topofl.job import Job
 from topofl.limits import MAX_JOBS
 from topofl.methods import family
+from topofl.threads import check_threads, limited_threads
 
 log = logging.getLogger(__name__)
 
@@ -40,18 +41,11 @@ def execute_run(spec: Job, run_dir: Path) -> dict[str, Any]:
 
 
 def _worker(spec: Job, run_dir: str) -> dict[str, Any]:
-    """One run in a worker process, with BLAS limited to one thread: the workers are forked after
-    numpy loaded, so OMP_NUM_THREADS alone no longer applies, and parallel workers whose BLAS calls
-    each spin several threads on the same cores run 10–100× slower (measured on 2 cores).
+    """One run in a worker process of :func:`topofl.experiments.pool.worker_pool`, with the worker's
+    compute threads (:func:`topofl.threads.limited_threads`: re-applied for each run, since a run may
+    load torch or a BLAS the worker had not loaded yet).
     """
-    from threadpoolctl import threadpool_limits
-
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    if spec.model != "linear":  # a torch model: one thread per worker too (torch keeps its own pool)
-        import torch
-
-        torch.set_num_threads(1)
-    with threadpool_limits(limits=1):
+    with limited_threads(None, model=spec.model):
         return execute_run(spec, Path(run_dir))
 
 
@@ -62,26 +56,35 @@ def execute(
     resume: bool = False,
     jobs: int = 1,
     on_done: Callable[[Job, dict[str, Any]], None] | None = None,
+    threads: int | None = None,
 ) -> list[dict[str, Any]]:
     """Execute ``specs`` (skipping completed ones when ``resume``) and merge their results.
 
     Returns the done-records in plan order. ``out`` is locked for the whole call (nested in a
-    caller's own :func:`~topofl.experiments.store.results_lock` of it, if any).
+    caller's own :func:`~topofl.experiments.store.results_lock` of it, if any). ``threads``: the
+    compute threads of each run (``None``: :mod:`topofl.threads`' policy for ``jobs`` processes).
+
+    An interruption (``KeyboardInterrupt``; the command line turns SIGTERM into one) stops the
+    workers at once (:func:`topofl.experiments.pool.stop_workers`) and propagates: the runs that
+    finished are on disk, sealed, and ``resume=True`` reuses them.
 
     Raises
     ------
     ValueError
         When another process is writing ``out`` (naming it), when ``out`` holds results and not
-        ``resume``, or when the plan holds a run twice.
+        ``resume``, when the plan holds a run twice, or for a bad ``jobs`` or ``threads``.
     """
     check_int("jobs", jobs, 1, MAX_JOBS)
+    if threads is not None:
+        check_threads(threads)
     out = Path(out)
     with results_lock(out):
-        return _execute(specs, out, resume, jobs, on_done)
+        return _execute(specs, out, resume, jobs, on_done, threads)
 
 
 def _execute(
     specs: Sequence[Job], out: Path, resume: bool, jobs: int, on_done: Callable[[Job, dict[str, Any]], None] | None,
+    threads: int | None = None,
 ) -> list[dict[str, Any]]:
     """:func:`execute`, with ``out`` locked."""
     run_dir = out / "runs"
@@ -103,7 +106,7 @@ def _execute(
         if on_done is not None:
             on_done(spec, done)
 
-    _run_todo(todo, run_dir, jobs, finished)
+    _run_todo(todo, run_dir, jobs, finished, threads)
     merge(specs, out)
     return [records[s.run_id] for s in specs]
 
@@ -125,22 +128,21 @@ def _sort_done(specs: Sequence[Job], run_dir: Path) -> tuple[dict[str, dict[str,
     return records, todo
 
 
-def _run_todo(todo: Sequence[Job], run_dir: Path, jobs: int, finished: Callable[[Job, dict[str, Any]], None]) -> None:
-    """Run ``todo``, in this process or in a pool of ``jobs`` workers, handing each done-record to
-    ``finished`` as its run ends.
+def _run_todo(todo: Sequence[Job], run_dir: Path, jobs: int, finished: Callable[[Job, dict[str, Any]], None],
+              threads: int | None = None) -> None:
+    """Run ``todo``, in this process or in a pool of ``jobs`` workers (:func:`~topofl.experiments.pool.workers`:
+    stopped at once on an interruption), handing each done-record to ``finished`` as its run ends.
     """
     if jobs <= 1 or len(todo) <= 1:
         for spec in todo:
-            finished(spec, execute_run(spec, run_dir))
+            with limited_threads(threads, model=spec.model):
+                record = execute_run(spec, run_dir)
+            finished(spec, record)
         return
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
+    with workers(jobs, threads) as pool:
         futures = {pool.submit(_worker, s, str(run_dir)): s for s in todo}
-        try:
-            pending = set(futures)
-            while pending:
-                done_now, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for f in done_now:
-                    finished(futures[f], f.result())
-        except BaseException:
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
+        pending = set(futures)
+        while pending:
+            done_now, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for f in done_now:
+                finished(futures[f], f.result())

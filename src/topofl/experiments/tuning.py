@@ -15,7 +15,7 @@ import math
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ import numpy as np
 from topofl._validation import check_int, check_range
 from topofl.config import Space
 from topofl.experiments.analysis import add_holm, num, paired_differences
+from topofl.experiments.pool import stop_workers, worker_pool
 from topofl.experiments.results import write_csv
 from topofl.experiments.store import holds_results, results_lock, run_paths, verified_done
 from topofl.job import Job
@@ -472,7 +473,7 @@ def run_studies(
     """
     check_int("jobs", jobs, 1, MAX_JOBS)
     run_dir.mkdir(parents=True, exist_ok=True)
-    pool: Any = ProcessPoolExecutor(max_workers=jobs) if jobs > 1 else _Inline()
+    pool: Any = worker_pool(jobs) if jobs > 1 else _Inline()   # workers: SIGINT ignored, stopped at once below
     inflight: dict[Future, tuple[Study, Job]] = {}
     current: dict[str, _Open] = {}
 
@@ -537,7 +538,7 @@ def run_studies(
                 if len(open_.results) == len(open_.specs):
                     finish(study, open_)
     except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
+        stop_workers(pool)   # Ctrl-C, SIGTERM or an error: the workers end now, finished runs stay sealed
         raise
     pool.shutdown()
 

@@ -113,6 +113,8 @@ class Result:
     iterations: list[dict[str, Any]] = field(default_factory=list)  # peer family: one row per iteration
     models: dict[int, Any] = field(default_factory=dict)  # peer family: each client's model object
     graph: Any = None  # peer family: the communication graph (networkx)
+    # what the federation did to its rows (topofl.models.preprocessing.Preprocessing): predict applies it to raw rows
+    preprocessing: Any = None
 
     @property
     def server_logs(self) -> list[dict[str, Any]]:
@@ -130,19 +132,64 @@ class Result:
             first -= 1
         return self.records[first:]
 
-    def predict(self, X: np.ndarray, client: int | None = None) -> np.ndarray:
-        """Scores of ``X`` under client ``client``'s final model (``None``: the server's model):
-        P(y = 1), class probabilities, or predicted values, as :meth:`Model.predict_scores`.
-        """
-        if self.models:  # peers: each client's own model object
-            if client not in self.client_models:
-                raise ValueError(f"client {client!r} has no final model; clients: {sorted(self.client_models)}")
-            scores: np.ndarray = self.models[client].predict_scores(self.client_models[client],
-                                                                    np.asarray(X, dtype=np.float64))
-            return scores
-        from topofl.models.io import predict_with
+    def predict(self, X: Any, client: Any = None, *, preprocessed: bool = False) -> np.ndarray:
+        """Scores of raw rows ``X`` under client ``client``'s final model (a client id or, where the
+        federation named them, a site name; ``None``: the server's model): P(y = 1), class
+        probabilities, or predicted values, as :meth:`Model.predict_scores`.
 
-        return predict_with(self.model, self.server_params, self.client_models, self.client_feature_states, X, client)
+        Raw rows go through the federation's :attr:`preprocessing` first (imputation,
+        standardisation: what the evaluated rows went through), so they score as the run reported;
+        ``preprocessed=True`` takes rows already preprocessed (e.g. ``federation[k].X_test``).
+        ``ValueError`` for rows with the wrong number of columns, naming them.
+        """
+        scores: np.ndarray = self.model_set().predict(X, client, preprocessed=preprocessed)
+        return scores
+
+    def predict_labels(self, X: Any, client: Any = None, *, preprocessed: bool = False) -> np.ndarray:
+        """Predicted labels of raw rows ``X`` as the data named them (see :meth:`predict`)."""
+        labels: np.ndarray = self.model_set().predict_labels(X, client, preprocessed=preprocessed)
+        return labels
+
+    def score(self, X: Any, y: Any, client: Any = None, *, preprocessed: bool = False) -> dict[str, float]:
+        """``accuracy`` and ``auc`` (``mse``, ``r2`` for regression) of raw rows ``X`` with labels ``y``
+        (as the data named them) under client ``client``'s model: on a client's held-out rows, the
+        scores the run reported for it.
+        """
+        from topofl.data.prediction import score_rows
+
+        return score_rows(self.model_set(), X, y, client, preprocessed=preprocessed)
+
+    def module(self, client: Any = None) -> Any:
+        """Client ``client``'s trained network as a ``torch.nn.Module`` (``None``: the server's); a
+        user's own module comes back as its own class. ``ValueError`` for a NumPy model.
+        """
+        return self.model_set().module(client)
+
+    def state_dict(self, client: Any = None) -> dict[str, Any]:
+        """Client ``client``'s trained network's ``state_dict()`` (``None``: the server's)."""
+        state: dict[str, Any] = self.model_set().state_dict(client)
+        return state
+
+    def model_set(self) -> Any:
+        """The trained models with their preprocessing (:class:`topofl.models.io.ModelSet`)."""
+        from topofl.models.io import model_set
+
+        return model_set(self)
+
+    def keep_final_client_metrics(self) -> None:
+        """Every client's metrics of its last evaluated round (``auc``, ``accuracy``, ``loss``; ``mse``,
+        ``r2`` for regression) in :attr:`client_metrics`, beside what its updates reported (e.g.
+        pTopoFL's privacy accounting); the runtimes call it when a run ends.
+        """
+        keys = ("auc", "accuracy", "loss", "mse", "r2")
+        last: dict[int, dict[str, Any]] = {}
+        for r in self.records:
+            cid = r.get("client")
+            if cid is not None and (cid not in last or r["round"] >= last[cid]["round"]):
+                last[int(cid)] = r
+        for cid, r in sorted(last.items()):
+            final = {k: float(r[k]) for k in keys if k in r and r[k] is not None}
+            self.client_metrics[cid] = {**self.client_metrics.get(cid, {}), **final, "round": int(r["round"])}
 
     @property
     def final(self) -> dict[str, Any]:
@@ -171,7 +218,8 @@ class Result:
         if "server_logs" in state and "logs" not in state:
             state = {**state, "logs": state["server_logs"]}
             del state["server_logs"]
-        defaults: dict[str, Any] = {"family": "server", "iterations": [], "models": {}, "graph": None}
+        defaults: dict[str, Any] = {"family": "server", "iterations": [], "models": {}, "graph": None,
+                                    "preprocessing": None}
         self.__dict__.update({**defaults, **state})
 
     def convergence_round(self, metric: str = "auc", fraction: float = 0.95) -> int:

@@ -77,6 +77,7 @@ def run_federation(
     progress: bool = False,
     model: Any = None,
     device: str = "cpu",
+    input_shape: tuple[int, ...] | None = None,
 ) -> History:
     """Run ``rounds`` rounds of ``algorithm`` on ``federation`` in process and return the history.
 
@@ -102,16 +103,22 @@ def run_federation(
         ``"resnet18"``, ``"mlp"``, ...), a user's ``torch.nn.Module`` or a factory of one.
     device : str
         Where a PyTorch model computes: ``"cpu"`` (default), ``"cuda"`` or ``"auto"``.
+    input_shape : tuple of int, optional
+        The shape of one input of a PyTorch model, e.g. ``(1, 8, 8)``: each row is reshaped to it
+        (a user's CNN needs it; default: flat rows, or the image a registered CNN infers).
     """
     check_int("rounds", rounds, 1, MAX_ROUNDS)
     check_int("seed", seed, 0, MAX_SEED)
     problem = feature_scale_problem(federation.clients)
     if problem:
         warnings.warn(TrainingWarning(problem), stacklevel=2)
-    built = algorithm.build_model(model, federation.task, federation.n_features, federation.n_classes, device=device)
+    built = algorithm.build_model(model, federation.task, federation.n_features, federation.n_classes, device=device,
+                                  **({"input_shape": tuple(input_shape)} if input_shape else {}))
     pool = InProcessPool(federation, algorithm, built, seed)
-    return run_rounds(pool, algorithm, built, rounds, seed, client_fraction=client_fraction, on_round=on_round,
-                      progress=progress)
+    history = run_rounds(pool, algorithm, built, rounds, seed, client_fraction=client_fraction, on_round=on_round,
+                         progress=progress)
+    history.preprocessing = getattr(federation, "preprocessing", None)
+    return history
 
 
 def run_rounds(  # noqa: PLR0913 (public keyword options of the round loop that every runtime drives)
@@ -179,6 +186,7 @@ def run_rounds(  # noqa: PLR0913 (public keyword options of the round loop that 
     history.server_params = algorithm.server_params()
     history.client_models, history.client_feature_states = pool.final_models(
         rounds, as_sent({cid: algorithm.message_for(cid) for cid in ids}, param_dtype(model)))
+    history.keep_final_client_metrics()
     return history
 
 

@@ -20,12 +20,29 @@ from flwr.serverapp import Grid
 from topofl.data.federation import TASKS
 from topofl.federation.pool import Failure
 from topofl.federation.validation import client_info
-from topofl.flower.exchange import exchange
+from topofl.flower.exchange import NO_REPLY, OUTAGE_MARK, exchange
 from topofl.flower.records import config_record
 from topofl.flower.settings import FlowerSettings
 from topofl.limits import MAX_CLASSES, MAX_FEATURES
 
 log = logging.getLogger(__name__)
+
+#: where to read why a SuperNode did not connect or answer, in each runtime (what the discovery errors point to)
+NODE_LOGS = ("the SuperNodes' logs: supernode-<i>.log in a LocalDeployment's log directory, the output of each "
+             "flower-supernode, or the ClientApps' output with topofl flower --verbose (Simulation Runtime)")
+
+
+def discovery_timeout(settings: FlowerSettings) -> tuple[str, float]:
+    """The run-config setting that bounds the discovery query and its seconds: ``node-wait``, or
+    ``round-timeout`` when ``node-wait`` is 0.
+    """
+    return ("node-wait", settings.node_wait) if settings.node_wait else ("round-timeout", settings.round_timeout)
+
+
+def _busy_hint(name: str) -> str:
+    """What to do about SuperNodes that are too slow: the setting to raise, and where their logs are."""
+    return (f"a busy machine starts SuperNodes and their ClientApps slowly (imports, loading data): raise {name} in "
+            f"the run config (e.g. {name}=300); to see what a SuperNode was doing, read {NODE_LOGS}")
 
 
 def wait_for_nodes(grid: Grid, settings: FlowerSettings) -> tuple[list[int], dict[int, int]]:
@@ -42,8 +59,8 @@ def wait_for_nodes(grid: Grid, settings: FlowerSettings) -> tuple[list[int], dic
         if len(ids) >= settings.min_nodes:
             return ids, {nid: first_seen[nid] for nid in ids}
         if time.monotonic() >= deadline:
-            raise RuntimeError(f"only {len(ids)} SuperNode(s) connected after node-wait={settings.node_wait:g} s; "
-                               f"min-nodes={settings.min_nodes}")
+            raise RuntimeError(f"only {len(ids)} of min-nodes={settings.min_nodes} SuperNode(s) connected within "
+                               f"node-wait={settings.node_wait:g} s: {_busy_hint('node-wait')}")
         poll += 1
         time.sleep(0.5)
 
@@ -65,8 +82,11 @@ def discover(grid: Grid, settings: FlowerSettings) -> tuple[dict[int, int], dict
             raise ValueError("the reply has no 'info' ConfigRecord")
         return dict(content["info"])
 
+    name, seconds = discovery_timeout(settings)
     infos, failures = exchange(grid, {n: n for n in node_ids}, contents, MessageType.QUERY, 0, "discover",
-                               settings.node_wait or settings.round_timeout, decode)
+                               seconds, decode, timeout_name=name)
+    # nodes that were too slow (not lost to a SuperLink outage, which a longer wait does not cure)
+    silent = [f for f in failures if f.reason.startswith(NO_REPLY) and OUTAGE_MARK not in f.reason]
     claims: dict[int, list[tuple[int, dict[str, Any]]]] = {}
     for nid, info in sorted(infos.items()):
         try:
@@ -80,7 +100,15 @@ def discover(grid: Grid, settings: FlowerSettings) -> tuple[dict[int, int], dict
     for f in failures:
         log.warning("node %s left out of the run at discovery: %s", f.node_id, f.reason)
     if not nodes:
-        raise RuntimeError("no SuperNode answered the discovery query with a valid declaration; see the node logs")
+        if silent and len(silent) == len(failures):
+            raise RuntimeError(f"no SuperNode answered the discovery query within {name}={seconds:g} s (none of the "
+                               f"{len(node_ids)} connected): {_busy_hint(name)}")
+        first = next((f for f in failures if f not in silent), None)
+        why = f" (node {first.node_id}: {first.reason})" if first is not None else ""
+        raise RuntimeError(f"no SuperNode answered the discovery query with a valid declaration{why}; read {NODE_LOGS}")
+    if silent:
+        log.warning("%d SuperNode(s) did not answer the discovery query within %s=%g s and are left out: %s",
+                    len(silent), name, seconds, _busy_hint(name))
     return nodes, by_client, failures
 
 

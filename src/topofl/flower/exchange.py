@@ -232,6 +232,10 @@ class _PushPull:
         return out
 
 
+#: how the reason of a node's failure to reply in time starts (then ``SETTING=SECONDS s``)
+NO_REPLY = "no reply within"
+
+
 def exchange(
     grid: Any,
     nodes: Mapping[int, int],
@@ -241,8 +245,13 @@ def exchange(
     stage: str,
     timeout: float,
     decode: Callable[[int, RecordDict], T],
+    *,
+    timeout_name: str = "round-timeout",
 ) -> tuple[dict[int, T], list[Failure]]:
     """Send ``contents[cid]`` to node ``nodes[cid]``; return ``{cid: decode(cid, reply)}`` and failures.
+
+    ``timeout`` bounds the exchange; ``timeout_name`` is the run-config setting it comes from, named
+    in the failure of a node that did not reply in time (``round-timeout``; discovery: ``node-wait``).
 
     Replies are matched to clients through ``reply_to_message_id`` (an unavailable node's error
     reply comes from the SuperLink, not from the node). A failure that followed a SuperLink
@@ -281,7 +290,7 @@ def exchange(
             continue
         out[cid] = value
     for cid in sorted(set(cids) - set(out) - {f.client for f in failures}):
-        failures.append(Failure(rnd, cid, stage, f"no reply within round-timeout={timeout:g} s", nodes[cid]))
+        failures.append(Failure(rnd, cid, stage, f"{NO_REPLY} {timeout_name}={timeout:g} s", nodes[cid]))
         lost.add(cid)
     outage = outage_since(start - OUTAGE_MEMORY_S)
     if outage is not None and lost:

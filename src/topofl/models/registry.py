@@ -77,6 +77,9 @@ def build_model(
         A PyTorch model without PyTorch installed.
     """
     if is_linear(spec):
+        if input_shape is not None:
+            raise ValueError("input_shape applies to a torch model; the linear model reads flat rows "
+                             "(pass model=..., e.g. your CNN)")
         return make_model(task, n_features, n_classes, l2)
     if hasattr(spec, "n_params") and hasattr(spec, "loss_grad"):
         return spec
@@ -85,6 +88,8 @@ def build_model(
     from topofl.models.torch_models import TorchClassifier, _require_torch
 
     torch = _require_torch()
+    if input_shape is not None:
+        input_shape = checked_input_shape(input_shape, n_features)
     classes = 2 if task == "binary" else max(int(n_classes), 2)
     common: dict[str, Any] = {"l2": l2, "dtype": dtype, "task": task, "device": device}
     if isinstance(spec, str) and ":" not in spec:
@@ -95,6 +100,29 @@ def build_model(
     except (TypeError, RuntimeError) as exc:
         raise ValueError(f"the model does not fit this data ({n_features} features, "
                          f"{classes} classes): {exc}") from None
+
+
+def checked_input_shape(shape: Any, n_features: int | None = None) -> tuple[int, ...]:
+    """``shape`` as a tuple of positive ints (a ``"1,8,8"`` or ``"1x8x8"`` string too) whose product is
+    ``n_features`` when given; ``ValueError`` naming both otherwise.
+    """
+    if isinstance(shape, str):
+        parts = [p.strip() for p in (shape.split(",") if "," in shape else shape.split("x")) if p.strip()]
+        try:
+            shape = tuple(int(p) for p in parts)
+        except ValueError:
+            raise ValueError(f"input_shape must be sizes such as 1,8,8 (C,H,W); got {shape!r}") from None
+    if isinstance(shape, (bool, int, np.integer)) or not hasattr(shape, "__iter__"):
+        raise ValueError(f"input_shape must be a tuple of sizes, e.g. (1, 8, 8); got {shape!r}")
+    out = tuple(shape)
+    if not 1 <= len(out) <= 4 or any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1
+                                     for v in out):
+        raise ValueError(f"input_shape must be 1 to 4 positive integer sizes, e.g. (1, 8, 8); got {shape!r}")
+    out = tuple(int(v) for v in out)
+    if n_features is not None and int(np.prod(out)) != n_features:
+        raise ValueError(f"input_shape {out} holds {int(np.prod(out))} values per row; the rows have {n_features} "
+                         "features")
+    return out
 
 
 def _registered(spec: str, n_features: int, classes: int, input_shape: tuple[int, ...] | None,

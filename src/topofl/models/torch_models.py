@@ -248,6 +248,20 @@ class TorchClassifier:
             theta[idx] += rng.normal(0.0, scale, idx.size)
         return theta
 
+    def module(self, theta: np.ndarray) -> nn.Module:
+        """A fresh ``torch.nn.Module`` built by :attr:`module_factory` (a user's module comes back as
+        its own class) holding the parameters ``theta``, on the CPU in the model's dtype, in eval mode:
+        the network to keep, fine-tune or ``torch.save`` (its ``state_dict()``). Buffers (running
+        statistics) are the factory's: flat vectors carry parameters only.
+        """
+        torch = self._rt.torch
+        theta = self._theta(theta)
+        module = self.module_factory().to(dtype=self._rt.dtype, device="cpu")
+        with torch.no_grad():
+            torch.nn.utils.vector_to_parameters(torch.from_numpy(np.array(theta, dtype=np.float64)).to(self._rt.dtype),
+                                                list(module.parameters()))
+        return module.eval()
+
     # ---- input handling ------------------------------------------------------------------
     @property
     def param_dtype(self) -> np.dtype:

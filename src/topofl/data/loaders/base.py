@@ -25,6 +25,9 @@ class LoadedData:
     info : dict
         Provenance: ``source`` (files read or generator), ``protocol`` (split / reduction applied
         and its seed) and loader-specific facts.
+    preprocessing : Preprocessing, optional
+        What was done to the rows (a :class:`~topofl.models.preprocessing.Preprocessing`), when one
+        record describes every client; a run's ``predict`` applies it to raw rows.
     """
 
     clients: list[ClientData]
@@ -32,6 +35,7 @@ class LoadedData:
     n_classes: int
     name: str
     info: dict[str, Any] = field(default_factory=dict)
+    preprocessing: Any = None
 
     @property
     def n_clients(self) -> int:
@@ -52,4 +56,5 @@ class LoadedData:
             If the clients do not share one feature count (heterogeneous model sizes cannot form
             a single-feature-space federation), or any array fails the federation's checks.
         """
-        return Federation(self.clients, task=self.task, n_classes=self.n_classes, name=self.name, info=self.info)
+        return Federation(self.clients, task=self.task, n_classes=self.n_classes, name=self.name, info=self.info,
+                          preprocessing=self.preprocessing)

@@ -17,6 +17,7 @@ from topofl._validation import check_choice, check_range
 from topofl.data.federation import Federation
 from topofl.data.loaders.tables import parse_cell
 from topofl.data.partition import train_test_split
+from topofl.models.preprocessing import Preprocessing
 
 #: the sites in file order, with their file names
 SITES = {"cleveland": "processed.cleveland.data", "hungary": "processed.hungarian.data",
@@ -74,15 +75,20 @@ def read_site(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     return X, np.array(labels, dtype=np.int64)
 
 
+def site_medians(X_train: np.ndarray) -> np.ndarray:
+    """The median of every column over a site's observed training values (0 where it observed none)."""
+    with np.errstate(all="ignore"):
+        observed = ~np.isnan(X_train)
+        return np.array([np.median(X_train[observed[:, j], j]) if observed[:, j].any() else 0.0
+                         for j in range(X_train.shape[1])])
+
+
 def impute_site(X_train: np.ndarray, X_test: np.ndarray, columns: Sequence[int],
                 indicators: bool) -> tuple[np.ndarray, np.ndarray]:
     """Fill one site's missing values with the medians of its own training rows (0 where the site
     never observed a column) and append a 0/1 indicator per column of ``columns``.
     """
-    with np.errstate(all="ignore"):
-        observed = ~np.isnan(X_train)
-        med = np.array([np.median(X_train[observed[:, j], j]) if observed[:, j].any() else 0.0
-                        for j in range(X_train.shape[1])])
+    med = site_medians(X_train)
     out = []
     for X in (X_train, X_test):
         miss = np.isnan(X)
@@ -136,19 +142,27 @@ def load_heart_disease(
     base = Path(root) if root is not None else heart_disease_dir()
     data = [read_site(base / SITES[s]) for s in sites]
     missing_anywhere = [j for j in range(len(FEATURES)) if any(np.isnan(X[:, j]).any() for X, _ in data)]
-    arrays, meta = [], []
-    for k, (name, (X, num)) in enumerate(zip(sites, data, strict=True)):
+    splits = []
+    for k, (_, num) in enumerate(data):
         y = (num > 0).astype(np.int64)
         rng = np.random.default_rng(np.random.SeedSequence([seed, k, 0x4EA7]))
-        tr, te = train_test_split(y, test_fraction, rng)
-        Xtr, Xte = impute_site(X[tr], X[te], missing_anywhere, indicators)
-        arrays.append((Xtr, y[tr], Xte, y[te]))
+        splits.append((y, *train_test_split(y, test_fraction, rng)))
+    # what predict applies to a raw row: a 0 cholesterol is missing, each site's medians fill, indicators appended
+    prep = Preprocessing(
+        n_clients=len(sites), feature_names=FEATURES,
+        impute=np.stack([site_medians(X[tr]) for (X, _), (_, tr, _) in zip(data, splits, strict=True)]),
+        zero_is_missing=tuple(FEATURES.index(c) for c in ZERO_MEANS_MISSING),
+        indicators=tuple(missing_anywhere) if indicators else (), task="binary", label_name="num > 0")
+    arrays, meta = [], []
+    for k, (name, (X, _), (y, tr, te)) in enumerate(zip(sites, data, splits, strict=True)):
+        arrays.append((prep.impute_rows(X[tr], k), y[tr], prep.impute_rows(X[te], k), y[te]))
         meta.append({"site": name, "n_patients": int(y.size), "prevalence": float(y.mean()),
                      "missing_share": float(np.isnan(X).mean())})
     if pooled_training:
         Xp, yp = np.vstack([a[0] for a in arrays]), np.concatenate([a[1] for a in arrays])
         arrays = [(Xp, yp, Xte, yte) for _, _, Xte, yte in arrays]
-    return Federation.from_arrays(arrays, task="binary", name="heart-disease", meta=meta, standardise=standardise)
+    return Federation.from_arrays(arrays, task="binary", name="heart-disease", meta=meta, standardise=standardise,
+                                  preprocessing=prep)
 
 
 def feature_names(indicators: bool = True, root: str | Path | None = None,

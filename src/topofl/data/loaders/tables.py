@@ -13,6 +13,7 @@ import csv
 import logging
 import math
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -341,4 +342,145 @@ def load_table(
     """:func:`read_sites` then :meth:`Federation.from_sites` (``options``: seed, test_fraction, task, classes,
     standardise).
     """
-    return Federation.from_sites(read_sites(path, site_column, label_column), name=Path(path).stem, **options)
+    return Federation.from_sites(read_sites(path, site_column, label_column), name=Path(path).stem,
+                                 **{"label_name": label_column, **options})
+
+
+@dataclass(frozen=True)
+class PredictionRows:
+    """Rows of a CSV file to predict (:func:`read_prediction_rows`): the feature values in the model's
+    column order (NaN where a cell is missing), each row's site (``None``: no site column), its label
+    (``None``: no label column) and its line in the file.
+    """
+
+    X: np.ndarray
+    sites: list[str] | None
+    labels: np.ndarray | None
+    lines: list[int]
+    ignored: list[str]
+
+
+def read_prediction_rows(path: str | Path, features: Sequence[str] | None, site_column: str | None,
+                         label_column: str | None, allow_missing: bool = False) -> PredictionRows:
+    """The rows of a CSV file with a header to predict, as :class:`PredictionRows`.
+
+    Parameters
+    ----------
+    path : str or Path
+        A UTF-8 comma-separated file with a header (as :func:`read_csv_sites` reads).
+    features : sequence of str or None
+        The model's input columns by name, in its order (the file may hold them in any order;
+        a missing one is a ``ValueError`` naming it); ``None``: every column but the site and label
+        columns, in file order.
+    site_column, label_column : str or None
+        Columns naming each row's site and holding its label; ``None`` or absent from the
+        header: none. Other columns are ignored (listed in ``ignored``).
+    allow_missing : bool
+        Read an empty cell, ``?``, ``NA`` or ``NaN`` of a feature as missing (NaN; the model imputes);
+        otherwise such a cell is a ``ValueError`` naming the line and column.
+    """
+    path = Path(path)
+    name = path.name
+    reader: Any = None
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as fh:
+            reader = csv.reader(fh)
+            raw = next((r for r in reader if any(c.strip() for c in r)), None)
+            if raw is None:
+                raise ValueError(f"{name}: empty file (a header row is needed)")
+            if len(raw) > MAX_COLUMNS:
+                raise ValueError(f"{name}: {len(raw):,} columns; at most {MAX_COLUMNS:,} are read from a CSV file")
+            header = [h.strip() for h in raw]
+            index = _header_index(header, name)
+            site = site_column if site_column in index else None
+            label = label_column if label_column in index else None
+            if features is None:
+                features = [h for h in header if h not in (site, label)]
+            missing = [f for f in features if f not in index]
+            if missing:
+                raise ValueError(f"{name}: the model's column(s) {_quoted(missing)} are missing "
+                                 f"(it takes {len(features)}: {_shown(list(features))})")
+            fi = [index[f] for f in features]
+            used = set(fi) | {index[c] for c in (site, label) if c is not None}
+            ignored = [h for j, h in enumerate(header) if j not in used]
+            rows, sites, labels, lines = [], [], [], []
+            budget = MAX_VALUES
+            for row in reader:
+                if not any(cell.strip() for cell in row):
+                    continue
+                where = f"{name} line {reader.line_num}"
+                if len(row) != len(header):
+                    raise ValueError(f"{where}: {len(row)} values for {len(header)} columns")
+                budget -= len(header)
+                if budget < 0:
+                    raise ValueError(f"{where}: more than {MAX_VALUES:,} values in the file")
+                rows.append([_feature_cell(row[j], where, header[j], allow_missing) for j in fi])
+                if site is not None:
+                    s = row[index[site]].strip()
+                    if not s:
+                        raise ValueError(f"{where}: column {site!r} is empty")
+                    sites.append(s)
+                if label is not None:
+                    labels.append(parse_cell(row[index[label]], where, label))
+                lines.append(reader.line_num)
+    except csv.Error as exc:
+        raise ValueError(f"{name} line {reader.line_num if reader is not None else 1}: not readable as CSV ({exc})"
+                         ) from None
+    except OSError as exc:
+        raise ValueError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{str(path)!r} is not a UTF-8 text file (save it as \"CSV UTF-8\")") from None
+    if not rows:
+        raise ValueError(f"{name}: no data rows")
+    return PredictionRows(np.array(rows, dtype=np.float64).reshape(len(rows), len(fi)),
+                          sites if site is not None else None,
+                          np.array(labels, dtype=np.float64) if label is not None else None, lines, ignored)
+
+
+#: cells read as a missing value where the model imputes (``read_prediction_rows(..., allow_missing=True)``)
+MISSING_CELLS = ("", "?", "NA", "NaN", "nan")
+
+
+def _feature_cell(text: str, where: str, column: str, allow_missing: bool) -> float:
+    if allow_missing and text.strip() in MISSING_CELLS:
+        return float("nan")
+    return parse_cell(text, where, column)
+
+
+def held_out_sites(path: str | Path, site_column: str | None = "site", label_column: str = "y", *, seed: int = 0,
+                   test_fraction: float = 0.25, task: str | None = None) -> list[Site]:
+    """The held-out (test) rows of every site of ``path`` that :func:`load_table` (and ``topofl run --data``)
+    with ``seed`` and ``test_fraction`` scores its clients on, as ``(name, X, y, feature names)`` in client
+    order: the rows to check saved models with (``topofl predict``), raw, as the file holds them.
+    """
+    from topofl.data.federation import site_split
+
+    out = []
+    for k, (site, X, y, features) in enumerate(read_sites(path, site_column, label_column)):
+        _, te = site_split(y, k, seed, test_fraction, task)
+        out.append((site, X[te], y[te], features))
+    return out
+
+
+def write_sites_csv(sites: Sequence[Site], path: str | Path, site_column: str = "site",
+                    label_column: str = "y") -> Path:
+    """Write sites ``(name, X, y, feature names)`` to one CSV file with a site column (every value exact,
+    as :func:`read_csv_sites` reads it back).
+    """
+    path = Path(path)
+    features = list(sites[0][3]) if sites else []
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow([site_column, *features, label_column])
+        for site, X, y, names in sites:
+            if list(names) != features:
+                raise ValueError(f"site {site!r} has other columns than {sites[0][0]!r}")
+            for row, label in zip(X, y, strict=True):
+                w.writerow([site, *(_exact(v) for v in row), _exact(label)])
+    return path
+
+
+def _exact(value: float) -> str:
+    """A number as CSV text that reads back exactly: an integer without ``.0``."""
+    v = float(value)
+    return str(int(v)) if v.is_integer() and abs(v) < 2**53 else repr(v)

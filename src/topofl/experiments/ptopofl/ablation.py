@@ -25,6 +25,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
 FULL_LABEL = next(iter(VARIANTS))
 PAPER = {"pTopoFL (full)": 0.841, "M = 1 (no clustering)": 0.790, "β = 0 (no blending)": 0.838, "FedAvg": 0.790}
 FULL = Budget()
+#: a CI smoke run: three rounds
+SMOKE = Budget(rounds=3)
 
 
 def plan(seeds: Sequence[int], budget: Budget = FULL) -> list[Job]:
@@ -98,4 +100,4 @@ def analyse(out: Path, done: list[dict[str, Any]], budget: Budget = FULL) -> Man
     return man
 
 
-EXPERIMENT = Experiment(NAME, "Ablation", plan, analyse, {"full": FULL}, tunable=True)
+EXPERIMENT = Experiment(NAME, "Ablation", plan, analyse, {"full": FULL, "smoke": SMOKE}, tunable=True)

@@ -18,6 +18,8 @@ from topofl.job import Job
 
 NAME = "continual"
 FULL = Budget(rounds=20)
+#: a CI smoke run: three rounds
+SMOKE = Budget(rounds=3)
 
 
 def plan(seeds: Sequence[int], budget: Budget = FULL) -> list[Job]:
@@ -107,4 +109,4 @@ def analyse(out: Path, done: list[dict[str, Any]], budget: Budget = FULL) -> Man
     return man
 
 
-EXPERIMENT = Experiment(NAME, "Stability of topological signatures", plan, analyse, {"full": FULL})
+EXPERIMENT = Experiment(NAME, "Stability of topological signatures", plan, analyse, {"full": FULL, "smoke": SMOKE})

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from topofl.experiments.analysis import final_table, paired_differences
+from topofl.experiments.analysis import final_table, interval_text, paired_differences
 from topofl.experiments.base import Budget, Experiment, Manifest, last_round, server_logs
 from topofl.experiments.figures import paired_figure
 from topofl.job import Job
@@ -29,6 +29,8 @@ class ControlsBudget(Budget):
 
 
 FULL = ControlsBudget()
+#: a CI smoke run: two methods, two geometries, three rounds
+SMOKE = ControlsBudget(rounds=3, methods=("ptopofl", "fedavg"), geometries=GEOMETRIES[:2])
 
 
 def plan(seeds: Sequence[int], budget: ControlsBudget = FULL) -> list[Job]:
@@ -86,10 +88,10 @@ def notes(rows: Sequence[Mapping[str, Any]], paired: Sequence[Mapping[str, Any]]
                    default=None)
         if "fedavg" in auc and best is not None:
             fa, b = auc["fedavg"], auc[best["method"]]
-            out.append(f"{g}: pTopoFL − FedAvg AUC {fa['diff_mean']:+.3f} (95 % CI {fa['ci_low']:+.3f}, "
-                       f"{fa['ci_high']:+.3f}); "
-                       f"pTopoFL − {best['method']} (best other) {b['diff_mean']:+.3f} ({b['ci_low']:+.3f}, "
-                       f"{b['ci_high']:+.3f}).")
+            out.append(f"{g}: pTopoFL − FedAvg AUC {fa['diff_mean']:+.3f} "
+                       f"{interval_text(fa['ci_low'], fa['ci_high'], prefix='95 % CI ')}; "
+                       f"pTopoFL − {best['method']} (highest other mean) {b['diff_mean']:+.3f} "
+                       f"{interval_text(b['ci_low'], b['ci_high'])}.")
     return out
 
 
@@ -129,4 +131,5 @@ def analyse(out: Path, done: list[dict[str, Any]], budget: ControlsBudget = FULL
     return man
 
 
-EXPERIMENT = Experiment(NAME, "Controls for the synthetic scenario", plan, analyse, {"full": FULL}, tunable=True)
+EXPERIMENT = Experiment(NAME, "Controls for the synthetic scenario", plan, analyse, {"full": FULL, "smoke": SMOKE},
+                        tunable=True)

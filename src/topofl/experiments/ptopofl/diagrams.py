@@ -14,6 +14,8 @@ from topofl.tda.descriptor import LAYOUT, descriptor, thresholds_for
 
 NAME = "diagrams"
 FULL = Budget()
+#: no runs at any budget: the smoke run draws the same diagrams
+SMOKE = FULL
 
 
 def plan(seeds: Sequence[int], budget: Budget = FULL) -> list[Job]:
@@ -87,4 +89,4 @@ def analyse(out: Path, done: list[dict[str, Any]], budget: Budget = FULL) -> Man
     return man
 
 
-EXPERIMENT = Experiment(NAME, "Persistence diagrams", plan, analyse, {"full": FULL})
+EXPERIMENT = Experiment(NAME, "Persistence diagrams", plan, analyse, {"full": FULL, "smoke": SMOKE})

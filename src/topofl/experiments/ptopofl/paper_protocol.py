@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from topofl.data.scenarios.paper_era import PUBLISHED_SEED
-from topofl.experiments.analysis import final_table, paired_differences
+from topofl.experiments.analysis import final_table, interval_text, paired_differences
 from topofl.experiments.base import Budget, Experiment, Manifest, last_round, server_logs
 from topofl.experiments.figures import paired_figure
 from topofl.experiments.paper_protocol import METHODS, PAPER_NAMES, PREFIX, PUBLISHED, ROUNDS, SCENARIOS
@@ -24,6 +24,8 @@ SCORED_WITH = {"ptopofl": "its cluster's model", "fedavg-refit": "its own re-fit
                "scaffold": "the global model",
                "pfedme": "its personalised θ_k", "local": "its own model, never federated"}
 FULL = Budget(rounds=ROUNDS)
+#: a CI smoke run: three rounds (Table 1 cannot match at this budget)
+SMOKE = Budget(rounds=3)
 
 
 def plan(seeds: Sequence[int], budget: Budget = FULL) -> list[Job]:
@@ -138,7 +140,7 @@ def flagged_rows(logs: Sequence[Mapping[str, Any]], done: Sequence[Mapping[str, 
 
 # ---- notes and console ---------------------------------------------------------------------------
 def _fmt_diff(r: Mapping[str, Any]) -> str:
-    return f"{r['diff_mean']:+.3f} ({r['ci_low']:+.3f}, {r['ci_high']:+.3f}), {r['reference_wins']}/{r['other_wins']}"
+    return f"{r['diff_mean']:+.3f} {interval_text(r['ci_low'], r['ci_high'])}, {r['reference_wins']}/{r['other_wins']}"
 
 
 def _refit_note(control: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -299,4 +301,4 @@ def analyse(out: Path, done: list[dict[str, Any]], budget: Budget = FULL) -> Man
     return man
 
 
-EXPERIMENT = Experiment(NAME, "The paper's own protocol (Table 1)", plan, analyse, {"full": FULL})
+EXPERIMENT = Experiment(NAME, "The paper's own protocol (Table 1)", plan, analyse, {"full": FULL, "smoke": SMOKE})

@@ -30,6 +30,8 @@ class PrivacyBudget:
 
 
 FULL = PrivacyBudget()
+#: a CI smoke run: two sizes, one dimension
+SMOKE = PrivacyBudget(sizes=(50, 100), dims=(10,))
 
 
 def plan(seeds: Sequence[int], budget: PrivacyBudget = FULL) -> list[Job]:
@@ -121,4 +123,4 @@ def analyse(out: Path, done: list[dict[str, Any]], budget: PrivacyBudget = FULL)
     return man
 
 
-EXPERIMENT = Experiment(NAME, "Privacy: reconstruction risk", plan, analyse, {"full": FULL})
+EXPERIMENT = Experiment(NAME, "Privacy: reconstruction risk", plan, analyse, {"full": FULL, "smoke": SMOKE})

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from topofl.experiments.analysis import final_table, paired_differences
+from topofl.experiments.analysis import final_table, interval_text, paired_differences
 from topofl.experiments.base import Budget, Experiment, Manifest
 from topofl.job import Job
 
@@ -33,6 +33,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "fedavg": ("fedavg", {}),
 }
 FULL = Budget()
+#: a CI smoke run: three rounds
+SMOKE = Budget(rounds=3)
 
 
 def plan(seeds: Sequence[int], budget: Budget = FULL) -> list[Job]:
@@ -51,7 +53,8 @@ def paired_rows(done: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 def eq12_notes(paired: Sequence[Mapping[str, Any]]) -> list[str]:
     """Per setting: Eq. 6 minus Eq. 12 at λ = 1, AUC with its interval and seeds won."""
     return [f"{r['setting']}: Eq. 6 minus Eq. 12 (λ = 1) AUC {r['diff_mean']:+.4f} "
-            f"(95 % CI {r['ci_low']:+.4f}, {r['ci_high']:+.4f}; {r['reference_wins']}/{r['other_wins']} seeds)."
+            f"{interval_text(r['ci_low'], r['ci_high'], '+.4f', '95 % CI ')}, "
+            f"{r['reference_wins']}/{r['other_wins']} seeds."
             for r in paired if r["metric"] == "auc" and r["method"] == "ptopofl-eq12"]
 
 
@@ -76,4 +79,4 @@ def analyse(out: Path, done: list[dict[str, Any]], budget: Budget = FULL) -> Man
     return man
 
 
-EXPERIMENT = Experiment(NAME, "pTopoFL's options: Eq. 12 and §3.2", plan, analyse, {"full": FULL})
+EXPERIMENT = Experiment(NAME, "pTopoFL's options: Eq. 12 and §3.2", plan, analyse, {"full": FULL, "smoke": SMOKE})

@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from topofl.experiments.analysis import against, detection_scores, final_table, group_curves, num
+from topofl.experiments.analysis import against, detection_scores, final_table, group_curves, num, t_interval
 from topofl.experiments.base import Budget, Experiment, Manifest, last_round, server_logs
-from topofl.experiments.figures import band, colour, pyplot, save
+from topofl.experiments.figures import band_between, colours, pyplot, save
 from topofl.experiments.store import load_curves
 from topofl.job import Job
 
@@ -35,6 +35,8 @@ class RobustnessBudget(Budget):
 
 
 FULL = RobustnessBudget()
+#: a CI smoke run: two methods (and the flagged gate), no attack and 2 of 8 clients, three rounds
+SMOKE = RobustnessBudget(rounds=3, methods=("ptopofl", "fedavg"), rates=(0.0, 0.25))
 
 
 def adversaries(rate: float, seed: int, n_clients: int = N_CLIENTS) -> tuple[int, ...]:
@@ -93,36 +95,56 @@ def detection(logs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 # ---- figures -------------------------------------------------------------------------------------
-def rate_figure(rows: Sequence[Mapping[str, Any]], methods: Sequence[str], out: Path) -> dict[str, str]:
-    """Final AUC against the attack rate, ±1 standard error over seeds."""
+def _auc_limits(means: Sequence[float]) -> tuple[float, float]:
+    """The AUC axis: the mean curves with a margin, within [0, 1] (a few seeds' t-intervals are wide)."""
+    v = np.asarray(means, dtype=float)
+    v = v[np.isfinite(v)]
+    if not v.size:
+        return 0.0, 1.0
+    pad = max(0.02, 0.1 * float(v.max() - v.min()))
+    return max(0.0, float(v.min()) - pad), min(1.0, float(v.max()) + pad)
+
+
+def rate_figure(done: Sequence[Mapping[str, Any]], methods: Sequence[str], out: Path) -> dict[str, str]:
+    """Final AUC against the attack rate, mean and 95 % Student-t interval over seeds (``done``: done-records)."""
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    for i, m in enumerate(methods):
-        pts = sorted((float(r["attack_rate"]), r["auc_mean"], r["auc_std"] / np.sqrt(r["n_seeds"])) for r in rows
-                     if r["method"] == m)
-        if pts:
-            x, y, e = map(np.array, zip(*pts, strict=True))
-            band(ax, 100 * x, y, e, m, colour(m, i), marker="o", ms=3)
-    ax.set(xlabel="adversarial clients (%)", ylabel="final mean client AUC",
-           title="Final AUC vs label-flip attack rate")
-    ax.legend(fontsize=8, ncol=2)
+    fig, ax = plt.subplots(figsize=(8.5, 4.2))
+    means: list[float] = []
+    for m, c in zip(methods, colours(methods), strict=True):
+        per: dict[float, list[float]] = {}
+        for d in done:
+            if d["method"] == m:
+                per.setdefault(float(d["attack_rate"]), []).append(num(d["final"]["auc"]))
+        if per:
+            x = np.array(sorted(per))
+            stats = np.array([t_interval(per[r]) for r in x])
+            band_between(ax, 100 * x, stats[:, 0], stats[:, 1], stats[:, 2], m, c, shade=m == "ptopofl")
+            ax.plot(100 * x, stats[:, 0], "o", color=c, ms=3)
+            means.extend(stats[:, 0])
+    ax.set(xlabel="adversarial clients (%)", ylabel="final mean client AUC", ylim=_auc_limits(means),
+           title="Final AUC vs label-flip attack rate (band: pTopoFL's 95 % CI)")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)  # off the curves
     return save(fig, out, "auc_vs_rate")
 
 
 def curves_figure(curve_rows: Sequence[Mapping[str, str]], methods: Sequence[str], rates: Sequence[float],
                   out: Path) -> dict[str, str]:
-    """AUC over rounds at three attack rates (none, the middle one, the largest), ±1 standard error."""
+    """AUC over rounds at three attack rates (none, the middle one, the largest), 95 % CI over seeds."""
     curves = group_curves(curve_rows, ("attack_rate", "method"))
     plt = pyplot()
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4), sharey=True)
-    for ax, rate in zip(axes, (rates[0], rates[len(rates) // 2 + 1], rates[-1]), strict=True):
-        for i, m in enumerate(methods):
+    shown = list(dict.fromkeys((rates[0], rates[len(rates) // 2], rates[-1])))
+    fig, axes = plt.subplots(1, len(shown), figsize=(4.4 * len(shown) + 2.0, 4), sharey=True, squeeze=False)
+    means: list[float] = []
+    for ax, rate in zip(axes[0], shown, strict=True):
+        for m, col in zip(methods, colours(methods), strict=True):
             c = curves.get((repr(rate), m))  # CSV holds the rate as written by repr()
             if c is not None:
-                band(ax, c["round"], c["mean"], c["se"], m, colour(m, i))
+                band_between(ax, c["round"], c["mean"], c["low"], c["high"], m, col, shade=m == "ptopofl")
+                means.extend(c["mean"])
         ax.set(title=f"{rate * 100:g} % adversarial", xlabel="round")
-    axes[0].set_ylabel("mean client AUC")
-    axes[-1].legend(fontsize=7, ncol=2)
+    axes[0][0].set_ylim(_auc_limits(means))
+    axes[0][0].set_ylabel("mean client AUC")
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)  # off the curves
     return save(fig, out, "auc_curves")
 
 
@@ -151,10 +173,10 @@ GATE_TITLE = (f"{FLAGGED} minus pTopoFL (trust_gate='all'): final AUC, paired ov
               "paired "
               "t-test, Holm-adjusted over the methods at one attack rate)")
 CAPTIONS = {
-    "auc_vs_rate": "Final AUC against the share of label-flipping clients, ±1 standard error over seeds (paper Fig. "
-                   "4A).",
-    "auc_curves": "AUC over rounds at 0, 37.5 and 50 % adversarial clients (the paper shows 0/30/50 %), ±1 standard "
-                  "error over seeds "
+    "auc_vs_rate": "Final AUC against the share of label-flipping clients, mean over seeds; the band is pTopoFL's "
+                   "95 % Student-t interval over seeds; its two trust gates in distinct colours (paper Fig. 4A).",
+    "auc_curves": "AUC over rounds with no, the middle and the largest share of adversarial clients (the paper shows "
+                  "0/30/50 %), mean over seeds; the band is pTopoFL's 95 % Student-t interval over seeds "
                   "(paper Fig. 4B).",
     "detection": "Precision/recall of pTopoFL's flags and mean trust weights of poisoned vs honest clients.",
 }
@@ -174,7 +196,7 @@ def analyse(out: Path, done: list[dict[str, Any]], budget: RobustnessBudget = FU
     man.table(out, "summary", "Final AUC by attack rate and method (mean ± std over seeds)", rows)
     man.table(out, "gate", GATE_TITLE, gate_rows(done))
     methods = [*budget.server_methods(), FLAGGED]
-    man.figure(rate_figure(rows, methods, out), CAPTIONS["auc_vs_rate"])
+    man.figure(rate_figure(done, methods, out), CAPTIONS["auc_vs_rate"])
     man.figure(curves_figure(load_curves(out), methods, budget.rates, out), CAPTIONS["auc_curves"])
     det = detection(server_logs(out))
     man.table(out, "detection",
@@ -184,4 +206,5 @@ def analyse(out: Path, done: list[dict[str, Any]], budget: RobustnessBudget = FU
     return man
 
 
-EXPERIMENT = Experiment(NAME, "Robustness to label-flip attacks", plan, analyse, {"full": FULL})
+EXPERIMENT = Experiment(NAME, "Robustness to label-flip attacks", plan, analyse,
+                        {"full": FULL, "smoke": SMOKE})

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from topofl.deployment_defaults import deployment_hyperparameters
-from topofl.experiments.analysis import add_holm, against, detection_scores, final_table, t_interval
+from topofl.experiments.analysis import add_holm, against, detection_scores, final_table, interval_text, t_interval
 from topofl.experiments.base import Budget, Experiment, Manifest, iter_csv, last_round, server_logs
 from topofl.experiments.figures import pyplot, save
 from topofl.job import Job
@@ -250,7 +250,7 @@ def _near_quarter(shares: Iterable[float]) -> float:
 def check_console(check: Sequence[Mapping[str, Any]]) -> list[str]:
     """The deployment defaults' rows of :func:`deployment_check`, against :data:`TARGET`, for the terminal."""
     return [f"{r['method']}, {r['attack']} ({r['share']:.1%}): honest clients' AUC {r['diff_mean']:+.3f} "
-            f"[{r['ci_low']:+.3f}, {r['ci_high']:+.3f}] vs clean (target ≥ −{TARGET}: "
+            f"{interval_text(r['ci_low'], r['ci_high'])} vs clean (target ≥ −{TARGET}: "
             f"{'met' if r['meets'] else 'NOT met'})"
             for r in check if r["method"] in DEPLOYED]
 

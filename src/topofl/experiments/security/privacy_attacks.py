@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from topofl.experiments.analysis import t_interval
+from topofl.experiments.analysis import interval_text, t_interval
 from topofl.experiments.base import Budget, Experiment, Manifest
 from topofl.experiments.figures import colour, dot_plot, pyplot, save
 from topofl.experiments.results import write_csv
@@ -35,6 +35,9 @@ class PrivacyAttacksBudget(Budget):
 
 
 FULL_BUDGET = PrivacyAttacksBudget()
+#: a CI smoke run: FedAvg and pTopoFL, three rounds, two batch sizes, one short restart, a small pool
+SMOKE = PrivacyAttacksBudget(rounds=3, methods=("fedavg", "ptopofl"),
+                             probe=ProbeBudget(batch_sizes=(1, 4), restarts=1, max_iter=100, pool_seeds=(1000, 1001)))
 
 
 def plan(seeds: Sequence[int], budget: PrivacyAttacksBudget = FULL_BUDGET) -> list[Job]:
@@ -306,8 +309,8 @@ def _chance(r: Mapping[str, Any]) -> str:
 
 def membership_note(mem: Sequence[Mapping[str, Any]]) -> str:
     """The membership attack per method against chance, and the generalisation gap it follows."""
-    parts = "; ".join(f"{r['method']} {r['auc_mean']:.3f} [{r['auc_ci_low']:.3f}, {r['auc_ci_high']:.3f}], {_chance(r)}"
-                      for r in mem)
+    parts = "; ".join(f"{r['method']} {r['auc_mean']:.3f} {interval_text(r['auc_ci_low'], r['auc_ci_high'], '.3f')}, "
+                      f"{_chance(r)}" for r in mem)
     advantages = ", ".join(f"{r['advantage_mean']:.3f}" for r in mem)
     gaps = ", ".join(f"{r['test_loss_mean'] - r['train_loss_mean']:.3f}" for r in mem)
     yeom = ", ".join(f"{r['yeom_advantage_mean']:.3f}" for r in mem)
@@ -437,5 +440,5 @@ def analyse(out: Path, done: list[dict[str, Any]], budget: PrivacyAttacksBudget 
 
 
 EXPERIMENT = Experiment(NAME, "Privacy, empirically: inversion and membership attacks", plan, analyse,
-                        {"full": FULL_BUDGET},
+                        {"full": FULL_BUDGET, "smoke": SMOKE},
                         default_seeds=tuple(range(5)))

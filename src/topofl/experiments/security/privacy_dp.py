@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from topofl.experiments.analysis import against, final_table
+from topofl.experiments.analysis import against, final_table, interval_text
 from topofl.experiments.base import Budget, Experiment, Manifest, last_round, server_logs
 from topofl.experiments.figures import colour, pyplot, save
 from topofl.job import Job
@@ -40,6 +40,8 @@ class PrivacyDpBudget(Budget):
 
 
 FULL = PrivacyDpBudget()
+#: a CI smoke run: one noise multiplier, two descriptor ε, three rounds
+SMOKE = PrivacyDpBudget(rounds=3, noise_multipliers=(1.0,), descriptor_epsilons=(1.0, 64.0))
 
 
 @lru_cache(maxsize=1)
@@ -239,9 +241,9 @@ CAPTION = ("Left: final AUC against the accountant's ε (dotted: no DP). Right: 
 
 def paired_notes(paired: Sequence[Mapping[str, Any]]) -> list[str]:
     """Each DP setting's AUC minus no DP, with its interval and seeds higher and lower."""
-    return [f"{r['algorithm']}, {r['method']}: AUC {r['diff_mean']:+.3f} vs no DP (95 % CI {r['ci_low']:+.3f}, "
-            f"{r['ci_high']:+.3f}; "
-            f"higher on {r['wins']}, lower on {r['losses']} of {r['n_seeds']} seeds)." for r in paired]
+    return [f"{r['algorithm']}, {r['method']}: AUC {r['diff_mean']:+.3f} vs no DP "
+            f"{interval_text(r['ci_low'], r['ci_high'], prefix='95 % CI ')}, "
+            f"higher on {r['wins']}, lower on {r['losses']} of {r['n_seeds']} seeds." for r in paired]
 
 
 def analyse(out: Path, done: list[dict[str, Any]], budget: PrivacyDpBudget = FULL) -> Manifest:
@@ -276,5 +278,6 @@ def analyse(out: Path, done: list[dict[str, Any]], budget: PrivacyDpBudget = FUL
     return man
 
 
-EXPERIMENT = Experiment(NAME, "Differential privacy: ε against AUC and clusters", plan, analyse, {"full": FULL},
+EXPERIMENT = Experiment(NAME, "Differential privacy: ε against AUC and clusters", plan, analyse,
+                        {"full": FULL, "smoke": SMOKE},
                         default_seeds=tuple(range(5)))

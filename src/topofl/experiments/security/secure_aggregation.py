@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from topofl.experiments.analysis import against, final_table, t_interval
+from topofl.experiments.analysis import against, final_table, interval_text, t_interval
 from topofl.experiments.base import Budget, Experiment, Manifest, server_logs
 from topofl.experiments.figures import colour, pyplot, save
 from topofl.job import Job
@@ -432,7 +432,7 @@ def analyse(out: Path, done: list[dict[str, Any]], budget: SecureBudget = BUDGET
                          "exact sum to within the quantisation bound." + (f" {len(bad)} did not." if bad else ""))
     for r in paired:
         man.notes.append(f"{r['part']}, {r['algorithm']}: secure − plain {r['metric']} {r['diff_mean']:+.2e} "
-                         f"(95 % CI {r['ci_low']:+.2e}, {r['ci_high']:+.2e}; {r['n_seeds']} seeds).")
+                         f"{interval_text(r['ci_low'], r['ci_high'], '+.2e', '95 % CI ')}, {r['n_seeds']} seeds.")
     return man
 
 

@@ -18,6 +18,8 @@ NAME = "sheaf-centralised"
 CENTRAL = {"FedAvg": ("fedavg", {"lr": 0.5}), "Ditto": ("ditto", {"lr": 0.5}), "pFedMe": ("pfedme", {}),
            "Per-FedAvg": ("perfedavg", {"lr": 0.5}), "pTopoFL": ("ptopofl", {"lr": 0.5})}
 FULL = Budget(rounds=100)
+#: a CI smoke run: three rounds
+SMOKE = Budget(rounds=3)
 
 
 def plan(seeds: Sequence[int], budget: Budget = FULL) -> list[Job]:
@@ -48,4 +50,5 @@ def analyse(out: Path, done: list[dict[str, Any]], budget: Budget = FULL) -> Man
     return man
 
 
-EXPERIMENT = Experiment(NAME, "Server-based baselines on rotated digits", plan, analyse, {"full": FULL}, SEEDS)
+EXPERIMENT = Experiment(NAME, "Server-based baselines on rotated digits", plan, analyse,
+                        {"full": FULL, "smoke": SMOKE}, SEEDS)

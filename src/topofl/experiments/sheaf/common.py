@@ -96,7 +96,7 @@ def curve_figure(curves: Mapping[tuple, Mapping[str, np.ndarray]], labels: Seque
                  metric: str = "accuracy") -> dict[str, str]:
     """The metric against rounds (± s.e. over seeds) and, with ``x_bits``, against transmitted bits."""
     plt = pyplot()
-    fig, axes = plt.subplots(1, 2 if x_bits else 1, figsize=(12 if x_bits else 6.5, 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, 2 if x_bits else 1, figsize=(14 if x_bits else 8.5, 4.2), squeeze=False)
     axes = axes[0]
     colours = [f"C{i}" for i in range(10)] if len(labels) <= 10 else [plt.get_cmap("tab20")(i) for i in range(20)]
     for i, lab in enumerate(labels):
@@ -118,5 +118,6 @@ def curve_figure(curves: Mapping[tuple, Mapping[str, np.ndarray]], labels: Seque
         axes[1].set(xscale="log", xlabel="transmitted (MB, all directed messages; log)",
                     ylabel=f"mean client test {what}",
                     title=f"{title} vs transmitted bits")
-    axes[-1].legend(fontsize=8)
+    # beside the axes, not over the curves (the transmitted-bits panel fills its whole box)
+    axes[-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
     return save(fig, out, stem)

@@ -20,6 +20,8 @@ from topofl.job import Job
 NAME = "sheaf-hetero"
 HETERO_HP = {"lr": 0.5, "lam": 0.001, "eta": 0.05, "batch_size": 32, "gamma": 0.3}
 FULL = Budget(rounds=300)
+#: a CI smoke run: five iterations
+SMOKE = Budget(rounds=5)
 
 
 def plan(seeds: Sequence[int], budget: Budget = FULL) -> list[Job]:
@@ -66,5 +68,6 @@ def analyse(out: Path, done: list[dict[str, Any]], budget: Budget = FULL) -> Man
     return man
 
 
-EXPERIMENT = Experiment(NAME, "Sheaf-FMTL with different model sizes", plan, analyse, {"full": FULL}, SEEDS,
+EXPERIMENT = Experiment(NAME, "Sheaf-FMTL with different model sizes", plan, analyse,
+                        {"full": FULL, "smoke": SMOKE}, SEEDS,
                         tunable=True)

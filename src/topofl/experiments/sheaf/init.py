@@ -18,6 +18,8 @@ INITS = {"gaussian N(0,1) (paper)": {"map_init": "gaussian", "map_scale": 1.0},
          "sparse sign (compact)": {"map_init": "sparse_sign", "map_scale": 1.0},
          "shared N(0,1) (P_ij⁰ = P_ji⁰)": {"map_init": "shared", "map_scale": 1.0}}
 FULL = Budget(rounds=150)
+#: a CI smoke run: five iterations
+SMOKE = Budget(rounds=5)
 
 
 def plan(seeds: Sequence[int], budget: Budget = FULL) -> list[Job]:
@@ -37,4 +39,5 @@ def analyse(out: Path, done: list[dict[str, Any]], budget: Budget = FULL) -> Man
     return man
 
 
-EXPERIMENT = Experiment(NAME, "Sheaf-FMTL: map initialisation", plan, analyse, {"full": FULL}, SEEDS)
+EXPERIMENT = Experiment(NAME, "Sheaf-FMTL: map initialisation", plan, analyse, {"full": FULL, "smoke": SMOKE},
+                        SEEDS)

@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from topofl.experiments.analysis import against
+from topofl.experiments.analysis import against, interval_text
 from topofl.experiments.base import Experiment, Manifest, iter_csv
 from topofl.experiments.sheaf.common import curve_figure, curves_with_bits, final_rows, model_bytes
+from topofl.experiments.sheaf.digits import HIDDEN
 from topofl.experiments.store import load_curves
 from topofl.job import Job
 
@@ -147,7 +148,7 @@ def analyse(out: Path, done: list[dict[str, Any]], budget: MnistBudget = BUDGETS
                    "Erdős–Rényi p = 0.15; "
                    "same-size CNNs (paper §4.2, Fig. 2, Table 4) and the small/medium/large mix (§4.3, Fig. 3).")
     rows = final_rows(done, ("part", "method", "gamma"), models=model_bytes(iter_csv(out / "rounds.csv")))
-    man.table(out, "summary", TITLES["summary"], rows)
+    man.table(out, "summary", TITLES["summary"], rows, show=[c for c in rows[0] if c not in HIDDEN] if rows else None)
     man.figure(curve_figure(curves_with_bits(load_curves(out)), [r["method"] for r in rows], out, "accuracy"),
                "Accuracy against rounds and against transmitted data (paper Figs 2–3).")
     man.table(out, "paired_vs_local", TITLES["paired_vs_local"], paired_vs_local(done))
@@ -156,7 +157,7 @@ def analyse(out: Path, done: list[dict[str, Any]], budget: MnistBudget = BUDGETS
     if common:
         man.notes.append("One common initial model instead of each client's own (paired over seeds, 95 % CI): " +
                          "; ".join(
-            f"{r['base']} {r['diff_mean']:+.3f} ({r['ci_low']:+.3f}, {r['ci_high']:+.3f})" for r in common) + ".")
+            f"{r['base']} {r['diff_mean']:+.3f} {interval_text(r['ci_low'], r['ci_high'])}" for r in common) + ".")
     man.notes.append(DIFFERENCES)
     return man
 

@@ -39,6 +39,8 @@ class TopologyBudget(Budget):
 
 
 FULL = TopologyBudget()
+#: a CI smoke run: one topology, one λ per method, five iterations
+SMOKE = TopologyBudget(rounds=5, topologies=("Erdős–Rényi",), lambdas=(0.001,), dfedu_lambdas=(0.001,))
 
 
 def plan(seeds: Sequence[int], budget: TopologyBudget = FULL) -> list[Job]:
@@ -68,4 +70,5 @@ def analyse(out: Path, done: list[dict[str, Any]], budget: TopologyBudget = FULL
     return man
 
 
-EXPERIMENT = Experiment(NAME, "Sheaf-FMTL: λ × topology", plan, analyse, {"full": FULL}, SEEDS, tunable=True)
+EXPERIMENT = Experiment(NAME, "Sheaf-FMTL: λ × topology", plan, analyse, {"full": FULL, "smoke": SMOKE},
+                        SEEDS, tunable=True)

@@ -1,0 +1,140 @@
+"""The thread policy (:mod:`topofl.threads`): its defaults, its validation, and that the number set
+takes effect — in this process (torch, BLAS through threadpoolctl), in a fresh process before torch
+loads, and in the experiment runner's worker processes.
+"""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+
+import pytest
+from threadpoolctl import threadpool_info
+
+from topofl import threads as th
+
+
+def _blas_threads() -> set[int]:
+    return {int(i["num_threads"]) for i in threadpool_info()}
+
+
+@pytest.mark.parametrize(("cpus", "processes", "expected"),
+                         [(1, 1, 1), (2, 1, 1), (2, 2, 1), (8, 1, 4), (16, 1, 4), (16, 2, 4), (16, 4, 2), (16, 16, 1),
+                          (6, 1, 3)])
+def test_default_threads_never_oversubscribes(monkeypatch: pytest.MonkeyPatch, cpus: int, processes: int,
+                                              expected: int) -> None:
+    monkeypatch.setattr(th, "usable_cpus", lambda: cpus)
+    n = th.default_threads(processes)
+    assert n == expected
+    assert n >= 1 and (n * processes <= max(cpus // 2, processes))
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "2", True, None])
+def test_check_threads_refuses_what_is_not_a_positive_integer(bad: object) -> None:
+    with pytest.raises(ValueError, match="threads must be an integer|threads must be >= 1|threads must be"):
+        th.check_threads(bad)
+
+
+def test_check_threads_refuses_more_than_the_cpus() -> None:
+    too_many = th.usable_cpus() + 1
+    with pytest.raises(ValueError, match=rf"--threads must be at most {too_many - 1} .*got {too_many}"):
+        th.check_threads(too_many, "--threads")
+    assert th.check_threads(1) == 1
+
+
+def test_limited_threads_sets_torch_and_blas_and_restores_them() -> None:
+    torch = pytest.importorskip("torch")
+    torch_before, blas_before = torch.get_num_threads(), _blas_threads()
+    other = 1 if torch_before != 1 else min(2, th.usable_cpus())
+    with th.limited_threads(other) as n:
+        assert n == other
+        assert torch.get_num_threads() == other
+        assert _blas_threads() == {other}
+    assert torch.get_num_threads() == torch_before
+    assert _blas_threads() == blas_before
+
+
+def test_simulate_runs_with_the_threads_asked_for_and_restores_them() -> None:
+    torch = pytest.importorskip("torch")
+    import numpy as np
+
+    import topofl
+    from helpers import blob_client
+
+    rng = np.random.default_rng(0)
+    fed = topofl.Federation.from_arrays([blob_client(rng, 40) for _ in range(3)])
+    before = torch.get_num_threads()
+    seen: list[tuple[int, set[int]]] = []
+    topofl.simulate(fed, "fedavg", rounds=1, seed=0, model="mlp", threads=1,
+                    on_round=lambda result, summary: seen.append((torch.get_num_threads(), _blas_threads())))
+    assert seen == [(1, {1})]
+    assert torch.get_num_threads() == before
+    with pytest.raises(ValueError, match="threads must be at most"):
+        topofl.simulate(fed, "fedavg", rounds=1, threads=th.usable_cpus() + 1)
+
+
+def test_set_threads_reaches_torch_loaded_afterwards() -> None:
+    """The command line sets the threads before torch loads: torch must still start with that number."""
+    pytest.importorskip("torch")
+    code = ("import json, numpy\nfrom topofl.cli_common import apply_threads\napply_threads(1)\nimport torch\n"
+            "from topofl.threads import thread_info\nprint(json.dumps(thread_info()))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    assert info["torch"] == 1 and info["setting"] == 1
+    assert {b["num_threads"] for b in info["blas"]} == {1}
+
+
+def _worker_state() -> dict:
+    import torch
+
+    return {"info": th.thread_info(), "torch": torch.get_num_threads(),
+            "sigint": signal.getsignal(signal.SIGINT) == signal.SIG_IGN,
+            "sigterm": signal.getsignal(signal.SIGTERM) == signal.SIG_DFL}
+
+
+def test_worker_processes_take_their_threads_and_ignore_sigint() -> None:
+    pytest.importorskip("torch")
+    from topofl.experiments.pool import worker_pool
+
+    pool = worker_pool(2, threads=1)
+    try:
+        states = [f.result(timeout=120) for f in [pool.submit(_worker_state) for _ in range(4)]]
+    finally:
+        pool.shutdown()
+    for s in states:
+        assert s["torch"] == 1 and s["info"]["setting"] == 1
+        assert {b["num_threads"] for b in s["info"]["blas"]} == {1}
+        assert s["sigint"] and s["sigterm"]
+
+
+def test_worker_default_shares_the_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    from topofl.experiments.pool import worker_pool
+
+    monkeypatch.setattr(th, "_process_setting", None)
+    pool = worker_pool(2)
+    try:
+        info = pool.submit(th.thread_info).result(timeout=120)
+    finally:
+        pool.shutdown()
+    assert info["setting"] == th.default_threads(2)
+
+
+def test_cli_refuses_a_bad_thread_count_in_one_line() -> None:
+    for value in ("0", str(th.usable_cpus() + 1)):
+        proc = subprocess.run([sys.executable, "-m", "topofl.cli", "run", "--rounds", "1", "--threads", value],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2, proc.stderr
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1 and "--threads" in lines[0] and value in lines[0], proc.stderr
+
+
+def test_an_enclosing_block_governs_the_calls_within_it() -> None:
+    outer = min(2, th.usable_cpus())
+    with th.limited_threads(outer):
+        with th.limited_threads() as inner:
+            assert inner == outer
+            assert _blas_threads() == {outer}
+        with th.limited_threads(1) as explicit:
+            assert explicit == 1
