@@ -10,20 +10,22 @@ Conventions (for the authors of the pages):
 * ```` ```python ```` blocks run in page order in one namespace per page (one Python process; cwd = that
   directory); tracebacks name the page and its line numbers.
 * Blocks of any other language (``text``, ``toml``, ``json``, ``yaml``, ``ini``, ``csv``, none, ...) are not
-  executed; an untagged or ``console`` block whose first line is a command (``$ ...``, ``topofl ...``,
-  ``pip install ...``) is refused: tag it ``bash`` (run) or ``text`` (shown, never run).
+  executed; an untagged or ``console`` block with a line that is a command (``$ ...``, ``topofl ...``,
+  ``OMP_NUM_THREADS=1 topofl ...``, ``pip install ...``) is refused: tag it ``bash`` (run) or ``text`` (shown,
+  never run); so is a block of a shell or session language the runner does not run (``zsh``, ``fish``,
+  ``pycon``, ``powershell``, ...) unless skipped. Pandoc's ``{.bash}`` info strings are read as ``bash``.
 * Annotations, each an HTML comment on its own line, on the lines just before a block:
 
   - ``<!-- ci: file NAME -->`` (before a block that is not executed) writes its text to NAME in the
     page's directory;
   - ``<!-- ci: append ARGS -->`` (before a bash block) appends ARGS to every line of the block that starts
     with ``topofl`` or ``python -m topofl`` (before a trailing ``# comment``; at the end of a ``\\``
-    continued command);
+    continued command); refused on such a line with a pipe, ``&&``, ``||`` or ``;``;
   - ``<!-- ci: skip REASON -->`` skips the block; the reason is mandatory and is printed;
 
   and anywhere in the page, ``<!-- ci: timeout SECONDS -->`` sets the page's time budget (default
   :data:`DEFAULT_BUDGET`), which every block's timeout counts down.
-* Environment: ``FLWR_TELEMETRY_ENABLED=0``, ``MPLBACKEND=Agg``; every process a block starts is
+* Environment: ``FLWR_TELEMETRY_ENABLED=0``, ``MPLBACKEND=Agg``, no ``MLFLOW_*`` variable; every process a block starts is
   stopped when the block (bash) or the page (python) ends.
 """
 from __future__ import annotations
@@ -51,9 +53,15 @@ _FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,})\s*(?P<info>[^`]*)$"
 _ANNOTATION = re.compile(r"^\s*<!--\s*ci:\s*(?P<key>[A-Za-z-]+)(?:\s+(?P<args>.*?))?\s*-->\s*$")
 _KEYS = ("file", "append", "skip", "timeout")
 _TOPOFL_LINE = re.compile(r"^\s*(topofl(\s|$)|python3? -m topofl(\.cli)?(\s|$))")
-#: an untagged or ``console`` block that starts like this holds commands a reader would run, so must say how it runs
-_COMMAND = re.compile(r"^(\$ |topofl(\s|$)|python3? |pip3? install|flwr |flower-super)")
+#: an untagged or ``console`` block with a line like this (after environment assignments such as
+#: ``OMP_NUM_THREADS=1``) holds commands a reader would run, so must say how it runs
+_COMMAND = re.compile(r"^(\$ |([A-Za-z_][A-Za-z0-9_]*=\S*\s+)*(topofl(\s|$)|python3? |pip3? install|flwr |flower-super))")
 _UNTAGGED = frozenset({"", "console", "shell-session", "terminal"})
+#: languages of commands or sessions the runner does not run: refused (tag them bash/python, or text)
+_UNRUN = frozenset({"zsh", "fish", "ksh", "csh", "tcsh", "dash", "pwsh", "powershell", "ps1", "bat", "cmd", "batch",
+                    "pycon", "ipython", "ipython3", "python-console", "doscon", "psconsole"})
+#: a pipe, ``&&``, ``||`` or ``;``: after one of these, ``ci: append`` would extend the wrong command
+_CHAIN = re.compile(r"\||&&|;")
 
 
 class DocBlockError(ValueError):
@@ -138,7 +146,7 @@ def parse_page(text: str, path: Path | str = "<page>") -> Page:
             i += 1
             continue
         indent, mark = len(fence["indent"]), fence["fence"]
-        lang = (fence["info"].split() or [""])[0].lower()
+        lang = _language(fence["info"])
         body: list[str] = []
         j = i + 1
         while j < len(lines):
@@ -161,8 +169,30 @@ def parse_page(text: str, path: Path | str = "<page>") -> Page:
     return Page(Path(path), blocks, DEFAULT_BUDGET if budget is None else budget)
 
 
+def _language(info: str) -> str:
+    """The language of a fence's info string: its first word (``bash`` of ``bash title=x``), or its
+    first class in Pandoc's attribute form (``bash`` of ``{.bash .numberLines}``), lower case.
+    """
+    info = info.strip()
+    if info.startswith("{"):
+        cls = re.search(r"\.([A-Za-z0-9_+-]+)", info)
+        return cls[1].lower() if cls else ""
+    return (info.split() or [""])[0].rstrip(",").lower()
+
+
+def _unquoted(code: str) -> str:
+    """``code`` with its quoted strings emptied (so that a ``|`` inside quotes is not a pipe)."""
+    return re.sub(r"'[^']*'|\"(?:[^\"\\]|\\.)*\"", "''", code)
+
+
 def _check(block: Block, where: str, pending: dict[str, tuple[int, str]]) -> None:
-    """Refuse an annotation on a block it does not apply to."""
+    """Refuse an annotation on a block it does not apply to, a block of commands that does not say how it
+    runs, and a block in a shell-like language the runner does not run.
+    """
+    if block.lang in _UNRUN and block.skip is None:
+        raise DocBlockError(f"{where}:{block.line}: a {block.lang} block: the runner runs bash and python blocks; "
+                            "tag it bash or python (run in CI; <!-- ci: skip REASON --> when it cannot be) or text "
+                            "(shown, never run)")
     if block.file is not None:
         if block.kind != "text":
             raise DocBlockError(f"{where}:{pending['file'][0]}: 'ci: file' goes before a block that is not executed "
@@ -171,13 +201,20 @@ def _check(block: Block, where: str, pending: dict[str, tuple[int, str]]) -> Non
         if name.is_absolute() or ".." in name.parts:
             raise DocBlockError(f"{where}:{pending['file'][0]}: 'ci: file {block.file}': a name inside the page's "
                                 "directory")
-    if block.kind == "text" and block.lang in _UNTAGGED and block.file is None and _COMMAND.match(block.first_line):
+    command = next((ln.strip() for ln in block.text.splitlines() if _COMMAND.match(ln.strip())), None)
+    if block.kind == "text" and block.lang in _UNTAGGED and block.file is None and command is not None:
         raise DocBlockError(f"{where}:{block.line}: {'a ' + block.lang if block.lang else 'an untagged'} block of commands "
-                            f"({block.first_line[:40]!r}): tag it bash (run in CI; <!-- ci: skip REASON --> when it "
+                            f"({command[:40]!r}): tag it bash (run in CI; <!-- ci: skip REASON --> when it "
                             "cannot be) or text (shown, never run)")
     if block.append is not None and block.kind != "bash":
         raise DocBlockError(f"{where}:{pending['append'][0]}: 'ci: append' goes before a bash block "
                             f"(this one is {block.lang or 'untagged'})")
+    if block.append is not None:
+        for ln in block.text.splitlines():
+            if _TOPOFL_LINE.match(ln) and _CHAIN.search(_unquoted(_split_comment(ln)[0])):
+                raise DocBlockError(f"{where}:{pending['append'][0]}: 'ci: append' on a command with a pipe, '&&', "
+                                    f"'||' or ';' ({ln.strip()[:60]!r}): the arguments would not go to topofl; "
+                                    "put the topofl command on its own line")
 
 
 def _split_comment(line: str) -> tuple[str, str]:
@@ -226,7 +263,7 @@ class PageResult:
 
 def environment() -> dict[str, str]:
     """The blocks' environment: this process's, with telemetry off and a non-interactive Matplotlib."""
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}   # a page says its own store
     env.update(FLWR_TELEMETRY_ENABLED="0", FLWR_DISABLE_UPDATE_CHECK="1", MPLBACKEND="Agg", PYTHONUNBUFFERED="1",
                COLUMNS=env.get("COLUMNS", "120"))
     return env

@@ -68,6 +68,17 @@ def test_blocks_languages_lines_and_annotations():
     ("```bash\nls\n", "docs/x.md:1: the code block is never closed"),
     ("```\ntopofl compare --rounds 3\n```\n", "docs/x.md:1: an untagged block of commands"),
     ("```console\n$ topofl methods\nfedavg ...\n```\n", "a console block of commands"),
+    # a command anywhere in the block, not only on its first line, and after environment assignments
+    ("```console\n# list the methods\n$ topofl methods\n```\n", "a console block of commands"),
+    ("```\nOMP_NUM_THREADS=1 topofl compare\n```\n", "an untagged block of commands"),
+    ("```\n# first set up\npip install -e .\n```\n", "an untagged block of commands"),
+    # shell-like languages the runner does not run are refused, not silently shown
+    ("```zsh\ntopofl compare\n```\n", "a zsh block"),
+    ("```pycon\n>>> import topofl\n```\n", "a pycon block"),
+    ("```{.zsh}\ntopofl compare\n```\n", "a zsh block"),
+    # ci: append after a pipe or && would go to the wrong command
+    ("<!-- ci: append --seeds 0 -->\n```bash\ntopofl compare | tee log.txt\n```\n", "pipe"),
+    ("<!-- ci: append --seeds 0 -->\n```bash\ntopofl methods && topofl compare\n```\n", "pipe"),
 ])
 def test_malformed_or_misplaced_annotations_are_refused_with_page_and_line(text, message):
     with pytest.raises(DocBlockError, match=message.replace("(", r"\(").replace(")", r"\)")) as err:
@@ -78,6 +89,19 @@ def test_malformed_or_misplaced_annotations_are_refused_with_page_and_line(text,
 def test_untagged_blocks_of_output_or_layouts_are_fine():
     p = page("```\nsrc/topofl/\n  cli.py   the command line\n```\n```text\ntopofl compare --rounds 3\n```\n")
     assert [b.kind for b in p.blocks] == ["text", "text"]
+
+
+def test_pandoc_style_info_strings_are_read():
+    p = page("```{.bash}\ntopofl methods\n```\n```{.python .numberLines}\nx = 1\n```\n")
+    assert [b.kind for b in p.blocks] == ["bash", "python"]
+
+
+def test_the_blocks_environment_has_no_mlflow_settings(monkeypatch):
+    from doc_blocks import environment
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    assert not [k for k in environment() if k.startswith("MLFLOW_")]
 
 
 def test_timeout_sets_the_page_budget():

@@ -158,3 +158,22 @@ def test_workers_exit_when_their_parent_is_killed(tmp_path: Path) -> None:
     for p in alive:
         p.kill()
     assert not alive, f"workers orphaned by their killed parent: {[p.pid for p in alive]}"
+
+
+def test_a_second_sigterm_during_shutdown_is_ignored() -> None:
+    """After the first SIGTERM the command is shutting down (stopping its workers, printing the hint): a
+    second one must not kill it with -15 instead of its exit code 130.
+    """
+    from topofl.cli_common import _sigterm_interrupts
+
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with _sigterm_interrupts():
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN   # checked before the second signal is sent
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.1)
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -111,6 +111,13 @@ def test_labels_come_back_as_the_data_named_them():
     assert fed3.preprocessing.classes == (15.0, 5.0)
     h3 = topofl.simulate(fed3, "local", rounds=1, seed=0)
     assert set(np.unique(h3.predict_labels(arrays[0][2], client=0))) <= {5.0, 15.0}
+    # preprocessed=True is about the rows only: labels in and out are the data's own, as without it
+    X0, ids0 = fed3[0].X_test, fed3[0].y_test
+    assert set(np.unique(h3.predict_labels(X0, client=0, preprocessed=True))) <= {5.0, 15.0}
+    data_labels = fed3.preprocessing.labels(ids0)
+    assert h3.score(X0, data_labels, client=0, preprocessed=True)["accuracy"] == final_record(h3, 0)["accuracy"]
+    with pytest.raises(ValueError, match=r"label \d is not one of the model's classes \{15, 5\}.*labels\(class_ids\)"):
+        h3.score(X0, ids0, client=0, preprocessed=True)   # the federation's class ids are not the data's labels
 
 
 def test_wrong_rows_are_refused_naming_the_columns():
@@ -136,6 +143,17 @@ def test_per_client_standardisation_needs_a_client_for_the_servers_model():
     fed = topofl.Federation.from_arrays(breast_cancer_arrays(3), standardise="federated")
     h = topofl.simulate(fed, "fedavg", rounds=1, seed=0)
     np.testing.assert_array_equal(h.predict(fed[0].X_test, preprocessed=True), h.predict(breast_cancer_arrays(3)[0][2]))
+
+
+def test_the_membership_probe_takes_the_federations_rows_as_they_are():
+    from topofl.experiments.security import privacy_probe
+
+    fed = topofl.Federation.from_arrays(breast_cancer_arrays(3), standardise="federated")
+    h = topofl.simulate(fed, "fedavg", rounds=2, seed=0)
+    for row in privacy_probe.membership_rows(fed, h, "fedavg", 0):
+        k = row["client"]   # the rows are standardised already: not standardised a second time
+        losses = privacy_probe.example_losses(h.predict(fed[k].X_test, client=k, preprocessed=True), fed[k].y_test)
+        assert row["test_loss"] == float(losses.mean())
 
 
 def test_every_method_reports_per_client_final_metrics():
@@ -176,6 +194,15 @@ def test_peers_on_a_standardised_federation_take_raw_rows():
     h = topofl.simulate_decentralised(fed, "dfedu", rounds=2, seed=0, graph="ring")
     assert h.preprocessing == fed.preprocessing
     assert h.score(arrays[3][2], arrays[3][3], client=3)["accuracy"] == final_record(h, 3)["accuracy"]
+    # naming the federation's own task or class count keeps its preprocessing; contradicting it is refused
+    for kw in ({"task": "binary"}, {"n_classes": 2}, {"task": "binary", "n_classes": 2}):
+        same = topofl.simulate_decentralised(fed, "dfedu", rounds=2, seed=0, graph="ring", **kw)
+        assert same.preprocessing == fed.preprocessing, kw
+        assert same.score(arrays[3][2], arrays[3][3], client=3)["accuracy"] == final_record(same, 3)["accuracy"]
+    with pytest.raises(ValueError, match="task='regression' contradicts the data's task 'binary'"):
+        topofl.simulate_decentralised(fed, "dfedu", rounds=1, seed=0, task="regression")
+    with pytest.raises(ValueError, match="n_classes=3 contradicts the data's 2 classes"):
+        topofl.simulate_decentralised(fed, "dfedu", rounds=1, seed=0, n_classes=3)
 
 
 def _rewrite(path, out, change):
@@ -199,14 +226,7 @@ def test_an_old_file_without_preprocessing_loads_with_a_warning(tmp_path):
     h = topofl.simulate(fed, "fedavg", rounds=1, seed=0)
     path = topofl.save_models(h, tmp_path / "new.npz")
 
-    def as_format_1(m, a):
-        m["format"] = "topofl-models/1"
-        for key in ("preprocessing", "client_model"):
-            del m[key]
-        for k in [k for k in a if k.startswith("preprocessing/")]:
-            del a[k]
-
-    old = _rewrite(path, tmp_path / "old.npz", as_format_1)
+    old = _rewrite(path, tmp_path / "old.npz", _as_format_1)
     with pytest.warns(NoPreprocessingWarning, match="predict takes rows preprocessed"):
         loaded = topofl.load_models(old)
     assert loaded.preprocessing is None
@@ -228,6 +248,7 @@ def test_an_old_file_without_preprocessing_loads_with_a_warning(tmp_path):
     (lambda m, a: a.__setitem__("client/0/params", np.full_like(a["client/0/params"], np.inf)), "non-finite"),
     (lambda m, a: a.__setitem__("client/0/params", a["client/0/params"][:-1]), "parameters"),
     (lambda m, a: m.__setitem__("seed", "zero"), "method and seed"),
+    (lambda m, a: m.__setitem__("method", "fedavg\x1b[2J"), "method and seed"),
 ])
 def test_everything_read_from_a_models_file_is_validated(tmp_path, change, message):
     fed = topofl.Federation.from_arrays(breast_cancer_arrays(3), standardise="federated", sites=["a", "b", "c"])
@@ -235,6 +256,84 @@ def test_everything_read_from_a_models_file_is_validated(tmp_path, change, messa
     bad = _rewrite(path, tmp_path / "bad.npz", change)
     with pytest.raises(ValueError, match=message):
         topofl.load_models(bad)
+
+
+def test_hostile_models_files_are_refused_naming_the_file(tmp_path):
+    fed = topofl.Federation.from_arrays(breast_cancer_arrays(3), standardise="federated", sites=["a", "b", "c"])
+    path = topofl.save_models(topofl.simulate(fed, "fedavg", rounds=1, seed=0), tmp_path / "m.npz")
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    text = bytes(arrays["manifest"]).decode()
+    deep = text[:-1] + ', "deep": ' + "[" * 100000 + "]" * 100000 + "}"
+    np.savez(tmp_path / "deep.npz", **{**arrays, "manifest": np.frombuffer(deep.encode(), dtype=np.uint8)})
+    with pytest.raises(ValueError, match=r"deep\.npz: not a topofl models file \(its manifest is nested too deeply"):
+        topofl.load_models(tmp_path / "deep.npz")
+    # a zip bomb: a small file whose members inflate to much more; np.savez stores its members uncompressed
+    np.savez_compressed(tmp_path / "bomb.npz", **arrays, pad=np.zeros(2 * 10**6))
+    with pytest.raises(ValueError, match=r"bomb\.npz: not a topofl models file \(member '.*' is compressed"):
+        topofl.load_models(tmp_path / "bomb.npz")
+    np.savez_compressed(tmp_path / "packed.npz", **arrays)
+    with pytest.raises(ValueError, match=r"packed\.npz.*compressed"):
+        topofl.load_models(tmp_path / "packed.npz")
+    # control characters in names (terminal escapes) are refused
+    esc = _rewrite(path, tmp_path / "esc.npz", lambda m, a: m["preprocessing"]["sites"].__setitem__(1, "b\x1b[2J"))
+    with pytest.raises(ValueError, match=r"esc\.npz: invalid preprocessing record: sites.*control character"):
+        topofl.load_models(esc)
+    # a model description that does not fit the saved parameters is refused before anything is built
+    for change, message in [(lambda m, a: m["model"].__setitem__("n_params", 10**9), "describes 1000000000 param"),
+                            (lambda m, a: m["model"].__setitem__("n_features", 10**12), "n_features"),
+                            (lambda m, a: m["model"].__setitem__("task", 7), "task")]:
+        bad = _rewrite(path, tmp_path / "bad.npz", change)
+        with pytest.raises(ValueError, match=rf"bad\.npz: .*{message}"):
+            topofl.load_models(bad)
+
+
+@pytest.mark.parametrize("sites, message", [
+    (["a", "b", "a"], r"sites name 'a' twice"),
+    (["a", "", "c"], r"sites must hold non-empty one-line names .* got ''"),
+    (["a", "b" * 201, "c"], r"at most 200 characters; got 'bbbb"),
+    (["a", "b\x1b[2J", "c"], r"sites\[1\] 'b\\x1b\[2J' holds a control character"),
+])
+def test_from_arrays_refuses_bad_site_names_naming_them(sites, message):
+    with pytest.raises(ValueError, match=message):
+        topofl.Federation.from_arrays(breast_cancer_arrays(3), sites=sites)
+
+
+def test_names_with_control_characters_are_refused():
+    with pytest.raises(ValueError, match=r"feature_names\[1\] 'b\\x07' holds a control character"):
+        Preprocessing(2, ("a", "b\x07"))
+    with pytest.raises(ValueError, match=r"sites\[0\] 'x\\n' holds a control character"):
+        Preprocessing(1, ("a",), sites=("x\n",))
+
+
+def test_a_zero_that_means_missing_needs_a_client_where_clients_impute_differently():
+    p = Preprocessing(2, ("age", "chol"), impute=[[50.0, 200.0], [60.0, 240.0]], zero_is_missing=(1,))
+    with pytest.raises(ValueError, match="missing values, which each client imputes"):
+        p.transform([[55.0, 0.0]])   # chol = 0 is not measured: client 0's or client 1's median?
+    np.testing.assert_array_equal(p.transform([[55.0, 0.0]], 1), [[55.0, 240.0]])
+    np.testing.assert_array_equal(p.transform([[55.0, 210.0]]), [[55.0, 210.0]])
+
+
+def test_rows_rescaled_by_a_loader_are_not_taken_raw():
+    p = Preprocessing(2, ("a", "b"), rescaled="values scaled by 1/16")
+    assert not p.identity and Preprocessing.from_manifest(*p.to_manifest()) == p
+    with pytest.raises(ValueError, match=r"rescaled by the data's loader \(values scaled by 1/16\).*preprocessed=True"):
+        p.transform([[1.0, 2.0]], 0)
+    assert "rescaled" not in Preprocessing(2, ("a", "b")).to_manifest()[0]   # files without it read as before
+    from topofl.data.loaders import rotated_digits
+
+    digits = rotated_digits(seed=0, n_clients=8)
+    assert "1/16" in digits.preprocessing.rescaled
+    h = topofl.simulate_decentralised(digits, "local-peers", rounds=1, seed=0, graph="ring")
+    with pytest.raises(ValueError, match="rescaled by the data's loader"):
+        h.predict(digits.clients[0].X_test * 16, client=0)
+    assert h.predict(digits.clients[0].X_test, client=0, preprocessed=True).shape[0] == digits.clients[0].X_test.shape[0]
+    fed = topofl.Federation(digits.clients, digits.task, digits.n_classes, preprocessing=digits.preprocessing)
+    assert fed.preprocessing.rescaled == digits.preprocessing.rescaled
+    from topofl.data.loaders.mnist10k import mnist_federation
+
+    images = mnist_federation(3, partition_kind="iid", n_samples=300, seed=0, min_size=10, styles=0.5)
+    assert "1/255" in images.preprocessing.rescaled and "style" in images.preprocessing.rescaled
 
 
 def test_preprocessing_record_is_validated_where_it_is_built():
@@ -334,13 +433,78 @@ def test_topofl_predict_writes_csv_to_stdout_and_refuses_bad_files(tmp_path):
     (tmp_path / "gap.csv").write_text("age,chol,bmi\n40,,25\n")
     one_line_error(runner.invoke(app, ["predict", models, str(tmp_path / "gap.csv"), "--client", "0"]),
                    "line 2", "'chol' is empty")
+    one_line_error(runner.invoke(app, ["predict", models, str(rows), "--model", "nope.nothing:make"]),
+                   "--model 'nope.nothing:make'", "cannot import")
     (tmp_path / "foreign.npz").write_bytes(b"not a zip")
     one_line_error(runner.invoke(app, ["predict", str(tmp_path / "foreign.npz"), str(rows)]),
                    "not a topofl models file")
 
 
+def test_topofl_predict_out_refuses_to_overwrite(tmp_path):
+    data = tmp_path / "sites.csv"
+    _write_sites_csv(data, np.random.default_rng(2))
+    runner.invoke(app, ["run", "--data", str(data), "--method", "local", "--rounds", "1",
+                        "--save-models", str(tmp_path / "m")])
+    models = tmp_path / "m" / "local-seed0.npz"
+    before = models.read_bytes(), data.read_bytes()
+    out = tmp_path / "preds.csv"
+    out.write_text("keep me\n")
+    args = ["predict", str(models), str(data), "--label-column", "y"]
+    one_line_error(runner.invoke(app, [*args, "--out", str(out)]), "--out", "exists", "--overwrite")
+    assert out.read_text() == "keep me\n"
+    assert runner.invoke(app, [*args, "--out", str(out), "--overwrite"]).exit_code == 0
+    assert out.read_text().startswith("line,site,client,")
+    # the models or the data file itself is never overwritten, --overwrite or not
+    for victim in (models, data, tmp_path / "m" / ".." / "sites.csv"):
+        one_line_error(runner.invoke(app, [*args, "--out", str(victim), "--overwrite"]), "--out", "is the")
+    assert (models.read_bytes(), data.read_bytes()) == before
+
+
+def _as_format_1(m, a):
+    m["format"] = "topofl-models/1"
+    for key in ("preprocessing", "client_model"):
+        del m[key]
+    for k in [k for k in a if k.startswith("preprocessing/")]:
+        del a[k]
+
+
+def test_topofl_predict_with_an_old_file_checks_and_prints_the_columns_it_reads(tmp_path):
+    data = tmp_path / "sites.csv"
+    _write_sites_csv(data, np.random.default_rng(3))
+    runner.invoke(app, ["run", "--data", str(data), "--method", "local", "--rounds", "1",
+                        "--save-models", str(tmp_path / "m")])
+    old = _rewrite(tmp_path / "m" / "local-seed0.npz", tmp_path / "old.npz", _as_format_1)
+    rows = tmp_path / "rows.csv"
+    def refused(res, *fragments):   # the format-1 warning, then one error line
+        assert res.exit_code == 2, res.output
+        last = [ln for ln in res.output.strip().splitlines() if ln.strip()][-1]
+        assert last.startswith("Error:") and all(f in last for f in fragments), last
+
+    rows.write_text("note,age,chol,bmi\n7,0.1,0.2,0.3\n")
+    refused(runner.invoke(app, ["predict", str(old), str(rows), "--client", "0"]),
+            "4 columns (note, age, chol, bmi)", "the models take 3", "--label-column")
+    rows.write_text("age,chol,bmi,outcome\n0.1,0.2,0.3,1\n")
+    refused(runner.invoke(app, ["predict", str(old), str(rows), "--client", "0"]), "4 columns")
+    res = runner.invoke(app, ["predict", str(old), str(rows), "--client", "0", "--label-column", "outcome"])
+    assert res.exit_code == 0, res.output
+    assert "model inputs, in file order: age, chol, bmi" in res.output
+
+
+def test_topofl_predict_refuses_a_named_site_column_the_file_lacks(tmp_path):
+    data = tmp_path / "sites.csv"
+    _write_sites_csv(data, np.random.default_rng(4))
+    runner.invoke(app, ["run", "--data", str(data), "--method", "fedavg", "--rounds", "1",
+                        "--save-models", str(tmp_path / "m")])
+    models = str(tmp_path / "m" / "fedavg-seed0.npz")
+    one_line_error(runner.invoke(app, ["predict", models, str(data), "--site-column", "hospital"]),
+                   "no column 'hospital'", "--site-column")
+    assert runner.invoke(app, ["predict", models, str(data)]).exit_code == 0   # the default: used where present
+
+
 def test_input_shape_flag_is_checked():
     one_line_error(runner.invoke(app, ["run", "--input-shape", "1,x,8"]), "--input-shape")
+    for text in ("1,,8,8", "1,8,8,", ",1,8"):
+        one_line_error(runner.invoke(app, ["run", "--input-shape", text]), "--input-shape", repr(text))
     one_line_error(runner.invoke(app, ["run", "--input-shape", "1,8,8"]), "input_shape applies to a torch model")
     one_line_error(runner.invoke(app, ["run", "--model", "mlp", "--input-shape", "1,8,8"]),
                    "holds 64 values per row; the rows have 20 features")
@@ -360,7 +524,8 @@ def test_a_users_module_comes_back_as_a_module(tmp_path):
     X = fed[2].X_test
     with torch.no_grad():
         logits = mod(torch.tensor(X, dtype=torch.float32)).double()
-    np.testing.assert_allclose(torch.softmax(logits, 1)[:, 1].numpy(), h.predict(X, client=2), atol=1e-6)
+    np.testing.assert_allclose(torch.softmax(logits, 1)[:, 1].numpy(), h.predict(X, client=2, preprocessed=True),
+                               atol=1e-6)
     # its state_dict loads into a fresh module of the user's own class
     fresh = make_mlp()
     fresh.load_state_dict(h.state_dict(client=2))
@@ -389,9 +554,9 @@ def test_a_users_cnn_runs_with_an_input_shape(tmp_path):
     X = fed[1].X_test
     with torch.no_grad():
         probs = torch.softmax(mod(torch.tensor(X, dtype=torch.float32).reshape(-1, 1, 8, 8)).double(), 1).numpy()
-    np.testing.assert_allclose(probs, h.predict(X, client=1), atol=1e-6)
+    np.testing.assert_allclose(probs, h.predict(X, client=1, preprocessed=True), atol=1e-6)
     loaded = topofl.load_models(topofl.save_models(h, tmp_path / "cnn.npz"), model=make_digit_cnn)
-    np.testing.assert_array_equal(loaded.predict(X, client=1), h.predict(X, client=1))
+    np.testing.assert_array_equal(loaded.predict(X, client=1, preprocessed=True), h.predict(X, client=1, preprocessed=True))
     # peers too, and the command line
     p = topofl.simulate_decentralised(fed, "local-peers", rounds=1, seed=0, model=make_digit_cnn, input_shape=(1, 8, 8))
     assert p.models[0].input_shape == (1, 8, 8)

@@ -142,3 +142,65 @@ def test_experiment_default_runs_resume_and_report(tmp_path, monkeypatch):
     # an explicit --out keeps holding several experiments side by side, as before
     res = runner.invoke(app, [*args, "--out", str(tmp_path / "mine")])
     assert res.exit_code == 0 and (tmp_path / "mine" / "diagrams" / "manifest.json").is_file(), res.output
+
+
+def test_a_command_refused_at_run_time_leaves_no_run_directory(tmp_path, monkeypatch):
+    """A value refused once the run directory exists (a cluster count above the clients) removes the
+    directory the command made: it never becomes "the latest run" of --resume or report.
+    """
+    monkeypatch.chdir(tmp_path)
+    root = tmp_path / "results" / "experiments"
+    refused = ["experiment", "heart-disease", "--smoke", "--seeds", "0", "-j", "1", "-p", "ptopofl.n_clusters=50"]
+    res = runner.invoke(app, refused)
+    assert res.exit_code == 2 and "Error: n_clusters=50 exceeds" in res.output, res.output
+    assert "run-0001" in res.output and run_dirs(root) == []
+    made = new_run_dir(root)   # one made by another command: an error of this one leaves it alone
+    real = root / "run-0002"
+    (real / "comparison" / "runs").mkdir(parents=True)
+    (real / "comparison" / "runs" / "x.done.json").write_text("{}")
+    monkeypatch.setattr(cli_common, "new_run_dir", lambda r, flag="--out": real)   # noqa: ARG005
+    res = runner.invoke(app, refused)
+    assert res.exit_code == 2 and "Error: n_clusters=50 exceeds" in res.output, res.output
+    assert made.is_dir() and real.is_dir()   # one holds sealed runs: kept
+
+
+def test_resume_and_report_pick_the_latest_run_that_holds_results(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    root = tmp_path / "results" / "experiments"
+    args = ["experiment", "diagrams", "--seeds", "0", "-j", "1"]
+    res = runner.invoke(app, args, env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    (root / "run-0002" / "comparison").mkdir(parents=True)   # another experiment's run, unfinished
+    (root / "run-0003").mkdir()                                # an empty one
+    res = runner.invoke(app, [*args, "--resume"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert "results/experiments/run-0001" in res.output
+    one_line_error(runner.invoke(app, ["experiment", "controls", "--seeds", "0", "--resume"]),
+                   "no earlier run of controls")
+    res = runner.invoke(app, ["report"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0 and "run-0001" in res.output, res.output
+
+
+@pytest.mark.parametrize("command", [["experiment", "diagrams", "--seeds", "0"], TUNE])
+def test_resume_and_overwrite_exclude_each_other(tmp_path, monkeypatch, command):
+    """The interruption's hint (--resume --out DIR) must never be the command that wipes the finished runs."""
+    monkeypatch.chdir(tmp_path)
+    one_line_error(runner.invoke(app, [*command, "--resume", "--overwrite", "--out", str(tmp_path / "o")]),
+                   "--resume", "--overwrite")
+    assert not (tmp_path / "o").exists()
+
+
+def test_run_experiment_refuses_resume_with_overwrite(tmp_path):
+    from topofl.experiments.driver import run_experiment
+
+    with pytest.raises(ValueError, match="resume.*overwrite"):
+        run_experiment("diagrams", [0], tmp_path, resume=True, overwrite=True)
+
+
+def test_a_run_name_of_other_digits_is_not_a_run(tmp_path):
+    """'²' is a digit to str.isdigit() but no number to int(): such an entry is ignored, not an error."""
+    (tmp_path / "run-²").mkdir()
+    (tmp_path / "run-0003").mkdir()
+    (tmp_path / "run-٣").mkdir()   # an Arabic-Indic three
+    assert [p.name for p in run_dirs(tmp_path)] == ["run-0003"]
+    assert new_run_dir(tmp_path).name == "run-0004"

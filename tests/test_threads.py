@@ -113,12 +113,30 @@ def test_worker_default_shares_the_cpus(monkeypatch: pytest.MonkeyPatch) -> None
     from topofl.experiments.pool import worker_pool
 
     monkeypatch.setattr(th, "_process_setting", None)
-    pool = worker_pool(2)
+    monkeypatch.setattr(th, "usable_cpus", lambda: 16)   # so that 4 workers' share (2) differs from one process's (4)
+    pool = worker_pool(4)
     try:
         info = pool.submit(th.thread_info).result(timeout=120)
     finally:
         pool.shutdown()
-    assert info["setting"] == th.default_threads(2)
+    assert info["setting"] == th.default_threads(4) == 2 != th.default_threads(1)
+
+
+def test_a_run_left_alone_takes_the_workers_threads(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """With --jobs P, the thread count of a run is a function of the flags and the machine, never of how
+    many runs are left: one run left runs in this process with the workers' count.
+    """
+    from topofl.experiments import runs
+    from topofl.job import Job
+
+    monkeypatch.setattr(th, "_process_setting", None)
+    monkeypatch.setattr(th, "usable_cpus", lambda: 16)
+    seen: list[int] = []
+    monkeypatch.setattr(runs, "execute_run", lambda spec, run_dir: seen.append(th._resolve(None)) or {})
+    runs._run_todo([Job(method="fedavg")], tmp_path, 4, lambda spec, done: None)
+    assert seen == [th.run_threads(4)] == [th.default_threads(4)] == [2]
+    runs._run_todo([Job(method="fedavg")], tmp_path, 1, lambda spec, done: None)
+    assert seen[-1] == th.run_threads(1) == th.default_threads(1) == 4
 
 
 def test_cli_refuses_a_bad_thread_count_in_one_line() -> None:
@@ -138,3 +156,75 @@ def test_an_enclosing_block_governs_the_calls_within_it() -> None:
             assert _blas_threads() == {outer}
         with th.limited_threads(1) as explicit:
             assert explicit == 1
+
+
+@pytest.fixture
+def fresh_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process as a Flower node's would start: no thread setting yet, 16 CPUs (and set_threads only
+    recording its number: the test process's own pools stay as they are).
+    """
+    monkeypatch.setattr(th, "_process_setting", None)
+
+    def record(threads=None, **_):
+        th._process_setting = threads if threads is not None else th.default_threads(1)
+        return th._process_setting
+
+    monkeypatch.setattr(th, "set_threads", record)
+    monkeypatch.setattr(th, "_node_threads", None)
+    monkeypatch.setattr(th, "usable_cpus", lambda: 16)
+    for var in th.THREAD_VARIABLES:
+        monkeypatch.delenv(var, raising=False)
+
+
+def test_a_flower_node_takes_the_runtimes_thread_count_once(fresh_process, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")   # what Ray (or a LocalDeployment) gave the node's process
+    assert th.node_threads() == 3 == th.process_threads()
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert th.node_threads() == 3   # once per process
+
+
+def test_a_flower_node_without_a_setting_takes_the_default_policy(fresh_process) -> None:
+    assert th.node_threads() == th.default_threads(1) == th.process_threads()
+
+
+def test_a_flower_node_in_this_process_keeps_the_enclosing_block(fresh_process) -> None:
+    """In-process Flower runs (tests, FakeGrid) inside limited_threads keep its number: results stay
+    those of the in-process run.
+    """
+    with th.limited_threads(2):
+        assert th.node_threads() == 2
+    assert th.process_threads() is None
+
+
+def test_the_client_app_applies_the_thread_policy_at_its_first_message(fresh_process) -> None:
+    pytest.importorskip("flwr")
+    from topofl.flower import client_app
+
+    seen: list = []
+    assert client_app.thread_policy in client_app.app._mods
+    client_app.thread_policy("msg", "ctx", lambda m, c: seen.append((m, c, th.process_threads())) or "reply")
+    assert seen == [("msg", "ctx", th.default_threads(1))]
+
+
+def test_each_supernode_of_a_local_deployment_gets_its_share_of_threads(fresh_process, tmp_path) -> None:
+    pytest.importorskip("flwr")
+    from topofl.deploy import LocalDeployment
+
+    env = LocalDeployment(4, tmp_path / "a")._node_thread_env()
+    assert {env[v] for v in th.THREAD_VARIABLES} == {str(th.default_threads(4))} == {"2"}
+    th.set_threads(3)   # --threads 3 in this process (recorded only)
+    env = LocalDeployment(4, tmp_path / "b")._node_thread_env()
+    assert {env[v] for v in th.THREAD_VARIABLES} == {"3"}
+    env = LocalDeployment(4, tmp_path / "c", env={"OMP_NUM_THREADS": "5"})._node_thread_env()
+    assert env == {}   # the user's own setting stands
+
+
+def test_tunings_serial_runs_apply_the_thread_policy(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """Tuning with jobs=1 runs each trial in this process under limited_threads, as runs.py does."""
+    from topofl.experiments import runs, tuning
+    from topofl.job import Job
+
+    seen: list = []
+    monkeypatch.setattr(runs, "execute_run", lambda spec, run_dir: seen.append(list(th._active)) or {})
+    tuning._Inline().submit(tuning._run_quietly, Job(method="fedavg"), str(tmp_path)).result()
+    assert seen == [[th.run_threads(1)]]

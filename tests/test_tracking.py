@@ -274,7 +274,45 @@ def test_bad_tracking_options_are_one_line_errors_before_anything_runs(tmp_path:
     res = runner.invoke(app, ["run", "--method", "fedavg", "--rounds", "2", "--out", str(out), *args])
     assert res.exit_code == 2, res.output
     assert message in res.output and "Traceback" not in res.output
-    assert not (out / "curves.csv").exists()
+    assert not out.exists()   # refused before the results directory is made
+
+
+def _closed_port() -> int:
+    """A local port nothing listens on (bound, then closed): connecting to it is refused at once."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("how", ["--track-uri", "MLFLOW_TRACKING_URI"])
+def test_an_unreachable_tracking_server_is_refused_before_anything_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                       how: str) -> None:
+    import time
+
+    uri = f"http://127.0.0.1:{_closed_port()}"
+    args = ["--track-uri", uri] if how == "--track-uri" else []
+    if how == "MLFLOW_TRACKING_URI":
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    out = tmp_path / "out"
+    start = time.monotonic()
+    res = runner.invoke(app, ["compare", "--methods", "fedavg", "--seeds", "0", "--rounds", "2", "--out", str(out),
+                              "--track", "mlflow", *args])
+    assert res.exit_code == 2, res.output
+    assert f"cannot reach the MLflow tracking server {uri}" in " ".join(res.output.split())
+    assert "Traceback" not in res.output and not out.exists()
+    assert time.monotonic() - start < 30
+
+
+def test_mlflow_retries_and_timeouts_are_short_unless_set(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import os
+
+    from topofl.tracking import MLflowTracker
+
+    monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", raising=False)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "33")
+    MLflowTracker(str(tmp_path))
+    assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "1"
+    assert os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "33"   # the user's own setting is kept
 
 
 @pytest.mark.parametrize(("kind", "module"), [("mlflow", "mlflow"), ("tensorboard", "tensorboard")])
@@ -409,3 +447,117 @@ def test_log_results_of_an_unreadable_directory_is_a_warning(tmp_path: Path, cap
         log_results(rec, tmp_path)  # type: ignore[arg-type]
     assert any("could not read the results" in r.getMessage() for r in caplog.records)
     log_results(None, tmp_path)   # no tracker: nothing at all
+
+
+def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
+def _logged_runs(directory: Path, under: str = "") -> dict[str, tuple[dict[str, Any], Any]]:
+    rec = _Recorder()
+    log_results(rec, directory, under)  # type: ignore[arg-type]
+    return {" ".join(c[1]): (c[2], c[3]) for c in rec.calls if c[0] == "log_run"}
+
+
+def test_a_run_is_logged_with_its_resolved_hyperparameters(tmp_path: Path) -> None:
+    """Defaults merged with what the command set, not only what it set."""
+    import json
+
+    (tmp_path / "config.json").write_text(json.dumps({"hyperparameters": {"fedavg": {"lr": 0.3}}}))
+    _write_csv(tmp_path / "curves.csv", [{"method": "fedavg", "seed": 0, "round": 1, "auc": 0.5}])
+    params, _ = _logged_runs(tmp_path)["fedavg seed 0"]
+    assert params["lr"] == 0.3 and params["local_epochs"] == 2 and params["optimizer"] == "sgd"
+
+
+def test_tune_logs_the_tuned_values_and_every_trials_params(tmp_path: Path) -> None:
+    import json
+
+    (tmp_path / "config.json").write_text(json.dumps({"experiment": "tune", "runs": [
+        {"scenario": "healthcare", "method": "fedavg", "hyperparameters": {}, "setting": {}, "label": ""}]}))
+    _write_csv(tmp_path / "trials.csv", [
+        {"method": "fedavg", "trial": 0, "params": "lr=0.1, local_epochs=2", "metric": "auc", "validation": 0.8,
+         "best_so_far": 0.8},
+        {"method": "fedavg", "trial": 1, "params": "lr=0.2247, local_epochs=1", "metric": "auc", "validation": 0.81,
+         "best_so_far": 0.81}])
+    _write_csv(tmp_path / "tuning_summary.csv", [{"method": "fedavg", "trials": 2, "chosen": "lr=0.2247, local_epochs=1",
+                                                  "defaults": "lr=0.1, local_epochs=2"}])
+    for under in ("default", "tuned"):
+        (tmp_path / under / "runs").mkdir(parents=True)
+        key = {"experiment": "tune", "scenario": "healthcare", "method": "fedavg", "seed": 0}
+        (tmp_path / under / "runs" / "r.done.json").write_text(json.dumps(key))
+        _write_csv(tmp_path / under / "runs" / "r.curves.csv", [{**key, "round": 1, "auc": 0.7}])
+    default, _ = _logged_runs(tmp_path / "default", "default")["default healthcare fedavg seed 0"]
+    tuned, _ = _logged_runs(tmp_path / "tuned", "tuned")["tuned healthcare fedavg seed 0"]
+    assert default["lr"] == 0.1 and default["batch_size"] == 32
+    assert tuned["lr"] == pytest.approx(0.2247) and tuned["local_epochs"] == 1 and tuned["batch_size"] == 32
+    params, metrics = _logged_runs(tmp_path)["tuning fedavg"]
+    assert params["trial 1"] == "lr=0.2247, local_epochs=1"
+    assert [(s, m["lr"]) for s, m in metrics] == [(0, 0.1), (1, pytest.approx(0.2247))]
+
+
+def test_nan_and_infinite_metrics_are_logged_empty_cells_are_not(tmp_path: Path) -> None:
+    import math
+
+    _write_csv(tmp_path / "curves.csv", [{"method": "fedavg", "seed": 0, "round": 1, "auc": "nan", "loss": "inf",
+                                          "r2": "-inf", "mse": ""}])
+    _, metrics = _logged_runs(tmp_path)["fedavg seed 0"]
+    (step, row), = metrics
+    assert math.isnan(row["auc"]) and row["loss"] == math.inf and row["r2"] == -math.inf and "mse" not in row
+
+
+def test_tensorboard_run_directories_are_safe_and_distinct(tmp_path: Path) -> None:
+    tb = TensorBoardTracker(str(tmp_path))
+    tb.start("exp", "job", {})
+    for method in (".", "..", "a/b", "a b", "a_b"):
+        tb.log_run([method, "seed 0"], {}, [(1, {"auc": 0.5})])
+    tb.finish()
+    (job,) = [d for d in tmp_path.iterdir() if d.is_dir()]
+    runs = sorted(str(p.parent.relative_to(job)) for p in job.rglob("events.out.tfevents.*") if p.parent != job)
+    assert len(runs) == 5 and all(p.resolve().is_relative_to(job) for p in job.rglob("*"))
+    assert all(part not in (".", "..") for r in runs for part in Path(r).parts)
+
+
+def test_an_experiment_logged_again_logs_each_finished_run_once(tmp_path: Path) -> None:
+    """A resumed experiment (or group) logs its results directory again: MLflow keeps one child run per
+    done-record (tagged ``topofl.record``), the second job logs only what is new."""
+    import json
+
+    from mlflow import MlflowClient
+
+    d = tmp_path / "exp"
+    (d / "runs").mkdir(parents=True)
+    (d / "config.json").write_text(json.dumps({"experiment": "demo"}))
+
+    def finish(seed: int) -> None:
+        key = {"experiment": "demo", "scenario": "healthcare", "method": "fedavg", "seed": seed}
+        (d / "runs" / f"r{seed}.done.json").write_text(json.dumps({**key, "seal": f"s{seed}"}))
+        _write_csv(d / "runs" / f"r{seed}.curves.csv", [{**key, "round": 1, "auc": 0.5}])
+
+    store = tmp_path / "store"
+    finish(0)
+    for _ in range(2):
+        tracker = make_tracker("mlflow", str(store))
+        with tracked(tracker, "topofl experiment", "experiment demo"):
+            log_results(tracker, d)
+        finish(1)
+    client = MlflowClient(tracking_uri=mlflow_uri(str(store)))
+    exp = client.get_experiment_by_name("topofl experiment")
+    children = [r for r in client.search_runs([exp.experiment_id]) if "mlflow.parentRunId" in r.data.tags]
+    assert sorted(r.info.run_name for r in children) == ["healthcare fedavg seed 0", "healthcare fedavg seed 1"]
+    assert all(r.data.tags.get("topofl.record") for r in children)
+
+
+def test_a_run_in_memory_is_logged_with_its_resolved_hyperparameters() -> None:
+    from types import SimpleNamespace
+
+    from topofl.tracking import log_history
+
+    rec = _Recorder()
+    history = SimpleNamespace(method="fedavg", seed=0, rounds=[SimpleNamespace(round=1, as_dict=lambda: {"auc": 0.5})])
+    log_history(rec, history, {"method": "fedavg", "seed": 0, "hyperparameters": {"lr": 0.3}})  # type: ignore[arg-type]
+    (params,) = [c[2] for c in rec.calls if c[0] == "log_run"]
+    assert params["hyperparameters"]["lr"] == 0.3 and params["hyperparameters"]["local_epochs"] == 2

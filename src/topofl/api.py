@@ -54,12 +54,14 @@ def peer_data(clients: Any, task: str | None = None, n_classes: int | None = Non
     from topofl.data.federation import ClientData, _validated_client, resolve_labels
     from topofl.data.loaders.base import LoadedData
 
-    if isinstance(clients, LoadedData) and task is None and n_classes is None:
-        return clients
     name = str(getattr(clients, "name", "custom"))
-    preprocessing = getattr(clients, "preprocessing", None) if task is None and n_classes is None else None
+    preprocessing = None
     if hasattr(clients, "clients") and hasattr(clients, "task"):
-        data, task, n_classes = clients.clients, task or clients.task, n_classes or clients.n_classes
+        _agree(clients, task, n_classes)  # the data's preprocessing stays valid only for its own labels
+        if isinstance(clients, LoadedData):
+            return clients
+        data, task, n_classes = clients.clients, clients.task, clients.n_classes
+        preprocessing = getattr(clients, "preprocessing", None)
     else:
         data = [c if isinstance(c, ClientData) else _validated_client(k, c) for k, c in enumerate(clients)]
         data = [_validated_client(k, c) for k, c in enumerate(data)]
@@ -72,6 +74,16 @@ def peer_data(clients: Any, task: str | None = None, n_classes: int | None = Non
             data = [ClientData(c.X_train, mapping(c.y_train), c.X_test, mapping(c.y_test), c.client_id, c.meta)
                     for c in data]
     return LoadedData(list(data), task, int(n_classes or 2), name, preprocessing=preprocessing)
+
+
+def _agree(data: Any, task: str | None, n_classes: int | None) -> None:
+    """Refuse a ``task`` or ``n_classes`` given for ``data`` (a Federation or LoadedData) that contradicts its own."""
+    if task is not None and task != data.task:
+        raise ValueError(f"task={task!r} contradicts the data's task {data.task!r}; "
+                         "leave task out for a Federation or LoadedData")
+    if n_classes is not None and data.task != "regression" and int(n_classes) != int(data.n_classes):
+        raise ValueError(f"n_classes={n_classes!r} contradicts the data's {data.n_classes} classes; "
+                         "leave n_classes out for a Federation or LoadedData")
 
 
 def run(

@@ -186,6 +186,7 @@ def tune(
     from topofl.methods import family
 
     check_int("--jobs", jobs, 1, MAX_JOBS)
+    ui.check_resume_overwrite(resume, overwrite)
     ui.apply_threads(o.threads, jobs)
     file, method_list, seeds = _methods_and_seeds(o, "0-9", every_server_method=True)
     specs = [j.with_(experiment="tune") for j in jobs_from_options(o, file, method_list, seeds)]
@@ -310,6 +311,7 @@ def experiment(  # noqa: PLR0913 (a typer command: its parameters are the comman
     if name not in experiment_names():
         raise ValueError(f"unknown experiment {name!r}; available: {', '.join(experiment_names())}")
     check_int("--jobs", jobs, 1, MAX_JOBS)
+    ui.check_resume_overwrite(resume, overwrite)
     if quick and smoke:
         raise ValueError("--quick and --smoke exclude each other")
     profile = "smoke" if smoke else "quick" if quick else "full"
@@ -329,7 +331,8 @@ def experiment(  # noqa: PLR0913 (a typer command: its parameters are the comman
         raise ValueError(f"--tuned tunes one experiment; {name!r} is a group")
     ui.check_tracking(o)
     n_runs = total_runs(names, seed_list, profile, root)   # plans every run (a budget it lacks is refused) ...
-    out = ui.default_out(out, ui.EXPERIMENTS_ROOT, resume)   # ... before a run directory is made
+    out = ui.default_out(out, ui.EXPERIMENTS_ROOT, resume,   # ... before a run directory is made
+                         [f"{n}{end}" for n in names for end in EXPERIMENT_DIR_ENDINGS], f"of {name}")
     if settings is not None:
         _run_tuned(name, seed_list, out, settings, resume, overwrite, jobs, profile, root, o)
         return
@@ -360,6 +363,10 @@ def experiment(  # noqa: PLR0913 (a typer command: its parameters are the comman
     if report_path is not None:
         ui.console.print(f"report: {report_path}")
     ui.console.print(f"[dim]{time.perf_counter() - t0:.1f} s[/]")
+
+
+#: what ``topofl experiment NAME`` names its directory in a run: NAME, NAME-robust, NAME-custom, NAME-tuned, ...
+EXPERIMENT_DIR_ENDINGS = ("", "-robust", "-custom", "-robust-custom", "-tuned")
 
 
 def _resume_hint(out: Path) -> str:
@@ -457,7 +464,11 @@ def report(out: Optional[Path] = ui.ReportDirArg) -> None:
     own = target.is_dir() and ((target / "manifest.json").exists()   # results of its own, beside any runs
                                or any((d / "manifest.json").exists() for d in target.iterdir() if d not in runs))
     if runs and not own:
-        target = runs[-1]
+        finished = [d for d in runs if ui.holds(d, ("manifest.json", "*/manifest.json"))]
+        if not finished:
+            raise ValueError(f"report: no run in {str(target)!r} holds finished results yet (a manifest.json); "
+                             "run an experiment first")
+        target = finished[-1]
         ui.console.print(f"reporting the latest run, {target}/", highlight=False)
     ui.console.print(f"report: {build_report(target)}")
 
@@ -547,8 +558,9 @@ Exits 1 with the reason when the run fails.
 
 _PredictModelsArg = typer.Argument(..., help="A models file written by --save-models (DIR/METHOD-seedK.npz).")
 _PredictDataArg = typer.Argument(..., help="A CSV file with a header holding the models' feature columns (any order).")
-_PredictSiteOpt = typer.Option("site", "--site-column",
-                               help="Column naming each row's site: its rows go to that site's model.")
+_PredictSiteOpt = typer.Option(None, "--site-column",
+                               help="Column naming each row's site: its rows go to that site's model "
+                               "(default: site, where the file has it; a column named here must be there).")
 _PredictLabelOpt = typer.Option(None, "--label-column",
                                 help="Label column; with it, the scores per site are printed (default: the label "
                                 "column the models were trained on, else y, where the file has it).")
@@ -556,6 +568,7 @@ _PredictClientOpt = typer.Option(None, "--client",
                                  help="Predict every row with this client's model (an id or a site name).")
 _PredictOutOpt = typer.Option(None, "--out", "-o",
                               help="Write the predictions to this CSV file (default: standard output).")
+_PredictOverwriteOpt = typer.Option(False, "--overwrite", help="Replace an existing --out file.")
 _PredictModelOpt = typer.Option(None, "--model",
                                 help="package.module:factory of your own torch module, if the models use one.")
 
@@ -565,11 +578,12 @@ _PredictModelOpt = typer.Option(None, "--model",
 def predict(  # noqa: PLR0913 (a typer command: its parameters are the command's options)
     models: Path = _PredictModelsArg,
     data: Path = _PredictDataArg,
-    site_column: str = _PredictSiteOpt,
+    site_column: Optional[str] = _PredictSiteOpt,
     label_column: Optional[str] = _PredictLabelOpt,
     client: Optional[str] = _PredictClientOpt,
     out: Optional[Path] = _PredictOutOpt,
     model: Optional[str] = _PredictModelOpt,
+    overwrite: bool = _PredictOverwriteOpt,
 ) -> None:
     """Predict the raw rows of a CSV file with saved models: each row with its site's model (the site
     column), or every row with --client's, or with the server's. The federation's preprocessing
@@ -582,21 +596,32 @@ def predict(  # noqa: PLR0913 (a typer command: its parameters are the command's
     from topofl.data.prediction import predict_table
     from topofl.models.io import load_models
 
+    if out is not None:
+        _check_predict_out(out, overwrite, {"MODELS": models, "DATA": data})
+    if model is not None and ":" in model:  # a user's module: name the flag where it does not import
+        from topofl.models.registry import import_factory
+
+        try:
+            import_factory(model)
+        except ValueError as exc:
+            raise ValueError(f"--model {model!r}: {exc}") from None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         trained = load_models(models, model=model)
     for w in caught:
         ui.err_console.print(f"[yellow]Warning:[/] {ui.escape(str(w.message))}", soft_wrap=True)
-    result = predict_table(trained, data, site_column=site_column, label_column=label_column, client=client)
+    result = predict_table(trained, data, site_column=site_column or "site", label_column=label_column,
+                           client=client, site_required=site_column is not None)
     shown = ui.console if out is not None else ui.err_console
+    if trained.preprocessing is None:
+        shown.print(f"[dim]model inputs, in file order: {ui.escape(', '.join(result.features[:12]))}"
+                    f"{' ...' if len(result.features) > 12 else ''}[/]", soft_wrap=True)
     if result.ignored:
         shown.print(f"[dim]columns not read by the models: {ui.escape(', '.join(result.ignored[:12]))}"
                     f"{' ...' if len(result.ignored) > 12 else ''}[/]")
     if out is not None:
         from topofl.atomic import write_text_atomic
 
-        if out.is_dir():
-            raise ValueError(f"--out {str(out)!r} is a directory; name the CSV file to write")
         prepare_out(out.parent, "--out")
         write_text_atomic(out, result.to_csv())
         shown.print(f"{len(result.rows)} prediction(s) written to {out}")
@@ -604,6 +629,19 @@ def predict(  # noqa: PLR0913 (a typer command: its parameters are the command's
         typer.echo(result.to_csv(), nl=False)
     if result.scores:
         shown.print(ui.prediction_scores_table(result.scores, f"{trained.method} (seed {trained.seed}) on {data.name}"))
+
+
+def _check_predict_out(out: Path, overwrite: bool, inputs: dict[str, Path]) -> None:
+    """Refuse a ``--out`` of ``topofl predict`` that is a directory, one of its ``inputs`` (always), or an
+    existing file (unless ``overwrite``).
+    """
+    for what, path in inputs.items():
+        if out.exists() and path.exists() and out.samefile(path):  # a link or another spelling of it too
+            raise ValueError(f"--out {str(out)!r} is the {what} file; name another file to write")
+    if out.is_dir():
+        raise ValueError(f"--out {str(out)!r} is a directory; name the CSV file to write")
+    if out.exists() and not overwrite:
+        raise ValueError(f"--out {str(out)!r} exists; pass --overwrite to replace it")
 
 
 def main() -> None:

@@ -11,6 +11,8 @@ import functools
 import inspect
 import logging
 import os
+import re
+import shutil
 import signal
 import sys
 import threading
@@ -124,13 +126,20 @@ def on_interrupt(hint: str) -> Iterator[None]:
 
 
 def _terminate_as_interrupt(signum: int, frame: Any) -> None:
-    """SIGTERM (a scheduler's, ``kill``) handled as Ctrl-C: the command stops its workers and exits 130."""
+    """SIGTERM (a scheduler's, ``kill``) handled as Ctrl-C: the command stops its workers and exits 130.
+    Further SIGTERMs are ignored from here on: the command is already shutting down, and one of them
+    must not kill it (exit -15) before it has stopped its workers and said how to resume.
+    """
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise KeyboardInterrupt(f"signal {signum}")
 
 
 @contextlib.contextmanager
 def _sigterm_interrupts() -> Iterator[None]:
-    """Within the block, SIGTERM raises ``KeyboardInterrupt`` (in the main thread; elsewhere nothing changes)."""
+    """Within the block, SIGTERM raises ``KeyboardInterrupt`` (in the main thread; elsewhere nothing
+    changes). After one has, SIGTERM stays ignored (the process is ending: :func:`_terminate_as_interrupt`);
+    otherwise the earlier handler is restored when the block ends.
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -138,7 +147,8 @@ def _sigterm_interrupts() -> Iterator[None]:
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if signal.getsignal(signal.SIGTERM) is _terminate_as_interrupt:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def friendly_errors(fn: Callable) -> Callable:
@@ -152,15 +162,18 @@ def friendly_errors(fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        made = len(_made_run_dirs)
         try:
             with _sigterm_interrupts():
                 return fn(*args, **kwargs)
         except (FloatingPointError, MemoryError) as exc:
+            _drop_unfinished_run_dirs(made)
             msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             err_console.print(f"[bold red]Error:[/] the run failed: {escape(msg)}", markup=True, highlight=False,
                               soft_wrap=True)
             raise typer.Exit(EXIT_RUN_FAILED) from None
         except (ValueError, OSError, ImportError) as exc:
+            _drop_unfinished_run_dirs(made)
             msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             err_console.print(f"[bold red]Error:[/] {escape(msg)}", markup=True, highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_BAD_INPUT) from None
@@ -370,13 +383,17 @@ def tracking(o: Any, out: Path | None, command: str, subject: str) -> Iterator[A
 
 
 def check_tracking(o: Any) -> None:
-    """Check ``--track``/``--track-uri`` before anything runs or is written (:func:`topofl.tracking.check_tracker`)."""
+    """Check ``--track``/``--track-uri`` before anything runs or is written: the tracker and its extra
+    (:func:`topofl.tracking.check_tracker`) and its location — ``--track-uri``, or MLflow's
+    ``MLFLOW_TRACKING_URI`` (a server must answer) — (:func:`topofl.tracking.make_tracker`, which writes nothing).
+    """
     if o.track is None and o.track_uri is not None:
         raise ValueError(f"--track-uri {o.track_uri!r} goes with --track (mlflow or tensorboard)")
     if o.track is not None:
-        from topofl.tracking import check_tracker
+        from topofl.tracking import check_tracker, default_location, make_tracker
 
         check_tracker(o.track)
+        make_tracker(o.track, o.track_uri or default_location(o.track, None))
 
 
 def track_results(tracker: Any, directory: Path | None, under: str = "", history: Any = None,
@@ -1082,6 +1099,15 @@ def experiment_overrides(o: Any) -> tuple[dict[str, Any], Callable[[list[Job]], 
     return said, adjust
 
 
+def check_resume_overwrite(resume: bool, overwrite: bool) -> None:
+    """``--resume`` and ``--overwrite`` exclude each other (a one-line ``ValueError``): the one continues
+    the finished runs, the other deletes them, and an interruption's hint (``--resume``) must never wipe them.
+    """
+    if resume and overwrite:
+        raise ValueError("--resume and --overwrite exclude each other: --resume continues the finished runs, "
+                         "--overwrite deletes them first")
+
+
 def check_out_is_free(path: Path, overwrite: bool, flag: str = "--out") -> None:
     """Refuse (one-line ``ValueError``) to write into a directory that already holds files, unless
     ``overwrite``: results of an earlier run are never replaced by surprise.
@@ -1119,6 +1145,11 @@ def prepare_out(path: Path, flag: str = "--out") -> Path:
 RUN_DIR_PREFIX = "run-"
 
 
+_RUN_DIR_NAME = re.compile(rf"{RUN_DIR_PREFIX}([0-9]+)")
+#: the run directories :func:`new_run_dir` made in this process, oldest first (what an error may remove)
+_made_run_dirs: list[Path] = []
+
+
 def run_dirs(root: Path) -> list[Path]:
     """The run directories ``root/run-NNNN`` (see :func:`new_run_dir`), oldest (lowest number) first;
     other entries of ``root`` are ignored.
@@ -1126,8 +1157,8 @@ def run_dirs(root: Path) -> list[Path]:
     root = Path(root)
     if not root.is_dir():
         return []
-    found = [(int(p.name[len(RUN_DIR_PREFIX):]), p) for p in root.iterdir()
-             if p.name.startswith(RUN_DIR_PREFIX) and p.name[len(RUN_DIR_PREFIX):].isdigit() and p.is_dir()]
+    found = [(int(m.group(1)), p) for p in root.iterdir()
+             if (m := _RUN_DIR_NAME.fullmatch(p.name)) is not None and p.is_dir()]
     return [p for _, p in sorted(found)]
 
 
@@ -1136,7 +1167,9 @@ def new_run_dir(root: Path, flag: str = "--out") -> Path:
 
     ``mkdir`` is the claim: a directory another process made meanwhile is skipped for the next
     number, so concurrent commands never share one. ``root`` and its parents are created
-    (:func:`prepare_out`: a one-line ``ValueError`` naming ``flag`` when that fails).
+    (:func:`prepare_out`: a one-line ``ValueError`` naming ``flag`` when that fails). A command
+    that then ends with an error removes the directory again unless it holds finished runs
+    (:func:`friendly_errors`).
     """
     root = prepare_out(root, flag)
     numbers = [int(p.name[len(RUN_DIR_PREFIX):]) for p in run_dirs(root)]
@@ -1151,30 +1184,52 @@ def new_run_dir(root: Path, flag: str = "--out") -> Path:
         except OSError as exc:
             reason = exc.strerror or exc
             raise ValueError(f"{flag} {str(candidate)!r}: cannot create the directory ({reason})") from None
+        _made_run_dirs.append(candidate)
         return candidate
 
 
-def latest_run_dir(root: Path) -> Path:
-    """The highest-numbered run directory of ``root`` (what ``--resume`` without ``--out`` continues);
-    a one-line ``ValueError`` when there is none.
+def _drop_unfinished_run_dirs(keep: int) -> None:
+    """Remove the run directories this process made after its first ``keep`` ones (:func:`new_run_dir`)
+    that hold no finished run (no done-record, ``*.done.json``): a command that ended with an error
+    leaves no empty run to become "the latest" of ``--resume`` or ``topofl report``.
     """
-    dirs = run_dirs(root)
+    while len(_made_run_dirs) > keep:
+        run = _made_run_dirs.pop()
+        if run.is_dir() and not any(run.rglob("*.done.json")):
+            shutil.rmtree(run, ignore_errors=True)
+            log.info("removed %s: the command ended with an error before any run finished", run)
+
+
+def holds(run: Path, patterns: Sequence[str]) -> bool:
+    """Whether run directory ``run`` holds an entry matching one of the glob ``patterns`` (relative to it)."""
+    return any(next(iter(run.glob(p)), None) is not None for p in patterns)
+
+
+def latest_run_dir(root: Path, holding: Sequence[str] = (), what: str = "") -> Path:
+    """The highest-numbered run directory of ``root`` (what ``--resume`` without ``--out`` continues)
+    holding an entry that matches one of the glob patterns ``holding`` (any run when empty); a
+    one-line ``ValueError`` when there is none (``what`` names what was looked for: "of comparison").
+    """
+    dirs = [d for d in run_dirs(root) if not holding or holds(d, holding)]
     if not dirs:
-        raise ValueError(f"--resume: no earlier run in {str(root)!r} (runs without --out go to "
+        of = f" {what}" if what else ""
+        raise ValueError(f"--resume: no earlier run{of} in {str(root)!r} (runs without --out go to "
                          f"{Path(root) / (RUN_DIR_PREFIX + 'NNNN')}); pass --out DIR to name the run to continue")
     return dirs[-1]
 
 
-def default_out(out: Path | None, root: Path, resume: bool = False) -> Path:
+def default_out(out: Path | None, root: Path, resume: bool = False, holding: Sequence[str] = (),
+                what: str = "") -> Path:
     """The directory a command writes into: ``out`` when given; else, with ``resume``, the latest
-    run of ``root`` (:func:`latest_run_dir`), or else a new one (:func:`new_run_dir`). Says which on
-    the console when it is not ``out``.
+    run of ``root`` holding ``holding`` (:func:`latest_run_dir`), or else a new one (:func:`new_run_dir`).
+    Says which on the console when it is not ``out``.
     """
     if out is not None:
         return Path(out)
     if resume:
-        chosen = latest_run_dir(root)
-        console.print(f"resuming the latest run, {chosen}/ (--out DIR names another)", highlight=False)
+        chosen = latest_run_dir(root, holding, what)
+        console.print(f"resuming the latest run{' ' + what if what else ''}, {chosen}/ (--out DIR names another)",
+                      highlight=False)
     else:
         chosen = new_run_dir(root)
         console.print(f"results go to {chosen}/ (a new run directory; --out DIR chooses another)", highlight=False)

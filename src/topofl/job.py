@@ -197,12 +197,16 @@ class Job:
         """The run as the experiment runner of earlier topofl versions described it (the basis of
         :attr:`run_id` and of tuning's setting names, so that results written before still resume).
         """
+        from topofl.data.sources import location_params
+
         d = self.as_dict()
+        where = location_params(d["data"])   # where the data are is no part of the run (School's path)
         out: dict[str, Any] = {
             "experiment": d["experiment"], "scenario": _id_name(d["data"], self.family),
             "method": d["method"],
             "seed": d["seed"], "rounds": d["rounds"], "label": d["label"], "hyperparameters": d["hyperparameters"],
-            "scenario_params": d["data_params"], "setting": d["setting"],
+            "scenario_params": {k: v for k, v in d["data_params"].items() if k not in where},
+            "setting": d["setting"],
             "graph": {"kind": d["graph"], **d["graph_params"]} if self.family == "peer" else {},
             "model": d["model"], "attack": d["attack"], "validation": d["validation"],
         }

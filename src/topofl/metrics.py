@@ -69,6 +69,13 @@ def regression_scores(y: np.ndarray, pred: np.ndarray) -> dict[str, float]:
     return {"mse": sse / y.size if y.size else float("nan"), "r2": 1.0 - sse / sst if sst > 0 else float("nan")}
 
 
+def classification_scores(task: str, y: np.ndarray, scores: np.ndarray, pred: np.ndarray) -> dict[str, float]:
+    """``auc`` (:func:`auc_score`) and ``accuracy`` of a classifier's ``scores`` and predicted class ids ``pred``
+    against class ids ``y``.
+    """
+    return {"auc": auc_score(task, y, scores), "accuracy": float(np.mean(pred == y))}
+
+
 def evaluate(model: Model, theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple[dict[str, float], np.ndarray]:
     """Metrics of parameters ``theta`` on (X, y), and the scores (for pooled metrics).
 
@@ -80,13 +87,12 @@ def evaluate(model: Model, theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> t
         loss, scores, pred = outputs(theta, X, y)
         if model.task == "regression":
             return {"auc": float("nan"), "accuracy": float("nan"), "loss": loss, **regression_scores(y, scores)}, scores
-        return {"auc": auc_score(model.task, y, scores), "accuracy": float(np.mean(pred == y)), "loss": loss}, scores
+        return {**classification_scores(model.task, y, scores, pred), "loss": loss}, scores
     scores = model.predict_scores(theta, X)
     loss = model.loss(theta, X, y) - model._penalty(theta)
     if model.task == "regression":
         return {"auc": float("nan"), "accuracy": float("nan"), "loss": loss, **regression_scores(y, scores)}, scores
-    pred = model.predict(theta, X)
-    return {"auc": auc_score(model.task, y, scores), "accuracy": float(np.mean(pred == y)), "loss": loss}, scores
+    return {**classification_scores(model.task, y, scores, model.predict(theta, X)), "loss": loss}, scores
 
 
 def pooled(model: Model, y: np.ndarray, scores: np.ndarray) -> dict[str, float]:

@@ -9,7 +9,8 @@ round took 240 s with torch's default threads on a busy 2-core machine, 36 s wit
   this process may use (the physical cores of a two-way SMT machine, torch's own default), at
   most :data:`MAX_DEFAULT_THREADS`, at least 1;
 * ``P`` worker processes (``--jobs P``) use :func:`default_threads` ``(P)`` threads each, so that
-  together they never take more than half the CPUs (at least one thread each);
+  together they never take more than half the CPUs (at least one thread each), and so does a run
+  of such a command that runs in this process (the last run left): :func:`run_threads`;
 * ``--threads N`` on the command line, ``threads=N`` of :func:`topofl.simulate`, or
   :func:`set_threads` sets ``N`` per process instead, ``1 <= N <=`` :func:`usable_cpus`.
 
@@ -33,7 +34,7 @@ from topofl._validation import check_int
 log = logging.getLogger(__name__)
 
 __all__ = ["MAX_DEFAULT_THREADS", "THREAD_VARIABLES", "check_threads", "default_threads", "limited_threads",
-           "process_threads", "set_threads", "thread_info", "usable_cpus"]
+           "node_threads", "process_threads", "run_threads", "set_threads", "thread_info", "usable_cpus"]
 
 #: most threads a process gets by default (small federated models gain little beyond)
 MAX_DEFAULT_THREADS = 4
@@ -43,6 +44,7 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"
 
 _process_setting: int | None = None   # what set_threads gave this process (None: the default policy)
 _active: list[int] = []   # the numbers of the limited_threads blocks open in this process, innermost last
+_node_threads: int | None = None   # what node_threads applied in this process (None: not yet)
 
 
 def usable_cpus() -> int:
@@ -93,6 +95,26 @@ def _resolve(threads: int | None, name: str = "threads") -> int:
     return _process_setting if _process_setting is not None else default_threads(1)
 
 
+def run_threads(jobs: int = 1, threads: int | None = None) -> int:
+    """The compute threads of each run of a command that runs ``jobs`` at a time, in this process or in
+    workers alike (a function of the flags and the machine, never of how many runs are left):
+    ``threads`` (checked), else the number :func:`set_threads` gave this process (``--threads``), else
+    for one job the enclosing :func:`limited_threads` block's number or :func:`default_threads` ``(1)``,
+    for several :func:`default_threads` ``(jobs)``.
+
+    Raises
+    ------
+    ValueError
+        ``jobs`` is not a positive integer, or ``threads`` not one from 1 to :func:`usable_cpus`.
+    """
+    check_int("jobs", jobs, 1, None)
+    if threads is not None:
+        return check_threads(threads)
+    if jobs == 1:
+        return _resolve(None)
+    return _process_setting if _process_setting is not None else default_threads(jobs)
+
+
 def _torch(load: bool) -> Any:
     """The torch module when it is loaded (or ``load`` and it is installed), else ``None``."""
     if "torch" in sys.modules:
@@ -140,6 +162,28 @@ def set_threads(threads: int | None = None, *, torch: bool = False) -> int:
     _process_setting = n
     log.debug("compute threads of process %d: %d", os.getpid(), n)
     return n
+
+
+def node_threads() -> int:
+    """Apply a Flower node's thread policy, once per process, and return its number (what the
+    ClientApp does at its first message: :func:`topofl.flower.client_app.thread_policy`).
+
+    The number set before wins: an enclosing :func:`limited_threads` block's (an in-process run,
+    left as it is) or :func:`set_threads`' (``--threads``); else ``OMP_NUM_THREADS`` when the
+    runtime set it (Ray, to the CPUs of the node's actor; a
+    :class:`~topofl.deploy.LocalDeployment`, to each node's share of the machine), at most
+    :func:`usable_cpus`; else :func:`default_threads` ``(1)``.
+    """
+    global _node_threads
+    if _active:
+        return _active[-1]
+    if _process_setting is not None:
+        return _process_setting
+    if _node_threads is None:
+        given = os.environ.get("OMP_NUM_THREADS", "").strip()
+        n = min(int(given), usable_cpus()) if given.isascii() and given.isdigit() and int(given) >= 1 else None
+        _node_threads = set_threads(n)
+    return _node_threads
 
 
 def needs_torch(model: Any) -> bool:

@@ -38,8 +38,9 @@ from topofl.experiments.results import read_csv
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TRACKERS", "GuardedTracker", "MLflowTracker", "TensorBoardTracker", "Tracker", "check_tracker",
-           "default_location", "flatten", "log_history", "log_results", "make_tracker", "mlflow_uri", "tracked"]
+__all__ = ["TRACKERS", "GuardedTracker", "MLflowTracker", "TensorBoardTracker", "Tracker", "check_server",
+           "check_tracker", "default_location", "flatten", "log_history", "log_results", "make_tracker", "mlflow_uri",
+           "tracked"]
 
 #: tracker name -> the optional extra that installs it (``pip install "topofl[EXTRA]"``)
 TRACKERS = {"mlflow": "mlflow", "tensorboard": "tensorboard"}
@@ -51,6 +52,8 @@ MAX_TEXT_ROWS = 50
 _STEP = "round"
 #: ``run_id`` suffix of a finished run's done-record in an experiment's ``runs/`` directory
 _DONE_SUFFIX = ".done.json"
+#: MLflow tag of a child run logged from an experiment's done-record: ``<run_id>:<seal>`` (its results, once)
+RECORD_TAG = "topofl.record"
 
 Metrics = Sequence[tuple[int, Mapping[str, float]]]
 
@@ -69,9 +72,11 @@ class Tracker(Protocol):
     def log_params(self, params: Mapping[str, Any]) -> None:
         """Log the job's parameters (flat names, plain values: :func:`flatten`)."""
 
-    def log_run(self, parts: Sequence[str], params: Mapping[str, Any], metrics: Metrics) -> None:
+    def log_run(self, parts: Sequence[str], params: Mapping[str, Any], metrics: Metrics, record: str = "") -> None:
         """Log one finished run, named by ``parts`` (e.g. ``("ptopofl", "seed 0")``): its
-        parameters and its metrics, one ``(step, {name: value})`` per round.
+        parameters and its metrics, one ``(step, {name: value})`` per round. ``record`` identifies
+        the run's sealed done-record (an experiment's): a store that can look it up (MLflow) skips
+        a run it already holds.
         """
 
     def log_files(self, files: Sequence[Path], under: str = "") -> None:
@@ -147,8 +152,8 @@ def make_tracker(name: str, location: str) -> GuardedTracker:
     Raises
     ------
     ValueError
-        For an unknown ``name``, an empty ``location``, a URI for TensorBoard, or MLflow's file store
-        where MLflow refuses it (naming the location).
+        For an unknown ``name``, an empty ``location``, a URI for TensorBoard, MLflow's file store
+        where MLflow refuses it, or an MLflow server that cannot be reached (:func:`check_server`; naming the location).
     ImportError
         When the tracker's optional extra is not installed (naming the extra).
     """
@@ -156,7 +161,38 @@ def make_tracker(name: str, location: str) -> GuardedTracker:
     if not isinstance(location, str) or not location.strip():
         raise ValueError(f"--track-uri must name a directory or a tracking URI; got {location!r}")
     tracker: Tracker = MLflowTracker(location) if name == "mlflow" else TensorBoardTracker(location)
+    if name == "mlflow" and re.match(r"^https?://", tracker.location, re.IGNORECASE):
+        check_server(tracker.location)
     return GuardedTracker(tracker)
+
+
+#: seconds to wait for a tracking server's answer when checking that it can be reached
+SERVER_CHECK_TIMEOUT = 5.0
+
+
+def check_server(uri: str, timeout: float = SERVER_CHECK_TIMEOUT) -> None:
+    """Check that the MLflow tracking server at ``uri`` (``http(s)://...``) answers (``GET URI/health``),
+    so that a wrong URI is reported before anything runs rather than after MLflow's retries. Any HTTP
+    answer counts (a server behind a proxy or with authentication may not serve ``/health``).
+
+    Raises
+    ------
+    ValueError
+        When the server cannot be reached within ``timeout`` seconds (naming the URI and where it came from).
+    """
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout):  # noqa: S310 (http(s) only)
+            pass
+    except urllib.error.HTTPError:
+        return   # the server answered
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        source = " (from MLFLOW_TRACKING_URI)" if os.environ.get("MLFLOW_TRACKING_URI") == uri else ""
+        raise ValueError(f"--track mlflow: cannot reach the MLflow tracking server {uri}{source}: {reason}; "
+                         "start it, or give --track-uri a directory for a local store") from None
 
 
 def _missing_extra(name: str, exc: ImportError) -> ImportError:
@@ -179,6 +215,10 @@ class MLflowTracker:
 
     def __init__(self, location: str) -> None:
         os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # MLflow 3 sends usage data unless told not to
+        # MLflow retries a request to a server 7 times with a 120 s timeout: minutes of waiting on a
+        # server that went away (tracking then stops with a warning; the results files are written)
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
         try:
             from mlflow import MlflowClient
         except ImportError as exc:
@@ -221,11 +261,20 @@ class MLflowTracker:
     def log_params(self, params: Mapping[str, Any]) -> None:
         self._log(self._parent, params, ())
 
-    def log_run(self, parts: Sequence[str], params: Mapping[str, Any], metrics: Metrics) -> None:
-        run = self._client.create_run(self._experiment_id, run_name=" ".join(parts),
-                                      tags={"mlflow.parentRunId": self._parent})
+    def log_run(self, parts: Sequence[str], params: Mapping[str, Any], metrics: Metrics, record: str = "") -> None:
+        if record and self._holds(record):
+            return   # logged by an earlier job (a resumed experiment logs its results directory again)
+        tags = {"mlflow.parentRunId": self._parent, **({RECORD_TAG: record} if record else {})}
+        run = self._client.create_run(self._experiment_id, run_name=" ".join(parts), tags=tags)
         self._log(run.info.run_id, params, metrics)
         self._client.set_terminated(run.info.run_id, "FINISHED")
+
+    def _holds(self, record: str) -> bool:
+        """Whether the experiment already has a run of done-record ``record`` (tag :data:`RECORD_TAG`)."""
+        quoted = record.replace("\\", "\\\\").replace("'", "\\'")
+        found = self._client.search_runs([self._experiment_id], filter_string=f"tags.`{RECORD_TAG}` = '{quoted}'",
+                                         max_results=1)
+        return len(found) > 0
 
     def _log(self, run_id: str, params: Mapping[str, Any], metrics: Metrics) -> None:
         """Log in batches of MLflow's limits (100 parameters, 1,000 metrics a request)."""
@@ -278,6 +327,7 @@ class TensorBoardTracker:
         self._job: Path | None = None
         self._job_writer: Any = None
         self._texts = 0
+        self._names: dict[tuple[str, ...], str] = {}   # a run directory's path -> the name part it stands for
 
     def start(self, experiment: str, job: str, tags: Mapping[str, str]) -> None:
         Path(self.location).mkdir(parents=True, exist_ok=True)
@@ -294,12 +344,12 @@ class TensorBoardTracker:
         rows = [{"parameter": k, "value": v} for k, v in flatten(params).items()]
         self._text("parameters", _markdown_table(rows))
 
-    def log_run(self, parts: Sequence[str], params: Mapping[str, Any], metrics: Metrics) -> None:
+    def log_run(self, parts: Sequence[str], params: Mapping[str, Any], metrics: Metrics, record: str = "") -> None:
         from tensorboard.compat.proto import event_pb2, summary_pb2
         from tensorboard.plugins.hparams.summary_v2 import hparams_pb
 
         assert self._job is not None, "start() first"
-        writer = self._writer_class(str(self._job.joinpath(*(_path_part(p) for p in parts))))
+        writer = self._writer_class(str(self._job.joinpath(*self._run_path(parts))))
         try:
             hparams = {k: v for k, v in flatten(params).items() if isinstance(v, (bool, int, float, str))}
             writer.add_event(event_pb2.Event(wall_time=time.time(), step=0, summary=hparams_pb(hparams)))
@@ -309,6 +359,22 @@ class TensorBoardTracker:
                                                  summary=summary_pb2.Summary(value=values)))
         finally:
             writer.close()
+
+    def _run_path(self, parts: Sequence[str]) -> list[str]:
+        """A run's directories below the job: each part a safe name (:func:`_path_part`), with a short
+        hash of the part added where two different parts would get the same name (``a b`` and ``a_b``).
+        """
+        import hashlib
+
+        path: list[str] = []
+        for part in parts:
+            name = _path_part(part)
+            owner = self._names.setdefault((*path, name), str(part))
+            if owner != str(part):
+                name = f"{name}-{hashlib.sha1(str(part).encode()).hexdigest()[:6]}"  # noqa: S324 (a name, not security)
+                self._names.setdefault((*path, name), str(part))
+            path.append(name)
+        return path
 
     def log_files(self, files: Sequence[Path], under: str = "") -> None:
         prefix = f"{under}/" if under else ""
@@ -385,8 +451,11 @@ class GuardedTracker:
     def log_params(self, params: Mapping[str, Any]) -> None:
         self._call("log_params", params)
 
-    def log_run(self, parts: Sequence[str], params: Mapping[str, Any], metrics: Metrics) -> None:
-        self._call("log_run", parts, params, metrics)
+    def log_run(self, parts: Sequence[str], params: Mapping[str, Any], metrics: Metrics, record: str = "") -> None:
+        if record:
+            self._call("log_run", parts, params, metrics, record)
+        else:
+            self._call("log_run", parts, params, metrics)
 
     def log_files(self, files: Sequence[Path], under: str = "") -> None:
         self._call("log_files", files, under)
@@ -446,8 +515,11 @@ def flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def _path_part(text: str) -> str:
-    """``text`` as one safe directory name (letters, digits, ``._=-``; the rest ``_``)."""
-    return re.sub(r"[^A-Za-z0-9._=-]+", "_", str(text)).strip("_") or "_"
+    """``text`` as one safe directory name (letters, digits, ``._=-``; the rest ``_``; a name of dots
+    only, ``.`` or ``..``, as ``_``).
+    """
+    safe = re.sub(r"[^A-Za-z0-9._=-]+", "_", str(text)).strip("_") or "_"
+    return "_" if set(safe) == {"."} else safe
 
 
 def _markdown_table(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -460,18 +532,18 @@ def _markdown_table(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _numbers(row: Mapping[str, Any], skip: Iterable[str]) -> dict[str, float]:
-    """The finite numeric values of a results row, less the columns ``skip`` (empty and NaN cells dropped)."""
+    """The numeric values of a results row, less the columns ``skip``: NaN and ±inf kept (a diverged
+    run's loss is a result; MLflow and TensorBoard both store them), empty and non-numeric cells dropped.
+    """
     out = {}
     skipped = set(skip)
     for k, v in row.items():
-        if k in skipped or k == _STEP:
+        if k in skipped or k == _STEP or v is None or (isinstance(v, str) and not v.strip()):
             continue
         try:
-            x = float(v)
+            out[k] = float(v)
         except (TypeError, ValueError):
             continue
-        if math.isfinite(x):
-            out[k] = x
     return out
 
 
@@ -487,15 +559,31 @@ def _run_parts(key: Mapping[str, Any], under: str) -> list[str]:
     return [*parts, str(key.get("method", "run")), *setting, f"seed {key.get('seed', '')}".strip()]
 
 
-def _hyperparameters(config: Mapping[str, Any], key: Mapping[str, Any]) -> dict[str, Any]:
-    """A run's hyper-parameters as its results directory's ``config.json`` states them: a comparison's
-    ``hyperparameters`` of its method, or the hyper-parameters of the experiment's planned run (``runs``)
-    with the run's scenario, method (label) and setting; empty when the configuration does not say.
+def _resolved(method: str, hyperparameters: Mapping[str, Any]) -> dict[str, Any]:
+    """Every hyper-parameter a run of ``method`` used: its configuration's defaults with
+    ``hyperparameters`` over them (:meth:`topofl.config.MethodConfig.from_dict`); ``hyperparameters``
+    as they are for a method that is not registered (e.g. the paper-era protocol's).
     """
-    method = key.get("method", "")
+    import dataclasses
+
+    from topofl.methods import get
+
+    try:
+        return dataclasses.asdict(get(method).config.from_dict(dict(hyperparameters)))
+    except (ValueError, TypeError, AttributeError):
+        return dict(hyperparameters)
+
+
+def _hyperparameters(config: Mapping[str, Any], key: Mapping[str, Any]) -> dict[str, Any]:
+    """A run's hyper-parameters, every one (:func:`_resolved`), with the values its results directory's
+    ``config.json`` sets: a comparison's ``hyperparameters`` of its method, or the hyper-parameters of
+    the experiment's planned run (``runs``) with the run's scenario, method (label) and setting; the
+    method's defaults when the configuration does not say.
+    """
+    method = str(key.get("method", ""))
     if isinstance(config.get("hyperparameters"), Mapping):
         own = config["hyperparameters"].get(method, {})
-        return dict(own) if isinstance(own, Mapping) else {}
+        return _resolved(method, own if isinstance(own, Mapping) else {})
     setting = {k: str(v) for k, v in key.items() if k not in _NOT_SETTING}
     for run in config.get("runs", []) if isinstance(config.get("runs"), list) else []:
         if not isinstance(run, Mapping) or (run.get("label") or run.get("method")) != method:
@@ -505,8 +593,42 @@ def _hyperparameters(config: Mapping[str, Any], key: Mapping[str, Any]) -> dict[
         planned, hyper = run.get("setting"), run.get("hyperparameters")
         same = {k: str(v) for k, v in (planned if isinstance(planned, Mapping) else {}).items()} == setting
         if same and isinstance(hyper, Mapping):
-            return dict(hyper)
-    return {}
+            return _resolved(str(run.get("method") or method), hyper)
+    return _resolved(method, {})
+
+
+def _assignments(text: str) -> dict[str, str]:
+    """``"lr=0.1, local_epochs=2"`` (a tuning table's ``params``, ``chosen``) as ``{"lr": "0.1", ...}``."""
+    pairs = (p.split("=", 1) for p in str(text).split(", ") if "=" in p)
+    return {k.strip(): v.strip() for k, v in pairs}
+
+
+def _tuned_values(directory: Path) -> list[tuple[dict[str, str], dict[str, str]]]:
+    """A tuned comparison's chosen values (its ``tuning_summary.csv``, as printed there: 4 significant
+    digits), each with the setting columns it applies to (``method``, ...).
+    """
+    path = directory / "tuning_summary.csv"
+    if not path.exists():
+        return []
+    out = []
+    for row in read_csv(path):
+        cols = list(row)
+        setting = {c: row[c] for c in cols[:cols.index("trials")]} if "trials" in cols else {"method": row["method"]}
+        out.append((setting, _assignments(row.get("chosen", ""))))
+    return out
+
+
+def _with_tuned(hyper: dict[str, Any], key: Mapping[str, Any],
+                tuned: Sequence[tuple[dict[str, str], dict[str, str]]]) -> dict[str, Any]:
+    """``hyper`` with the tuned values of ``key``'s setting over it (coerced as the method's configuration
+    coerces them) and the tuned values as the parameter ``tuned``; ``hyper`` when none apply.
+    """
+    for setting, values in tuned:
+        if values and all(str(key.get(c, v)) == v for c, v in setting.items()):
+            method = str(key.get("method", ""))
+            merged = _resolved(method, {**hyper, **values}) if hyper else {**values}
+            return {**merged, "tuned": ", ".join(f"{k}={v}" for k, v in values.items())}
+    return hyper
 
 
 def _series(rows: Sequence[Mapping[str, Any]], key_columns: Iterable[str]) -> list[tuple[int, dict[str, float]]]:
@@ -518,6 +640,12 @@ def runs_in(directory: Path) -> Iterator[tuple[dict[str, Any], list[tuple[int, d
     experiment's ``runs/*.curves.csv`` that have a done-record (the key columns are those the
     done-record also holds), or a comparison's ``curves.csv`` (by method and seed).
     """
+    for key, metrics, _ in _records_in(directory):
+        yield key, metrics
+
+
+def _records_in(directory: Path) -> Iterator[tuple[dict[str, Any], list[tuple[int, dict[str, float]]], str]]:
+    """:func:`runs_in` with each run's done-record id (``<run_id>:<seal>``; ``""`` for a comparison's runs)."""
     directory = Path(directory)
     run_dir = directory / "runs"
     if run_dir.is_dir():
@@ -529,13 +657,14 @@ def runs_in(directory: Path) -> Iterator[tuple[dict[str, Any], list[tuple[int, d
             rows = read_csv(curves)
             columns = [c for c in (rows[0] if rows else {}) if c in record and c != _STEP]
             key = {c: record[c] for c in columns}
-            yield key, _series(rows, columns)
+            yield key, _series(rows, columns), f"{done.name[:-len(_DONE_SUFFIX)]}:{record.get('seal', '')}"
     elif (directory / "curves.csv").exists():
         groups: dict[tuple[str, str], list[dict[str, str]]] = {}
         for row in read_csv(directory / "curves.csv"):
             groups.setdefault((row.get("method", ""), row.get("seed", "")), []).append(row)
         for (method, seed), rows in groups.items():
-            yield {"method": method, "seed": int(seed) if seed.isdigit() else seed}, _series(rows, ("method", "seed"))
+            yield ({"method": method, "seed": int(seed) if seed.isdigit() else seed}, _series(rows, ("method", "seed")),
+                   "")
 
 
 def log_results(tracker: Tracker | None, directory: Path, under: str = "") -> None:
@@ -553,8 +682,16 @@ def log_results(tracker: Tracker | None, directory: Path, under: str = "") -> No
         config = json.loads((directory / "config.json").read_text()) if (directory / "config.json").exists() else {}
         if config:
             tracker.log_params(flatten(config, f"{under}." if under else ""))
-        for key, metrics in runs_in(directory):
-            tracker.log_run(_run_parts(key, under), {**key, **_hyperparameters(config, key)}, metrics)
+        # ``topofl tune``'s default/ and tuned/ passes: the plan is in the tuning's config.json above them
+        plan = config or (json.loads((directory.parent / "config.json").read_text())
+                          if under and (directory.parent / "config.json").exists() else {})
+        tuned = _tuned_values(directory.parent) if under == "tuned" and not config else []
+        for key, metrics, record in _records_in(directory):
+            hyper = _with_tuned(_hyperparameters(plan, key), key, tuned)
+            if record:
+                tracker.log_run(_run_parts(key, under), {**key, **hyper}, metrics, record)
+            else:
+                tracker.log_run(_run_parts(key, under), {**key, **hyper}, metrics)
         if (directory / "trials.csv").exists():
             _log_trials(tracker, directory / "trials.csv", under)
         files = sorted(p for p in directory.iterdir() if p.is_file() and p.name != LOCK_NAME)
@@ -574,18 +711,24 @@ def _log_trials(tracker: Tracker, path: Path, under: str) -> None:
         groups.setdefault(tuple(row.get(c, "") for c in setting), []).append(row)
     for values, trials in groups.items():
         key = dict(zip(setting, values, strict=True))
-        metrics = [(int(r["trial"]), _numbers({k: r.get(k, "") for k in ("validation", "best_so_far")}, ()))
+        # each trial's numeric values as metrics too (a step per trial): how the search moved
+        metrics = [(int(r["trial"]), {**_numbers(_assignments(r.get("params", "")), ()),
+                                      **_numbers({k: r.get(k, "") for k in ("validation", "best_so_far")}, ())})
                    for r in trials]
+        params = {f"trial {r['trial']}": r.get("params", "") for r in trials}
         parts = [*([under] if under else []), "tuning", *(f"{k}={v}" if k != "method" else v for k, v in key.items())]
-        tracker.log_run(parts, {**key, "metric": trials[0].get("metric", "")}, metrics)
+        tracker.log_run(parts, {**key, "metric": trials[0].get("metric", ""), **params}, metrics)
 
 
 def log_history(tracker: Tracker | None, history: Any, params: Mapping[str, Any]) -> None:
     """Log one in-memory run (``topofl run`` without ``--out``): its rounds (:class:`~topofl.federation.
-    history.RoundSummary`) as metrics per round, ``params`` as its parameters and the job's.
+    history.RoundSummary`) as metrics per round, ``params`` as its parameters and the job's (its
+    ``hyperparameters`` resolved: :func:`_resolved`).
     """
     if tracker is None:
         return
     metrics = [(int(s.round), _numbers(s.as_dict(), ())) for s in history.rounds]
+    if isinstance(params.get("hyperparameters"), Mapping):   # every hyper-parameter, not only those the command set
+        params = {**params, "hyperparameters": _resolved(str(history.method), params["hyperparameters"])}
     tracker.log_params(params)
     tracker.log_run(_run_parts({"method": history.method, "seed": history.seed}, ""), params, metrics)

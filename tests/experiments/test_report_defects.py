@@ -42,7 +42,24 @@ def test_a_best_method_is_named_only_when_its_paired_interval_excludes_zero():
     one_seed = best_method(_done({"a": [0.9], "b": [0.5]}))
     assert one_seed["best"] is None and "one seed: no interval" in best_text(one_seed)
     lower = best_method(_done({"a": [0.10, 0.20, 0.30], "b": [0.20, 0.31, 0.41]}), higher_is_better=False)
-    assert lower["best"] == "a" and lower["diff_mean"] > 0
+    assert lower["best"] == "a" and lower["diff_mean"] < 0 and lower["ci_high"] < 0   # a − b, in the metric's units
+    assert "a − b -0.107" in best_text(lower, "loss") and "lower is better" in best_text(lower, "loss")
+
+
+def test_the_best_method_must_beat_every_other_not_only_the_runner_up():
+    """A beats B by exactly 0.01 on every seed, but C (third by mean) swings ±0.15 around A: nobody is best."""
+    b = best_method(_done({"A": [.90, .91, .92, .93], "B": [.89, .90, .91, .92], "C": [.99, .70, .99, .70]}))
+    assert b["best"] is None and b["leader"] == "A" and b["runner_up"] == "C"
+    text = best_text(b)
+    assert "no method is distinguishable" in text and "A − C" in text and "includes 0" in text
+
+
+def test_the_leader_is_ranked_on_the_seeds_both_methods_ran():
+    """A's mean is lifted by a seed B has no result for; on the three seeds both ran, B is ahead."""
+    b = best_method(_done({"A": [.99, .5, .5, .5], "B": [float("nan"), .6, .6, .6]}))
+    assert b["leader"] == "B" and b["runner_up"] == "A" and b["n_seeds"] == 3
+    assert b["diff_mean"] == pytest.approx(0.1) and b["best"] == "B"
+    assert "B − A +0.100" in best_text(b) and "paired over 3 seeds" in best_text(b)
 
 
 def test_one_seed_intervals_in_tables_are_explained(tmp_path):
@@ -124,3 +141,37 @@ def test_compare_gives_peer_methods_enough_iterations_by_default():
     assert {j.rounds for j in jobs} == {7}
     jobs = jobs_from_options(Options(scenario="digits"), {"rounds": 5}, ["sheaf", "fedavg"], "0")
     assert {j.rounds for j in jobs} == {5}
+
+
+def test_an_experiment_with_overridden_settings_is_labelled_custom_not_full(tmp_path, monkeypatch):
+    """``topofl experiment NAME --rounds 2`` (``NAME-custom/``, ``config.json`` ``overrides``) is not the
+    paper's budget: the manifest, the figures and the report say how it differs."""
+    from topofl.experiments import driver
+
+    figures = []
+    exp = _budget_experiment(figures)
+    monkeypatch.setitem(driver.EXPERIMENTS, "demo", exp)
+    label = budget_label(exp, exp.budgets["full"], {"rounds": 2})
+    assert label == "custom budget — differs from the paper's: rounds 2 (full: 15)"
+    smoke = budget_label(exp, exp.budgets["smoke"], {"model": "mlp"})
+    assert smoke.startswith("custom budget") and "rounds 3 (full: 15)" in smoke and "model mlp" in smoke
+    d = tmp_path / "demo-custom"
+    d.mkdir()
+    man = exp.analyse(d, [], exp.budgets["full"])        # the overrides are not known yet: still labelled custom
+    man.write(d)
+    assert man.budget.startswith("custom budget") and any("custom budget" in t.get_text() for t in figures[-1].texts)
+    (d / "config.json").write_text(json.dumps({"experiment": "demo", "profile": "full", "overrides": {"rounds": 2},
+                                               "runs": [{"method": "fedavg", "rounds": 2}], "seeds": [0]}))
+    section = build_report(tmp_path).read_text().split('<h2 id="demo">')[1].split("<h2")[0]
+    assert "budget full" not in section and "rounds 2 (full: 15)" in section
+    assert "budget custom (full with rounds=2)" in section
+    assert section.count("custom budget") >= 3                    # banner, table caption, figure caption
+
+
+def test_a_smoke_budget_equal_to_the_full_one_gets_no_budget_note():
+    """An experiment whose smoke budget is its full one (diagrams) is at the paper's budget: its manifest's
+    empty label stands; only a manifest written before labels falls back to the profile's name."""
+    from topofl.experiments.report import _budget_of
+
+    assert _budget_of({"budget": ""}, {"profile": "smoke"}) == ""
+    assert _budget_of({}, {"profile": "smoke"}).startswith("smoke budget")

@@ -80,3 +80,20 @@ def test_interrupting_the_cli_and_resuming_matches_an_uninterrupted_run(tmp_path
     res = subprocess.run(cmd + ["--out", str(tmp_path / "cut"), "--resume"], capture_output=True, text=True, timeout=600, env=env)
     assert res.returncode == 0, res.stderr
     assert read(tmp_path / "full" / "ablation") == read(tmp_path / "cut" / "ablation")
+
+
+def test_the_thread_count_is_recorded_and_a_different_one_is_warned_of_at_resume(tmp_path, monkeypatch, caplog):
+    import json
+    import logging
+
+    from topofl import threads as th
+    from topofl.experiments.driver import run_experiment
+
+    monkeypatch.setattr(th, "_process_setting", None)
+    exp = run_experiment("diagrams", [0], tmp_path, jobs=1)
+    assert json.loads((exp / "config.json").read_text())["threads"] == th.run_threads(1)
+    monkeypatch.setattr(th, "_process_setting", th.run_threads(1) + 1)   # as --threads N on resume
+    monkeypatch.setattr(th, "usable_cpus", lambda: 16)
+    with caplog.at_level(logging.WARNING):
+        run_experiment("diagrams", [0], tmp_path, jobs=1, resume=True)
+    assert any("thread" in r.getMessage() and "resum" in r.getMessage() for r in caplog.records), caplog.text

@@ -122,17 +122,18 @@ def test_trained_models_save_load_predict_exactly(tmp_path, method):
     X = fed[2].X_test
     path = topofl.save_models(h, tmp_path / "m.npz")
     loaded = topofl.load_models(path)
-    for k in h.client_models:
-        np.testing.assert_array_equal(loaded.predict(X, client=k), h.predict(X, client=k))
+    for k in h.client_models:  # the federation's rows are preprocessed already
+        np.testing.assert_array_equal(loaded.predict(X, client=k, preprocessed=True),
+                                      h.predict(X, client=k, preprocessed=True))
     if h.server_params is not None and h.server_params.ndim == 1 and h.model.n_features == X.shape[1]:
-        np.testing.assert_array_equal(loaded.predict(X), h.predict(X))
+        np.testing.assert_array_equal(loaded.predict(X, preprocessed=True), h.predict(X, preprocessed=True))
     elif method == "ptopofl":  # its clients append their own TDA features: no client-free prediction
         with pytest.raises(ValueError, match="predict for a client"):
-            h.predict(X)
+            h.predict(X, preprocessed=True)
     # the client's own model is the one it is scored with
     k = 2
     ev = [r for r in h.records if r["round"] == 2 and r["client"] == k][0]
-    pred = h.predict(fed[k].X_test, client=k)
+    pred = h.predict(fed[k].X_test, client=k, preprocessed=True)
     assert np.mean((pred >= 0.5) == fed[k].y_test) == pytest.approx(ev["accuracy"])
 
 
@@ -140,7 +141,8 @@ def test_cnn_models_save_load_predict_exactly(tmp_path, images):
     h = topofl.simulate(images, "fedavg", rounds=1, seed=0, model="cnn-small", local_epochs=1)
     X = images[1].X_test
     loaded = topofl.load_models(topofl.save_models(h, tmp_path / "cnn.npz"))
-    np.testing.assert_array_equal(loaded.predict(X, client=1), h.predict(X, client=1))
+    np.testing.assert_array_equal(loaded.predict(X, client=1, preprocessed=True),
+                                  h.predict(X, client=1, preprocessed=True))
 
 
 def test_a_users_module_must_be_passed_again_to_load(tmp_path):
@@ -152,7 +154,8 @@ def test_a_users_module_must_be_passed_again_to_load(tmp_path):
     with pytest.raises(ValueError, match="pass it again"):
         topofl.load_models(path)
     loaded = topofl.load_models(path, model=build_model(make_mlp, task="binary", n_features=20))
-    np.testing.assert_array_equal(loaded.predict(fed[0].X_test, client=0), h.predict(fed[0].X_test, client=0))
+    np.testing.assert_array_equal(loaded.predict(fed[0].X_test, client=0, preprocessed=True),
+                                  h.predict(fed[0].X_test, client=0, preprocessed=True))
 
 
 def test_tampered_or_foreign_files_are_refused(tmp_path):
@@ -177,6 +180,23 @@ def test_tampered_or_foreign_files_are_refused(tmp_path):
     np.savez(tmp_path / "other.npz", **bad)
     with pytest.raises(ValueError, match="format 'other/1'"):
         topofl.load_models(tmp_path / "other.npz")
+
+
+def test_a_registered_models_description_is_checked_before_it_is_built(tmp_path, images):
+    h = topofl.simulate(images, "fedavg", rounds=1, seed=0, model="mlp", local_epochs=1)
+    path = topofl.save_models(h, tmp_path / "mlp.npz")
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    manifest = json.loads(bytes(arrays.pop("manifest")).decode())
+    for change, message in [({"builder_args": {**manifest["model"]["builder_args"], "hidden": [10**6, 10**6]}},
+                             "describes a network of"),   # would allocate ~8 GB if built
+                            ({"input_shape": [1, 10**9]}, "input_shape"),
+                            ({"builder_args": {"hidden": [[1]]}}, "builder_args")]:
+        bad = {**arrays, "manifest": np.frombuffer(json.dumps({**manifest, "model": {**manifest["model"], **change}}
+                                                             ).encode(), dtype=np.uint8)}
+        np.savez(tmp_path / "bad.npz", **bad)
+        with pytest.raises(ValueError, match=rf"bad\.npz: .*{message}"):
+            topofl.load_models(tmp_path / "bad.npz")
 
 
 def test_model_registry_errors_are_clear():

@@ -14,7 +14,7 @@ import numpy as np
 
 from topofl._validation import as_labels, as_points
 from topofl.limits import MAX_CLASSES
-from topofl.models.preprocessing import Preprocessing, default_feature_names, safe_name
+from topofl.models.preprocessing import Preprocessing, check_names, default_feature_names, safe_name
 
 log = logging.getLogger(__name__)
 
@@ -380,7 +380,8 @@ def _preprocessing(clients: Sequence[ClientData], task: str, n_classes: int, sta
         impute=prior.impute if prior is not None else None,
         zero_is_missing=prior.zero_is_missing if prior is not None else (),
         indicators=prior.indicators if prior is not None else (),
-        task=task, classes=label_classes, label_name=prior.label_name if prior is not None else "")
+        task=task, classes=label_classes, label_name=prior.label_name if prior is not None else "",
+        rescaled=prior.rescaled if prior is not None else "")
 
 
 class Federation:
@@ -476,8 +477,12 @@ class Federation:
         if sites is not None:
             if isinstance(sites, str) or len(sites) != len(arrays):
                 raise ValueError(f"sites must name each of the {len(arrays)} clients; got {sites!r}")
-            for m, site in zip(metas, sites, strict=True):
-                m["site"] = str(site)
+            names = check_names(list(sites), "sites")
+            twice = next((s for k, s in enumerate(names) if s in names[:k]), None)
+            if twice is not None:
+                raise ValueError(f"sites name {twice!r} twice; every client needs a name of its own")
+            for m, site in zip(metas, names, strict=True):
+                m["site"] = site
         clients = [_validated_client(k, a, metas[k]) for k, a in enumerate(arrays)]
         return cls(clients, task=task, name=name, classes=classes, standardise=standardise,
                    feature_names=feature_names, preprocessing=preprocessing)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import csv
 import io
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,40 +22,59 @@ __all__ = ["TablePredictions", "predict_table", "score_rows"]
 
 
 def score_rows(models: ModelSet, X: Any, y: Any, client: Any = None, *, preprocessed: bool = False) -> dict[str, float]:
-    """The metrics a run reports, of raw rows ``X`` with labels ``y`` (as the data named them) under
-    client ``client``'s model (an id or a site name; ``None``: the server's): ``accuracy`` and ``auc``
-    (``mse`` and ``r2`` for regression), computed as the run computed them
-    (:func:`topofl.metrics.auc_score`) — on a client's held-out rows, the scores it reported.
+    """The metrics a run reports, of rows ``X`` with labels ``y`` under client ``client``'s model.
 
-    ``models``: a :class:`~topofl.models.io.TrainedModels` (:func:`topofl.load_models`) or a run's
-    :meth:`~topofl.federation.history.Result.model_set`.
+    Parameters
+    ----------
+    models : ModelSet
+        A :class:`~topofl.models.io.TrainedModels` (:func:`topofl.load_models`) or a run's
+        :meth:`~topofl.federation.history.Result.model_set`.
+    X : array (n_rows, n_inputs)
+        Raw rows (``preprocessed=True``: rows as the federation holds them, e.g. ``federation[k].X_test``).
+    y : array (n_rows,)
+        Labels as the data named them (the preprocessing's ``classes``), with or without ``preprocessed``;
+        the federation's class ids are ``preprocessing.labels(federation[k].y_test)`` in these terms.
+    client : int or str, optional
+        A client id or a site name; ``None``: the server's model.
+
+    Returns
+    -------
+    dict
+        ``accuracy`` and ``auc`` (``mse`` and ``r2`` for regression), computed as the run computed them
+        (:func:`topofl.metrics.classification_scores`): on a client's held-out rows, the scores it reported.
+
+    Raises
+    ------
+    ValueError
+        For a label that is not one of the model's classes, or a label count other than the row count.
     """
-    from topofl.metrics import auc_score, regression_scores
+    from topofl.metrics import classification_scores, regression_scores
 
     Z, cid = models.inputs(X, client, preprocessed=preprocessed)
     model, params = models.model_of(cid), models.params_of(cid)
     prep = models.preprocessing
-    labels = np.asarray(y, dtype=np.float64).ravel() if prep is None or preprocessed else prep.class_ids(y)
+    labels = np.asarray(y, dtype=np.float64).ravel() if prep is None else prep.class_ids(y)
     if labels.shape != (Z.shape[0],):
         raise ValueError(f"{labels.size} label(s) for {Z.shape[0]} row(s)")
     scores = model.predict_scores(params, Z)
     if model.task == "regression":
         return regression_scores(labels, scores)
-    pred = np.asarray(model.predict(params, Z))
-    return {"accuracy": float(np.mean(pred == labels)), "auc": auc_score(model.task, labels, scores)}
+    return classification_scores(model.task, labels, scores, np.asarray(model.predict(params, Z)))
 
 
 @dataclass
 class TablePredictions:
     """Predictions of a CSV file's rows: one dict per row (``line``, ``site``, ``client``, the scores
     and the predicted label) and, with labels, one dict of scores per client (``site``, ``client``,
-    ``rows`` and ``accuracy``/``auc`` or ``mse``/``r2``); ``ignored``: columns the models do not read.
+    ``rows`` and ``accuracy``/``auc`` or ``mse``/``r2``); ``ignored``: columns the models do not read;
+    ``features``: the columns read as the models' inputs, in their order.
     """
 
     rows: list[dict[str, Any]]
     scores: list[dict[str, Any]]
     ignored: list[str]
     score_columns: list[str]
+    features: list[str] = field(default_factory=list)
 
     def to_csv(self) -> str:
         """The rows as CSV text (a header, then one line per row)."""
@@ -94,8 +113,9 @@ def _client_arg(models: ModelSet, client: Any) -> Any:
     return client
 
 
-def predict_table(models: ModelSet, path: str | Path, *, site_column: str | None = "site",
-                  label_column: str | None = None, client: Any = None) -> TablePredictions:
+def predict_table(models: ModelSet, path: str | Path, *, site_column: str | None = "site",  # noqa: PLR0913
+                  label_column: str | None = None, client: Any = None,
+                  site_required: bool = False) -> TablePredictions:
     """Predict the rows of the CSV file ``path`` with ``models`` (a :class:`~topofl.models.io.TrainedModels`
     or a run's :meth:`~topofl.federation.history.Result.model_set`).
 
@@ -108,12 +128,21 @@ def predict_table(models: ModelSet, path: str | Path, *, site_column: str | None
         with it, the scores per client are computed.
     client : int or str, optional
         Predict every row with this client's model (an id or a site name), whatever its site.
+    site_required : bool
+        Refuse a file without ``site_column`` (it was named explicitly) rather than predict without sites.
+
+    Returns
+    -------
+    TablePredictions
+        The rows' predictions; its ``features`` are the columns read as the models' inputs, in their order
+        (models without preprocessing, format 1: every column but the site and label ones, in file order).
 
     Raises
     ------
     ValueError
         Naming the file, line and column: a model column missing from the header, a cell that is not a
-        number (a missing one where the models impute nothing), a site the models do not know.
+        number (a missing one where the models impute nothing), a site the models do not know; for models
+        without preprocessing, a column count other than the models' inputs.
     """
     from topofl.data.loaders.tables import read_prediction_rows
 
@@ -124,7 +153,13 @@ def predict_table(models: ModelSet, path: str | Path, *, site_column: str | None
     features = list(prep.feature_names) if prep is not None else None
     data = read_prediction_rows(path, features, site_column, label_column,
                                 allow_missing=prep is not None and prep.impute is not None)
+    if site_required and site_column is not None and data.sites is None:
+        raise ValueError(f"{path.name} has no column {site_column!r} (--site-column); its columns: "
+                         f"{', '.join([*data.features, *data.ignored][:12])}")
     groups = _groups(models, data.sites, client, len(data.lines), path.name, site_column)
+    if prep is None:
+        _check_unnamed_columns(models, data.features, groups, path.name, label_column if data.labels is not None
+                               else None)
     rows: list[dict[str, Any]] = [{} for _ in data.lines]
     scores: list[dict[str, Any]] = []
     columns: list[str] = []
@@ -150,7 +185,22 @@ def predict_table(models: ModelSet, path: str | Path, *, site_column: str | None
             except ValueError as exc:
                 raise ValueError(f"{path.name}, column {label_column!r}: {exc}") from None
             scores.append({"site": site, "client": "" if cid is None else cid, "rows": int(idx.size), **metrics})
-    return TablePredictions(rows, scores, data.ignored, columns)
+    return TablePredictions(rows, scores, data.ignored, columns, data.features)
+
+
+def _check_unnamed_columns(models: ModelSet, features: list[str], groups: dict[int | None, np.ndarray], name: str,
+                           label: str | None) -> None:
+    """Models without preprocessing (format 1) name no columns: every column but the site and label ones is
+    an input, in file order; refuse a count other than the models take.
+    """
+    for cid in groups:
+        want = models.raw_inputs(cid)
+        if want is not None and want != len(features):
+            shown = ", ".join(features[:12]) + (" ..." if len(features) > 12 else "")
+            raise ValueError(f"{name}: these models name no columns (a format-1 file), so every column but the "
+                             f"site and label ones is an input: {len(features)} columns ({shown}); the models "
+                             f"take {want}; label column: {label or 'none'} (name it with --label-column), "
+                             "drop the other columns")
 
 
 def _score_columns(scores: np.ndarray, prep: Any) -> list[str]:

@@ -3,6 +3,9 @@ and the offline data sets of the Sheaf-FMTL experiments. :func:`load` gives a so
 """
 from __future__ import annotations
 
+import functools
+import hashlib
+import logging
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -11,18 +14,24 @@ from typing import Any
 
 from topofl.data.scenarios import DESCRIPTIONS, DRAWN_PER_SEED, SCENARIOS, make_scenario
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class DataSource:
     """A named data source: ``load(seed, **params)`` returns a :class:`~topofl.data.Federation` or a
     ``LoadedData`` (clients whose feature counts may differ); ``drawn_per_seed`` says whether two
-    seeds share no row (synthetic generators) or re-split one set of rows (what tuning must not mix).
+    seeds share no row (synthetic generators) or re-split one set of rows (what tuning must not mix);
+    ``location`` names the parameters that say where the data are, not what they are (School's
+    ``path``): left out of run ids (:attr:`topofl.job.Job.run_id`), so a run reads the same results
+    from any copy of the data.
     """
 
     name: str
     load: Callable[..., Any]
     description: str
     drawn_per_seed: bool
+    location: tuple[str, ...] = ()
 
 
 def _rotated_mnist(seed: int, **params: Any) -> Any:
@@ -52,13 +61,20 @@ SCHOOL_SOURCES = ("the MALSAR package (https://github.com/jiayuzhou/MALSAR, data
                   "code (https://github.com/kenziyuliu/private-cross-silo-fl)")
 
 
+#: the SHA-256 of the ``school.mat`` the documented School numbers were made with (MALSAR's copy)
+SCHOOL_SHA256 = "57fb3238fdd03a9aa17276e2ce18d9bbb5d128c3261e794fe6233b58b6909068"
+
+
 def _checkout_school() -> list[Path]:
-    """Where a development checkout finds School: ``../shared/data/school`` beside the repository (as CI has
-    it), seen from the source tree and from the working directory.
+    """Where a development checkout finds School: ``../shared/data/school`` beside the repository (as CI
+    has it), only when this module lives in a source checkout (``REPO/src/topofl``, with
+    ``REPO/pyproject.toml``), never in an installed package.
     """
-    repo = Path(__file__).resolve().parents[3]
-    return [repo.parent / "shared" / "data" / "school" / "school.mat",
-            Path.cwd().parent / "shared" / "data" / "school" / "school.mat"]
+    here = Path(__file__).resolve()
+    repo = here.parents[3]
+    if here.parents[2].name != "src" or not (repo / "pyproject.toml").is_file():
+        return []
+    return [repo.parent / "shared" / "data" / "school" / "school.mat"]
 
 
 def school_path(path: str | Path | None = None) -> Path:
@@ -71,12 +87,15 @@ def school_path(path: str | Path | None = None) -> Path:
     Raises
     ------
     ValueError
-        ``path`` or :data:`SCHOOL_ENV` names no such file, or none is given and no checkout copy
-        exists (saying where to get it).
+        ``path`` or :data:`SCHOOL_ENV` names no such file (or the home of an unknown user, ``~x/``), or
+        none is given and no checkout copy exists (saying where to get it).
     """
     given, origin = (path, "path") if path is not None else (os.environ.get(SCHOOL_ENV) or None, SCHOOL_ENV)
     if given is not None:
-        p = Path(given).expanduser()
+        try:
+            p = Path(given).expanduser()
+        except RuntimeError as exc:   # ~user of no such user
+            raise ValueError(f"School: {origin} {str(given)!r}: {exc}") from None
         p = p / "school.mat" if p.is_dir() else p
         if not p.is_file():
             raise ValueError(f"School: {origin} {str(given)!r} is not school.mat nor a directory holding it")
@@ -89,11 +108,32 @@ def school_path(path: str | Path | None = None) -> Path:
                      "Python data_params={'path': FILE})")
 
 
+@functools.lru_cache(maxsize=8)
+def _sha256(path: str, size: int, mtime_ns: int) -> str:   # noqa: ARG001 (size, mtime: the cache's key)
+    """The SHA-256 of file ``path`` (cached while its size and modification time stay)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _check_school_file(path: Path) -> None:
+    """Warn (logging) when ``path`` is not the ``school.mat`` the documented numbers were made with."""
+    stat = path.stat()
+    found = _sha256(str(path), stat.st_size, stat.st_mtime_ns)
+    if found != SCHOOL_SHA256:
+        log.warning("School: %s has SHA-256 %s; the documented numbers were made with the file of SHA-256 %s "
+                    "(MALSAR's data/school.mat): results may differ", path, found, SCHOOL_SHA256)
+
+
 def _school(seed: int, path: str | None = None, **params: Any) -> Any:
     """School (139 schools, from :func:`school_path`), the paper's protocol, z-scored per school."""
     from topofl.data.loaders.matfiles import load_school
 
-    return load_school(school_path(path), seed=seed, **{"standardise": "per_client", **params})
+    found = school_path(path)
+    _check_school_file(found)
+    return load_school(found, seed=seed, **{"standardise": "per_client", **params})
 
 
 def _scenario_loader(name: str) -> Callable[..., Any]:
@@ -116,8 +156,16 @@ _PEER_SOURCES = {
 
 SOURCES: dict[str, DataSource] = {
     **{n: DataSource(n, _scenario_loader(n), DESCRIPTIONS.get(n, ""), n in DRAWN_PER_SEED) for n in SCENARIOS},
-    **{n: DataSource(n, f, d, fresh) for n, (f, d, fresh) in _PEER_SOURCES.items()},
+    **{n: DataSource(n, f, d, fresh, ("path",) if n == "school" else ()) for n, (f, d, fresh) in _PEER_SOURCES.items()},
 }
+
+
+def location_params(name: str) -> tuple[str, ...]:
+    """The parameters of data source ``name`` that say where its data are (:attr:`DataSource.location`;
+    none for an unknown name).
+    """
+    source = SOURCES.get(name)
+    return source.location if source is not None else ()
 
 
 def available() -> list[str]:

@@ -193,8 +193,22 @@ class _Launcher:
         env["FLWR_HOME"] = str(flwr_home)
         return env
 
+    def _node_thread_env(self) -> dict[str, str]:
+        """The thread variables of each SuperNode (:data:`topofl.threads.THREAD_VARIABLES`): the number
+        :func:`topofl.threads.set_threads` gave this process (``--threads``), else
+        :func:`topofl.threads.default_threads` ``(num_nodes)``: the nodes share the machine. None
+        when ``env`` sets ``OMP_NUM_THREADS`` (the user's own number stands); the node's ClientApp
+        applies the number at its first message (:func:`topofl.threads.node_threads`).
+        """
+        from topofl.threads import THREAD_VARIABLES, run_threads
+
+        if "OMP_NUM_THREADS" in self._extra_env:
+            return {}
+        return dict.fromkeys(THREAD_VARIABLES, str(run_threads(self.num_nodes)))
+
     def _launch(
-        self, name: str, args: list[str], flwr_home: Path, *, port: int | None
+        self, name: str, args: list[str], flwr_home: Path, *, port: int | None,
+        env: Mapping[str, str] | None = None,
     ) -> ManagedProcess:
         flwr_home.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / f"{name}.log"
@@ -207,7 +221,7 @@ class _Launcher:
                 stdin=subprocess.DEVNULL,
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
-                env=self._env(flwr_home),
+                env={**self._env(flwr_home), **(env or {})},
                 cwd=str(self.log_dir),
                 start_new_session=True,
             )
@@ -309,7 +323,8 @@ class _Launcher:
         if self.runtime_dependency_installation:
             args.append("--allow-runtime-dependency-installation")
         home = self.log_dir / "flwr-home" / f"supernode-{index}"
-        return self._launch(f"supernode-{index}", args, home, port=self._node_ports[index])
+        return self._launch(f"supernode-{index}", args, home, port=self._node_ports[index],
+                            env=self._node_thread_env())
 
     def _health_url(self, address: str) -> str:
         return f"{'https' if self.secure else 'http'}://{address}/health"

@@ -229,49 +229,81 @@ def interval_text(low: float, high: float, fmt: str = "+.3f", prefix: str = "") 
 
 def best_method(done: Sequence[Mapping[str, Any]], metric: str = "auc", level: float = 0.95,
                 higher_is_better: bool = True) -> dict[str, Any]:
-    """The method with the best mean final ``metric`` and whether it is distinguishable from the runner-up.
+    """The method ahead of every other on the final ``metric``, and whether it is distinguishable from each.
 
-    ``done`` holds one group's done-records (``method``: the method or its label, ``seed``, ``final``). The
-    leader (best mean over its seeds) is compared with the runner-up by the paired difference over
-    the seeds both ran (:func:`paired_differences`, Student-t interval at ``level``): the leader is
-    ``best`` only when that interval excludes 0; otherwise ``best`` is ``None`` — no method is
-    distinguishable (a lead of 0.001 on a few seeds names nobody). Returns ``{"best", "leader",
-    "runner_up", "diff_mean", "ci_low", "ci_high", "n_seeds"}`` (``leader``/``runner_up`` ``None``
-    with fewer than two methods).
+    ``done`` holds one group's done-records (``method``: the method or its label, ``seed``, ``final``).
+    Methods are compared in pairs on the seeds both ran (:func:`paired_differences`, Student-t
+    interval at ``level``), never on means over different seeds: the ``leader`` is the method whose
+    smallest paired lead over another method is the largest. It is ``best`` only when its paired
+    interval against EVERY other method excludes 0 on the better side; otherwise ``best`` is ``None``
+    (a lead of 0.001 on a few seeds, or a clear lead over the runner-up but not over a noisy third,
+    names nobody). ``runner_up`` is the method the leader is least clearly ahead of (the lowest
+    interval bound), and ``diff_mean``, ``ci_low``, ``ci_high``, ``n_seeds`` are ``leader − runner_up``
+    in the metric's units (negative for a lower-is-better metric whose leader is lower). Returns
+    ``{"best", "leader", "runner_up", "diff_mean", "ci_low", "ci_high", "n_seeds", "higher_is_better"}``
+    (``leader``/``runner_up`` ``None`` with fewer than two methods).
     """
-    means: dict[str, list[float]] = defaultdict(list)
+    values: dict[str, list[float]] = defaultdict(list)
     for d in done:
-        means[d["method"]].append(num(d["final"][metric]))
-    score = {m: float(np.nanmean(v)) for m, v in means.items() if np.any(np.isfinite(v))}
+        values[d["method"]].append(num(d["final"][metric]))
+    methods = [m for m, v in values.items() if np.any(np.isfinite(v))]
     nan = float("nan")
-    if len(score) < 2:
-        only = next(iter(score), None)
-        return {"best": None, "leader": only, "runner_up": None, "diff_mean": nan, "ci_low": nan, "ci_high": nan,
-                "n_seeds": 0}
-    ranked = sorted(score, key=lambda m: score[m], reverse=higher_is_better)
-    leader, runner = ranked[0], ranked[1]
-    (row,) = paired_differences([d for d in done if d["method"] in (leader, runner)], (), leader, metric, level)
-    diff, low, high = row["diff_mean"], row["ci_low"], row["ci_high"]  # leader − runner-up
-    if not higher_is_better:
-        diff, low, high = -diff, -high, -low
-    clear = bool(np.isfinite(low) and np.isfinite(high) and low > 0)
-    return {"best": leader if clear else None, "leader": leader, "runner_up": runner, "diff_mean": diff,
-            "ci_low": low, "ci_high": high, "n_seeds": row["n_seeds"]}
+    if len(methods) < 2:
+        return {"best": None, "leader": next(iter(methods), None), "runner_up": None, "diff_mean": nan, "ci_low": nan,
+                "ci_high": nan, "n_seeds": 0, "higher_is_better": higher_is_better}
+    sign = 1.0 if higher_is_better else -1.0
+    pairs: dict[str, dict[str, dict[str, Any]]] = {}   # method -> other -> paired stats of method − other
+    for m in methods:
+        rows = paired_differences([d for d in done if d["method"] in methods], (), m, metric, level)
+        pairs[m] = {r["method"]: r for r in rows}
+
+    def lead(m: str, o: str) -> float:
+        """How far ``m`` is ahead of ``o`` on the seeds both ran (better side positive; NaN as no lead)."""
+        x = sign * pairs[m][o]["diff_mean"]
+        return float(x) if np.isfinite(x) else -np.inf
+
+    def margin(m: str, o: str) -> float:
+        """The better-side lower bound of ``m − o``'s interval (NaN, one seed: no margin)."""
+        r = pairs[m][o]
+        x = r["ci_low"] if higher_is_better else -r["ci_high"]
+        return float(x) if np.isfinite(x) else -np.inf
+
+    def order(m: str) -> tuple[float, float]:
+        others = [o for o in methods if o != m]
+        return min(lead(m, o) for o in others), float(np.mean([lead(m, o) for o in others]))
+
+    leader = max(methods, key=order)
+    others = [o for o in methods if o != leader]
+    runner = min(others, key=lambda o: (margin(leader, o), lead(leader, o)))
+    row = pairs[leader][runner]
+    clear = all(margin(leader, o) > 0 for o in others)
+    return {"best": leader if clear else None, "leader": leader, "runner_up": runner, "diff_mean": row["diff_mean"],
+            "ci_low": row["ci_low"], "ci_high": row["ci_high"], "n_seeds": row["n_seeds"],
+            "higher_is_better": higher_is_better}
 
 
 def best_text(b: Mapping[str, Any], metric: str = "AUC") -> str:
-    """One sentence on :func:`best_method`'s answer: the best method with its lead over the runner-up
-    (paired, 95 % interval), or that no method is distinguishable from the runner-up.
+    """One sentence on :func:`best_method`'s answer: the best method with its lead over the method it is
+    least clearly ahead of (paired, 95 % interval), or why no method is: the interval against that
+    method includes 0, lies on the wrong side, or cannot be computed (one shared seed).
     """
     if b["leader"] is None:
         return "no results"
     if b["runner_up"] is None:
         return f"{b['leader']} alone"
+    higher = b.get("higher_is_better", True)
+    low, high = b["ci_low"], b["ci_high"]
     lead = (f"{b['leader']} − {b['runner_up']} {b['diff_mean']:+.3f} "
-            f"{interval_text(b['ci_low'], b['ci_high'], prefix='95 % CI ')}")
-    if b["best"] is None:
-        return f"no method is distinguishable (best mean: {lead}; the interval includes 0)"
-    return f"best: {b['best']} ({lead}, paired over {b['n_seeds']} seeds)"
+            f"{interval_text(low, high, prefix='95 % CI ')}" + ("" if higher else ", lower is better"))
+    if b["best"] is not None:
+        return f"best: {b['best']} ({lead}, paired over {b['n_seeds']} seeds)"
+    if not (np.isfinite(low) and np.isfinite(high)):
+        why = f"{b['n_seeds']} shared seed{'s' if b['n_seeds'] != 1 else ''}: no interval"
+    elif low <= 0 <= high:
+        why = "the interval includes 0"
+    else:
+        why = f"{b['runner_up']} is ahead on the seeds both ran"
+    return f"no method is distinguishable from every other (closest: {lead}; {why})"
 
 
 def paired_curves(

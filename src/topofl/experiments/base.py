@@ -165,20 +165,48 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def budget_label(exp: Experiment, budget: Any) -> str:
-    """How ``budget`` differs from ``exp``'s paper-sized ``full`` budget, as a label for its tables
-    and figures: ``""`` at ``full``; else ``"<profile> budget — below the paper's: rounds 3 (full:
-    15), ..."`` (``custom budget`` when it is none of the offered ones), field by field.
+#: the label's detail for an experiment whose settings the command line changed (``NAME-custom/``)
+#: before its ``config.json`` says how (the report replaces it with the ``overrides`` themselves)
+CUSTOM_SETTINGS = "settings changed on the command line (config.json: overrides)"
+
+
+def override_diffs(full: Any, overrides: Mapping[str, Any] | None) -> list[str]:
+    """``overrides`` (a ``config.json``'s, e.g. ``{"rounds": 2}``) as label parts, with the paper's
+    value where the ``full`` budget has that field: ``["rounds 2 (full: 15)", "model mlp"]``.
+    """
+    parts = []
+    for key, value in (overrides or {}).items():
+        name = key.replace("_", " ")
+        if dataclasses.is_dataclass(full) and hasattr(full, key):
+            parts.append(f"{name} {_short(value)} (full: {_short(getattr(full, key))})")
+        else:
+            parts.append(f"{name} {_short(value)}")
+    return parts
+
+
+def budget_label(exp: Experiment, budget: Any, overrides: Mapping[str, Any] | None = None,
+                 custom: bool = False) -> str:
+    """How ``budget`` and the command line's ``overrides`` differ from ``exp``'s paper-sized ``full``
+    budget, as a label for its tables and figures: ``""`` at ``full`` with nothing overridden; else
+    ``"<profile> budget — below the paper's: rounds 3 (full: 15), ..."``, field by field, or
+    ``"custom budget — differs from the paper's: ..."`` when it is none of the offered budgets or
+    settings were overridden (``overrides``, or ``custom``: overridden, not yet known how).
     """
     full = exp.budgets.get("full")
-    if budget is None or budget == full:
+    changed = bool(overrides) or custom
+    if (budget is None or budget == full) and not changed:
         return ""
     profile = next((name for name, b in exp.budgets.items() if b == budget), "custom")
-    if dataclasses.is_dataclass(budget) and dataclasses.is_dataclass(full) and type(budget) is type(full):
+    if budget is None or budget == full:
+        diffs = []
+    elif dataclasses.is_dataclass(budget) and dataclasses.is_dataclass(full) and type(budget) is type(full):
         diffs = [f"{f.name.replace('_', ' ')} {_short(getattr(budget, f.name))} (full: {_short(getattr(full, f.name))})"
                  for f in dataclasses.fields(budget) if getattr(budget, f.name) != getattr(full, f.name)]
     else:
         diffs = [_short(budget)]
+    if changed:
+        diffs += override_diffs(full, overrides) if overrides else [CUSTOM_SETTINGS]
+        profile = "custom"
     return (f"{profile} budget — below the paper's, not comparable with its numbers: " + "; ".join(diffs)
             if profile != "custom" else "custom budget — differs from the paper's: " + "; ".join(diffs))
 
@@ -195,7 +223,9 @@ def _labelled_analysis(exp: Experiment, analyse: Callable[..., Manifest]) -> Cal
         from topofl.experiments.figures import labelled
 
         budget = args[2] if len(args) > 2 else kwargs.get("budget", exp.budgets.get("full"))
-        label = budget_label(exp, budget)
+        out = args[0] if args else kwargs.get("out")
+        # the driver runs an experiment whose settings the command line changed in ``NAME-custom/``
+        label = budget_label(exp, budget, custom=out is not None and Path(out).name.endswith("-custom"))
         with labelled(label.split(":")[0]):
             man = analyse(*args, **kwargs)
         man.budget = label

@@ -13,8 +13,10 @@ from topofl.job import Job
 
 def execute_decentralised(job: Job, paths: dict[str, Path]) -> dict[str, Any]:
     """Run one decentralised ``job``, writing its per-client rows, curves and log to ``paths``;
-    return its done-record (final metrics, timings, graph size, client dimensions, and the
-    restriction maps' Frobenius norms for Sheaf-FMTL).
+    return its done-record (final metrics, timings, graph size, client dimensions, each client's
+    target scale when the data were standardised per client (``y_scales``: what an analysis needs to
+    report an MSE in the target's units without loading the data again), and the restriction maps'
+    Frobenius norms for Sheaf-FMTL).
     """
     from topofl.api import load_job_data, run
     from topofl.methods import build_peer
@@ -47,6 +49,9 @@ def execute_decentralised(job: Job, paths: dict[str, Path]) -> dict[str, Any]:
         "seconds": time.perf_counter() - t0, "graph_edges": graph.number_of_edges(),
         "client_dims": [c.n_features for c in data.clients],
     }
+    scales = [c.meta.get("y_scale") for c in data.clients]
+    if all(v is not None for v in scales):
+        done["y_scales"] = [float(v) for v in scales]
     if hasattr(algo, "frobenius_matrix"):
         done["frobenius"] = algo.frobenius_matrix()
     return write_done(paths, done)

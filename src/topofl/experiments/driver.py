@@ -6,6 +6,7 @@ locked throughout (:func:`~topofl.experiments.store.results_lock`).
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -20,6 +21,9 @@ from topofl.experiments.results import write_json_atomic
 from topofl.experiments.runs import execute
 from topofl.experiments.store import results_lock
 from topofl.job import Job
+from topofl.threads import run_threads
+
+log = logging.getLogger(__name__)
 
 #: every experiment's name, in the order ``topofl experiment --help`` lists them
 NAMES = ("comparison", "robustness", "continual", "privacy", "ablation", "attacks", "privacy-attacks", "diagrams",
@@ -116,7 +120,8 @@ def run_experiment(  # noqa: PLR0913 (user-facing keyword options of the experim
     (:func:`topofl.deployment_defaults.deployment_hyperparameters`) wherever the plan does not
     set the field, and the experiment goes to ``out/name-robust``. ``adjust`` changes the planned
     jobs (the command line's data, model and hyper-parameter flags; ``overrides`` says which, for
-    ``config.json``), and the experiment goes to ``out/name-custom``.
+    ``config.json``), and the experiment goes to ``out/name-custom`` when they change a run (its run
+    id: where the data are, School's ``-s path=FILE``, changes none).
 
     The directory is locked from before ``overwrite`` empties it until its ``config.json`` is
     written: a second process writing it meanwhile is refused (a ``ValueError`` naming it), and
@@ -125,7 +130,16 @@ def run_experiment(  # noqa: PLR0913 (user-facing keyword options of the experim
     An interruption (``KeyboardInterrupt``) stops the queue and the worker processes at once
     (:func:`topofl.experiments.runs.execute`) and propagates, leaving the finished runs sealed in
     ``out/name/runs``: the same call with ``resume=True`` reuses them.
+
+    Raises
+    ------
+    ValueError
+        ``resume`` and ``overwrite`` together (the one keeps the finished runs, the other deletes
+        them), an unknown name, a budget or data root the experiment does not offer, or a locked directory.
     """
+    if resume and overwrite:
+        raise ValueError("resume and overwrite exclude each other: resume continues the finished runs, overwrite "
+                         "deletes them first")
     b = budget_for(name, profile, budget)
     specs = plan_for(name, seeds, profile, data_root, b)
     exp_dir = Path(out) / name
@@ -135,17 +149,21 @@ def run_experiment(  # noqa: PLR0913 (user-facing keyword options of the experim
         specs = [s.with_(hyperparameters=deployment_hyperparameters(s.method, s.hyperparameters)) for s in specs]
         exp_dir = Path(out) / f"{name}-robust"
     if adjust is not None:
-        specs = adjust(list(specs))
-        exp_dir = exp_dir.with_name(f"{exp_dir.name}-custom")
+        planned, specs = specs, adjust(list(specs))
+        if [s.run_id for s in specs] != [s.run_id for s in planned]:
+            exp_dir = exp_dir.with_name(f"{exp_dir.name}-custom")
+    threads = run_threads(jobs)
     with results_lock(exp_dir):
         if overwrite:
             clear_directory(exp_dir)
+        elif resume:
+            _warn_of_other_threads(exp_dir, threads)
         t0 = time.perf_counter()
         done = execute(specs, exp_dir, resume=resume, jobs=jobs, on_done=on_done) if specs else []
         analyse_for(name, exp_dir, done, budget=b).write(exp_dir)
         config = {
             "experiment": name, "robust_defaults": robust_defaults, "profile": profile, "data_root": data_root,
-            "seeds": list(seeds),
+            "seeds": list(seeds), "threads": threads,
             "n_runs": len(specs), "seconds": time.perf_counter() - t0, "runs": distinct_runs(specs),
             "versions": versions(),
         }
@@ -155,6 +173,19 @@ def run_experiment(  # noqa: PLR0913 (user-facing keyword options of the experim
             config["overrides"] = dict(overrides)
         write_json_atomic(exp_dir / "config.json", config)
     return exp_dir
+
+
+def _warn_of_other_threads(exp_dir: Path, threads: int) -> None:
+    """Warn when the runs being resumed in ``exp_dir`` were made with another compute-thread count than
+    ``threads`` (its ``config.json`` says): torch's results can differ in the last bit between counts.
+    """
+    try:
+        before = json.loads((exp_dir / "config.json").read_text()).get("threads")
+    except (OSError, ValueError, AttributeError):
+        return
+    if before is not None and before != threads:
+        log.warning("resuming %s with %d compute thread(s) per run; its finished runs used %s (torch's results can "
+                    "differ in the last bit: pass --threads %s for identical ones)", exp_dir, threads, before, before)
 
 
 def clear_directory(directory: Path) -> None:

@@ -40,11 +40,20 @@ GRACE_SECONDS = 3.0
 PARENT_POLL_SECONDS = 1.0
 
 
-def _watch_parent(parent: int) -> None:
-    """End this worker (no clean-up: its run is unfinished and unsealed) once ``parent`` is gone."""
+def _watch_parent(parent: int, started_by: int) -> None:
+    """End this worker (no clean-up: its run is unfinished and unsealed) once ``parent`` (the command's
+    process) is gone, or the process that started this worker (``started_by``: the parent itself with
+    ``fork`` and ``spawn``, the fork server with ``forkserver``, which exits with the parent) is.
+    """
     while True:
         time.sleep(PARENT_POLL_SECONDS)
-        if os.getppid() != parent:
+        try:
+            os.kill(parent, 0)
+        except ProcessLookupError:
+            os._exit(1)
+        except PermissionError:  # pragma: no cover - the pid now belongs to another user's process
+            os._exit(1)
+        if os.getppid() != started_by:
             os._exit(1)
 
 
@@ -55,13 +64,14 @@ def _init_worker(threads: int | None, parent: int) -> None:
     from topofl.threads import set_threads
 
     set_threads(threads)
-    threading.Thread(target=_watch_parent, args=(parent,), name="topofl-parent-watch", daemon=True).start()
+    threading.Thread(target=_watch_parent, args=(parent, os.getppid()), name="topofl-parent-watch",
+                     daemon=True).start()
 
 
 def worker_pool(jobs: int, threads: int | None = None) -> ProcessPoolExecutor:
-    """A pool of ``jobs`` worker processes with ``threads`` compute threads each (``None``: the number
-    :func:`topofl.threads.set_threads` gave this process — the command line's ``--threads`` — else
-    :func:`topofl.threads.default_threads` ``(jobs)``).
+    """A pool of ``jobs`` worker processes with ``threads`` compute threads each (``None``:
+    :func:`topofl.threads.run_threads` ``(jobs)``: the number :func:`topofl.threads.set_threads` gave
+    this process — the command line's ``--threads`` — else :func:`topofl.threads.default_threads` ``(jobs)``).
 
     Raises
     ------
@@ -69,10 +79,10 @@ def worker_pool(jobs: int, threads: int | None = None) -> ProcessPoolExecutor:
         ``jobs`` is not an integer from 1 to :data:`~topofl.limits.MAX_JOBS`, or ``threads`` not one from 1
         to the usable CPUs.
     """
-    from topofl.threads import check_threads, default_threads, process_threads
+    from topofl.threads import run_threads
 
     check_int("jobs", jobs, 1, MAX_JOBS)
-    n = check_threads(threads) if threads is not None else process_threads() or default_threads(jobs)
+    n = run_threads(jobs, threads)
     return ProcessPoolExecutor(max_workers=jobs, initializer=_init_worker, initargs=(n, os.getpid()))
 
 

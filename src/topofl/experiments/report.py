@@ -232,10 +232,23 @@ def _budget_of(man: dict[str, Any], cfg: dict[str, Any]) -> str:
     """The experiment's budget label: its manifest's (:func:`topofl.experiments.base.budget_label`),
     or, for a manifest written before labels, the profile named in ``config.json`` when it is not ``full``.
     """
-    if man.get("budget"):
-        return str(man["budget"])
+    from topofl.experiments.base import CUSTOM_SETTINGS, override_diffs
+
+    label = str(man.get("budget") or "")
     profile = str(cfg.get("profile", "full"))
-    return f"{profile} budget — below the paper's, not comparable with its numbers" if profile != "full" else ""
+    if "budget" not in man and profile != "full":   # a manifest with a label says "" where the budget is the paper's
+        label = f"{profile} budget — below the paper's, not comparable with its numbers"
+    overrides = cfg.get("overrides")
+    if not isinstance(overrides, dict) or not overrides:
+        return label
+    from topofl.experiments.driver import experiment
+
+    try:
+        full = experiment(str(cfg.get("experiment") or man.get("name", ""))).budgets.get("full")
+    except ValueError:
+        full = None
+    diffs = [p for p in (label.split(": ", 1)[1] if ": " in label else "").split("; ") if p and p != CUSTOM_SETTINGS]
+    return "custom budget — differs from the paper's: " + "; ".join([*diffs, *override_diffs(full, overrides)])
 
 
 def _figure(exp_dir: Path, fig: dict, budget: str = "") -> str:
@@ -274,8 +287,20 @@ def _settings(cfg: dict[str, Any]) -> str:
     head = "".join(f"<th>{h}</th>"
                    for h in ("run", "method", "data", "rounds", "model", "hyper-parameters set", "data / setting"))
     return (f"<details><summary>Settings: {len(runs)} distinct runs × {len(seeds)} seeds ({cfg.get('n_runs', 0)} "
-            f"runs), budget {html.escape(str(cfg.get('profile', 'full')))}, {cfg.get('seconds', 0):.1f} s</summary>"
+            f"runs), budget {_budget_name(cfg)}, "
+            f"{cfg.get('seconds', 0):.1f} s</summary>"
             f"<div class=tw><table><tr>{head}</tr>{''.join(rows)}</table></div></details>")
+
+
+def _budget_name(cfg: dict[str, Any]) -> str:
+    """An experiment's budget for its settings: the profile, or ``custom (full with rounds=2)`` when the
+    command line changed its plan (``config.json``'s ``overrides``).
+    """
+    profile = str(cfg.get("profile", "full"))
+    overrides = cfg.get("overrides")
+    if not isinstance(overrides, dict) or not overrides:
+        return html.escape(profile)
+    return html.escape(f"custom ({profile} with " + ", ".join(f"{k}={v}" for k, v in overrides.items()) + ")")
 
 
 def _defaults(methods: set[str]) -> str:

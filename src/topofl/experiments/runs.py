@@ -22,7 +22,7 @@ from topofl.experiments.store import load_curves, load_done, merge, results_lock
 from topofl.job import Job
 from topofl.limits import MAX_JOBS
 from topofl.methods import family
-from topofl.threads import check_threads, limited_threads
+from topofl.threads import check_threads, limited_threads, run_threads
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ def execute_run(spec: Job, run_dir: Path) -> dict[str, Any]:
 def _worker(spec: Job, run_dir: str) -> dict[str, Any]:
     """One run in a worker process of :func:`topofl.experiments.pool.worker_pool`, with the worker's
     compute threads (:func:`topofl.threads.limited_threads`: re-applied for each run, since a run may
-    load torch or a BLAS the worker had not loaded yet).
+    load torch or a BLAS the worker had not loaded yet); in this process, with its own number.
     """
     with limited_threads(None, model=spec.model):
         return execute_run(spec, Path(run_dir))
@@ -134,8 +134,9 @@ def _run_todo(todo: Sequence[Job], run_dir: Path, jobs: int, finished: Callable[
     stopped at once on an interruption), handing each done-record to ``finished`` as its run ends.
     """
     if jobs <= 1 or len(todo) <= 1:
+        n = run_threads(jobs, threads)   # the last run left takes the workers' number: the flags decide, not the plan
         for spec in todo:
-            with limited_threads(threads, model=spec.model):
+            with limited_threads(n, model=spec.model):
                 record = execute_run(spec, run_dir)
             finished(spec, record)
         return

@@ -391,16 +391,17 @@ def best_trial(trials: Sequence[Mapping[str, Any]], maximise: bool) -> dict[str,
     return dict(min(ok, key=lambda t: (sign * t["value"], t["trial"])))
 
 
-def _run_quietly(spec: Job, run_dir: str, in_worker: bool) -> dict[str, Any]:
-    """Execute one tuning run — in a worker process with one BLAS/torch thread, as the experiment
-    workers, or in this process as the serial executor does — without its training warnings and
+def _run_quietly(spec: Job, run_dir: str) -> dict[str, Any]:
+    """Execute one tuning run, in a worker process or in this process (``jobs=1``) alike with the compute
+    threads of :func:`topofl.threads.limited_threads` (a worker's :func:`topofl.threads.run_threads` of the
+    pool, else this process's number), as the experiment runner does — without its training warnings and
     the round loop's warnings about the clients it refuses: a trial far out in the space (a step
     size of 1) is expected to diverge, and its score (a failed trial) says so.
     """
     import warnings
 
     from topofl._validation import TrainingWarning
-    from topofl.experiments.runs import _worker, execute_run
+    from topofl.experiments.runs import _worker
 
     loud = logging.getLogger("topofl")
     level = loud.level
@@ -409,7 +410,7 @@ def _run_quietly(spec: Job, run_dir: str, in_worker: bool) -> dict[str, Any]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", TrainingWarning)
             warnings.simplefilter("ignore", RuntimeWarning)  # numpy's overflow of a diverging trial
-            return _worker(spec, run_dir) if in_worker else execute_run(spec, Path(run_dir))
+            return _worker(spec, run_dir)
     finally:
         loud.setLevel(level)
 
@@ -510,7 +511,7 @@ def run_studies(
                 if on_run is not None:
                     on_run(study, t)
             else:
-                inflight[pool.submit(_run_quietly, spec, str(run_dir), jobs > 1)] = (study, spec)
+                inflight[pool.submit(_run_quietly, spec, str(run_dir))] = (study, spec)
         if len(open_.results) == len(open_.specs):
             finish(study, open_)
 

@@ -146,14 +146,17 @@ class Result:
         return scores
 
     def predict_labels(self, X: Any, client: Any = None, *, preprocessed: bool = False) -> np.ndarray:
-        """Predicted labels of raw rows ``X`` as the data named them (see :meth:`predict`)."""
+        """Predicted labels of raw rows ``X`` as the data named them (see :meth:`predict`); with
+        ``preprocessed=True`` too, which is about the rows only.
+        """
         labels: np.ndarray = self.model_set().predict_labels(X, client, preprocessed=preprocessed)
         return labels
 
     def score(self, X: Any, y: Any, client: Any = None, *, preprocessed: bool = False) -> dict[str, float]:
         """``accuracy`` and ``auc`` (``mse``, ``r2`` for regression) of raw rows ``X`` with labels ``y``
         (as the data named them) under client ``client``'s model: on a client's held-out rows, the
-        scores the run reported for it.
+        scores the run reported for it. ``preprocessed=True`` is about the rows only: the labels are
+        still the data's own, not the federation's class ids (see :func:`topofl.data.prediction.score_rows`).
         """
         from topofl.data.prediction import score_rows
 

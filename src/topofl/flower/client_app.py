@@ -3,17 +3,30 @@
 Message types: ``query`` (discovery), ``train`` and ``evaluate`` (federated methods),
 ``query.peer`` / ``train.peer`` (decentralised methods through the relay). The work itself is
 in :mod:`topofl.flower.node` and :mod:`topofl.flower.peer`; client state persists in
-``context.state`` on the node.
+``context.state`` on the node. Every message first passes :func:`thread_policy`.
 """
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
 from topofl.flower import node, peer
 from topofl.flower.secure_records import is_secure
+from topofl.threads import node_threads
 
-app = ClientApp()
+
+def thread_policy(msg: Message, context: Context, call_next: Callable[[Message, Context], Message]) -> Message:
+    """The ClientApp's mod: this process's compute threads (:func:`topofl.threads.node_threads`: set
+    once, at the first message, from the runtime's ``OMP_NUM_THREADS`` or the default policy), then
+    the message's handler.
+    """
+    node_threads()
+    return call_next(msg, context)
+
+
+app = ClientApp(mods=[thread_policy])
 
 
 @app.query()

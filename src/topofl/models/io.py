@@ -31,10 +31,15 @@ FORMAT = "topofl-models/2"
 FORMATS = ("topofl-models/1", FORMAT)
 #: the keys a client's feature state (pTopoFL's §3.2 map) may hold
 _STATE_KEYS = ("centroid", "scale", "client_stats")
+#: the columns a client's feature state appends to its rows (pTopoFL's four TDA features)
+TDA_COLUMNS = 4
 _KEY = re.compile(r"^(?:client/(\d{1,9})/(?:params|feature/(centroid|scale|client_stats))|server/params|"
                   r"preprocessing/(mean|scale|impute))$")
 #: largest models file :func:`load_models` reads (its manifest alone: 64 MB)
 MAX_MANIFEST_BYTES = 64 * 2**20
+#: bounds on a model description's shapes and builder arguments, checked before anything is built
+MAX_SHAPE_DIMS, MAX_DIM, MAX_INPUT_VALUES = 4, 2**16, 2**26
+MAX_BUILDER_INT, MAX_BUILDER_LIST = 2**20, 64
 
 
 class NoPreprocessingWarning(UserWarning):
@@ -121,6 +126,17 @@ class ModelSet:
             return X, None
         return _feature_input(self.client_feature_states.get(cid, {}), X), cid
 
+    def raw_inputs(self, client: Any = None) -> int | None:
+        """Values a raw row holds for client ``client``'s model (``None``: the server's); ``None`` when
+        the model does not say.
+        """
+        cid = self.client_id(client)
+        if self.preprocessing is not None:
+            return self.preprocessing.n_inputs
+        n = getattr(self.model_of(cid), "n_features", None)
+        mapped = cid is not None and bool(self.client_feature_states.get(cid))
+        return None if n is None else int(n) - (TDA_COLUMNS if mapped else 0)
+
     def predict(self, X: Any, client: Any = None, *, preprocessed: bool = False) -> np.ndarray:
         """Scores of raw rows ``X`` under client ``client``'s final model (an id or a site name;
         ``None``: the server's): P(y = 1), class probabilities, or predicted values.
@@ -132,7 +148,8 @@ class ModelSet:
 
     def predict_labels(self, X: Any, client: Any = None, *, preprocessed: bool = False) -> np.ndarray:
         """Predicted labels of raw rows ``X``, as the data named them (``classes=`` or {−1, +1}
-        mapped back); predicted values for regression.
+        mapped back; with ``preprocessed=True`` too, which is about the rows only); predicted values
+        for regression.
         """
         Z, cid = self.inputs(X, client, preprocessed=preprocessed)
         pred = np.asarray(self.model_of(cid).predict(self.params_of(cid), Z))
@@ -156,12 +173,6 @@ class ModelSet:
         """Client ``client``'s trained network's ``state_dict()`` (``None``: the server's)."""
         out: dict[str, Any] = self.module(client).state_dict()
         return out
-
-
-def predict_with(model: Any, server: np.ndarray | None, clients: dict[int, np.ndarray],
-                 states: dict[int, dict[str, np.ndarray]], X: np.ndarray, client: int | None = None) -> np.ndarray:
-    """Scores of model-input rows ``X`` under a client's model, or under the server's (``client=None``)."""
-    return ModelSet(model, server, clients, states).predict(X, client)
 
 
 def _sha(a: np.ndarray) -> str:
@@ -248,25 +259,54 @@ class TrainedModels(ModelSet):
         return {k: s for k, s in enumerate(prep.sites)} if prep is not None and prep.sites else {}
 
 
-def _read(path: Path) -> dict[str, np.ndarray]:
+def _read(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The manifest (read and parsed first) and the arrays of models file ``path``, after checking that its
+    members are stored as :func:`save_models` writes them (uncompressed: no zip bomb inflates here).
+    """
     try:
-        with np.load(path, allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
+        size = path.stat().st_size
+        with zipfile.ZipFile(path) as zf:
+            members = zf.infolist()
+        z = np.load(path, allow_pickle=False)
     except (OSError, ValueError, zipfile.BadZipFile, EOFError, KeyError) as exc:
         raise ValueError(f"{path}: not a topofl models file ({type(exc).__name__}: {exc})") from None
+    with z:
+        for info in members:
+            if info.compress_type != zipfile.ZIP_STORED:
+                raise ValueError(f"{path}: not a topofl models file (member {info.filename!r} is compressed; "
+                                 "topofl stores its arrays uncompressed)")
+        stored = sum(info.file_size for info in members)
+        if stored > size:
+            raise ValueError(f"{path}: not a topofl models file (its members claim {stored} bytes; the file has "
+                             f"{size})")
+        manifest = _parse_manifest(path, _member(path, z, "manifest") if "manifest" in z.files else None)
+        return manifest, {k: _member(path, z, k) for k in z.files if k != "manifest"}
 
 
-def _manifest(path: Path, data: dict[str, np.ndarray]) -> dict[str, Any]:
-    raw = data.pop("manifest", None)
+def _member(path: Path, z: Any, key: str) -> np.ndarray:
+    try:
+        out: np.ndarray = z[key]
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError, KeyError) as exc:
+        raise ValueError(f"{path}: not a topofl models file ({type(exc).__name__}: {exc})") from None
+    return out
+
+
+def _parse_manifest(path: Path, raw: np.ndarray | None) -> dict[str, Any]:
     if raw is None or raw.dtype != np.uint8 or raw.ndim != 1 or raw.size > MAX_MANIFEST_BYTES:
         raise ValueError(f"{path}: not a topofl models file (no valid manifest)")
     try:
         manifest = json.loads(bytes(raw).decode())
+    except RecursionError:
+        raise ValueError(f"{path}: not a topofl models file (its manifest is nested too deeply)") from None
     except (ValueError, UnicodeDecodeError):
         raise ValueError(f"{path}: not a topofl models file (no valid manifest)") from None
     if not isinstance(manifest, dict) or manifest.get("format") not in FORMATS:
         raise ValueError(f"{path}: not a topofl models file "
                          f"(format {manifest.get('format') if isinstance(manifest, dict) else None!r})")
+    return manifest
+
+
+def _check_manifest(path: Path, manifest: dict[str, Any], data: dict[str, np.ndarray]) -> None:
     hashes = manifest.get("sha256")
     if not isinstance(hashes, dict) or set(hashes) != set(data):
         raise ValueError(f"{path}: its arrays {sorted(data)} do not match its manifest "
@@ -279,9 +319,10 @@ def _manifest(path: Path, data: dict[str, np.ndarray]) -> dict[str, Any]:
         if not np.isfinite(array).all():
             raise ValueError(f"{path}: array {key!r} holds a non-finite value")
     method, seed = manifest.get("method"), manifest.get("seed")
-    if not isinstance(method, str) or isinstance(seed, bool) or not isinstance(seed, int):
-        raise ValueError(f"{path}: the manifest's method and seed must be a string and an integer")
-    return manifest
+    if not isinstance(method, str) or isinstance(seed, bool) or not isinstance(seed, int) \
+            or len(method) > 200 or re.search(r"[\x00-\x1f\x7f]", method):
+        raise ValueError(f"{path}: the manifest's method and seed must be a one-line name of at most 200 characters "
+                         "and an integer")
 
 
 def load_models(path: str | Path, model: Any = None) -> TrainedModels:
@@ -296,8 +337,8 @@ def load_models(path: str | Path, model: Any = None) -> TrainedModels:
     :class:`NoPreprocessingWarning`: its ``predict`` takes rows preprocessed as the federation's were.
     """
     path = Path(path)
-    data = _read(path)
-    manifest = _manifest(path, data)
+    manifest, data = _read(path)
+    _check_manifest(path, manifest, data)
     clients: dict[int, np.ndarray] = {}
     states: dict[int, dict[str, np.ndarray]] = {}
     prep_arrays: dict[str, np.ndarray] = {}
@@ -344,8 +385,10 @@ def _models(path: Path, manifest: dict[str, Any], spec: Any,
     if desc is not None:
         if not isinstance(desc, dict):
             raise ValueError(f"{path}: the manifest's model must be a description (an object)")
-        one = spec.get(next(iter(clients))) if isinstance(spec, Mapping) else spec
-        return (one if one is not None and hasattr(one, "predict_scores") else _rebuild(desc, one, path)), {}
+        first = next(iter(clients))
+        one = spec.get(first) if isinstance(spec, Mapping) else spec
+        return (one if one is not None and hasattr(one, "predict_scores")
+                else _rebuild(desc, one, path, clients[first].size)), {}
     per = manifest.get("client_model")
     if not isinstance(per, dict) or not per or set(per) != {str(c) for c in clients}:
         raise ValueError(f"{path}: the manifest must describe the model of every client")
@@ -354,7 +397,8 @@ def _models(path: Path, manifest: dict[str, Any], spec: Any,
         if not isinstance(d, dict):
             raise ValueError(f"{path}: client {key}'s model must be a description (an object)")
         one = spec.get(int(key)) if isinstance(spec, Mapping) else spec
-        built[int(key)] = one if one is not None and hasattr(one, "predict_scores") else _rebuild(d, one, path)
+        built[int(key)] = (one if one is not None and hasattr(one, "predict_scores")
+                           else _rebuild(d, one, path, clients[int(key)].size))
     return None, built
 
 
@@ -397,25 +441,95 @@ def _preprocessing(path: Path, manifest: dict[str, Any], arrays: dict[str, np.nd
                          f"client {max(clients)}")
     for cid in clients:
         n_in = getattr(per_client.get(cid, shared), "n_features", None)
-        want = prep.n_features + (4 if cid in states else 0)   # pTopoFL's clients append four TDA columns
+        want = prep.n_features + (TDA_COLUMNS if cid in states else 0)
         if n_in is not None and n_in != want:
             raise ValueError(f"{path}: client {cid}'s model takes {n_in} inputs; its preprocessing makes {want}")
     return prep
 
 
-def _rebuild(desc: dict[str, Any], spec: Any, path: Path) -> Any:
-    """The model a manifest describes (a registered one), or ``spec`` built for its shapes."""
+def _rebuild(desc: dict[str, Any], spec: Any, path: Path, n_params: int) -> Any:
+    """The model a manifest describes (a registered one), or ``spec`` built for its shapes; the
+    description is checked against the ``n_params`` saved parameters before anything is built.
+    """
+    if desc.get("kind") != "linear" and spec is None and not desc.get("name"):
+        raise ValueError(f"{path}: these models use your own torch module ({str(desc.get('builder'))[:200]}); "
+                         "pass it again: load_models(path, model=...)")
+    try:
+        _check_description(desc, n_params, registered=spec is None)
+        if spec is None or desc["kind"] == "linear":
+            return _build_described(desc, spec)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path}: the manifest's model description is invalid ({type(exc).__name__}: {exc})"
+                         ) from None
+    try:
+        return _build_described(desc, spec)
+    except ValueError as exc:
+        raise ValueError(f"{path}: the model given does not build for these models: {exc}") from None
+
+
+def _build_described(desc: dict[str, Any], spec: Any) -> Any:
     from topofl.models.linear import make_model
     from topofl.models.registry import build_model, rebuild_registered
 
-    if desc.get("kind") == "linear":
+    if desc["kind"] == "linear":
         classes = int(desc["n_outputs"]) if desc["task"] == "multiclass" else 2
         return make_model(desc["task"], int(desc["n_features"]), classes, float(desc["l2"]))
     if spec is None:
-        if not desc.get("name"):
-            raise ValueError(f"{path}: these models use your own torch module ({desc.get('builder')}); "
-                             "pass it again: load_models(path, model=...)")
         return rebuild_registered(desc)
     shape = tuple(int(v) for v in desc["input_shape"])
     return build_model(spec, task=desc["task"], n_features=int(np.prod(shape)), n_classes=int(desc["n_classes"]),
                        l2=float(desc["l2"]), input_shape=shape, dtype=str(desc["dtype"]))
+
+
+def _int_in(value: Any, what: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{what} must be an integer in [{low}, {high}]; got {str(value)[:60]}")
+    return value
+
+
+def _check_description(desc: dict[str, Any], n_params: int, *, registered: bool) -> None:
+    """Refuse a model description whose types, shapes or sizes do not fit ``n_params`` saved parameters,
+    without building anything (a registered network's parameters are counted on torch's ``meta`` device).
+    """
+    from topofl.limits import MAX_CLASSES
+
+    if desc.get("task") not in ("binary", "multiclass", "regression"):
+        raise ValueError(f"task must be binary, multiclass or regression; got {str(desc.get('task'))[:60]}")
+    declared = desc.get("n_params")
+    if declared is not None and (isinstance(declared, bool) or declared != n_params):
+        raise ValueError(f"it describes {str(declared)[:60]} parameters; the file holds {n_params}")
+    if desc.get("kind") == "linear":
+        _int_in(desc.get("n_features"), "n_features", 1, n_params)
+        _int_in(desc.get("n_outputs"), "n_outputs", 1, n_params)
+        return
+    shape = desc.get("input_shape")
+    if not isinstance(shape, list) or not 1 <= len(shape) <= MAX_SHAPE_DIMS:
+        raise ValueError(f"input_shape must list 1 to {MAX_SHAPE_DIMS} sizes; got {str(shape)[:60]}")
+    for v in shape:
+        _int_in(v, "input_shape", 1, MAX_DIM)
+    if int(np.prod(shape)) > MAX_INPUT_VALUES:
+        raise ValueError(f"input_shape {shape} holds more than {MAX_INPUT_VALUES} values")
+    _int_in(desc.get("n_classes"), "n_classes", 1, MAX_CLASSES)
+    if not registered:
+        return
+    args = desc.get("builder_args", {})
+    if not isinstance(args, dict) or len(args) > MAX_BUILDER_LIST:
+        raise ValueError(f"builder_args must be an object; got {str(args)[:60]}")
+    for key, v in args.items():
+        for item in v if isinstance(v, list) and len(v) <= MAX_BUILDER_LIST else [v]:
+            _int_in(item, f"builder_args[{key!r}]", 0, MAX_BUILDER_INT)
+    n = _count_parameters(desc)
+    if n != n_params:
+        raise ValueError(f"it describes a network of {n} parameters; the file holds {n_params}")
+
+
+def _count_parameters(desc: dict[str, Any]) -> int:
+    """Parameters of the registered network ``desc`` describes, counted on torch's ``meta`` device (no memory)."""
+    from topofl.models.registry import registered_builder
+    from topofl.models.torch_models import _require_torch
+
+    torch = _require_torch()
+    factory = registered_builder(desc)
+    with torch.device("meta"):
+        module = factory()
+    return int(sum(p.numel() for p in module.parameters()))

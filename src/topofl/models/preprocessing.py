@@ -20,7 +20,7 @@ import numpy as np
 from topofl._validation import as_real
 from topofl.limits import MAX_CLASSES
 
-__all__ = ["Preprocessing", "default_feature_names"]
+__all__ = ["Preprocessing", "check_names", "default_feature_names"]
 
 #: the standardisation modes a record can hold (as :data:`topofl.data.federation.STANDARDISATIONS`)
 _MODES = ("none", "per_client", "federated")
@@ -30,6 +30,8 @@ MAX_NAME = 200
 #: most clients and features a record (and so a saved file) may describe
 MAX_CLIENTS = 100_000
 MAX_INPUTS = 10_000_000
+#: characters no name may hold (terminal escapes, line breaks)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 #: the arrays a record keeps in a models file, by name
 ARRAYS = ("mean", "scale", "impute")
 
@@ -39,12 +41,17 @@ def default_feature_names(n: int) -> tuple[str, ...]:
     return tuple(f"x{j}" for j in range(n))
 
 
-def _names(value: Any, what: str, allow_empty: bool = False) -> tuple[str, ...]:
+def check_names(value: Any, what: str, allow_empty: bool = False) -> tuple[str, ...]:
+    """``value`` as a tuple of names; ``ValueError`` naming ``what`` and the name for a non-string, an empty
+    name (unless ``allow_empty``), one over :data:`MAX_NAME` characters or one holding a control character.
+    """
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
         raise ValueError(f"{what} must be a list of names; got {type(value).__name__}")
     out = tuple(value)
-    for v in out:
-        if not isinstance(v, str) or (not v and not allow_empty) or len(v) > MAX_NAME or "\n" in v:
+    for i, v in enumerate(out):
+        if isinstance(v, str) and _CONTROL.search(v):
+            raise ValueError(f"{what}[{i}] {v[:60]!r} holds a control character")
+        if not isinstance(v, str) or (not v and not allow_empty) or len(v) > MAX_NAME:
             raise ValueError(f"{what} must hold non-empty one-line names of at most {MAX_NAME} characters; "
                              f"got {str(v)[:60]!r}")
     return out
@@ -105,6 +112,10 @@ class Preprocessing:
         The label value of class ``i`` (``None`` for regression).
     label_name : str
         The label column's name ("" when unknown).
+    rescaled : str
+        How a data set's loader changed the rows before this record (e.g. "pixel values scaled by 1/255",
+        "features and target z-scored per client"); non-empty: raw rows cannot be prepared here, and
+        ``transform`` refuses them (pass rows changed the same way, with ``preprocessed=True``).
     """
 
     n_clients: int
@@ -119,6 +130,7 @@ class Preprocessing:
     task: str = "binary"
     classes: tuple[float, ...] | None = None
     label_name: str = ""
+    rescaled: str = ""
     _site_index: dict[str, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:  # noqa: C901, PLR0912 (one check per field, each with its message)
@@ -126,13 +138,13 @@ class Preprocessing:
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= int(k) <= MAX_CLIENTS:
             raise ValueError(f"n_clients must be an integer in [1, {MAX_CLIENTS}]; got {k!r}")
         object.__setattr__(self, "n_clients", int(k))
-        names = _names(self.feature_names, "feature_names")
+        names = check_names(self.feature_names, "feature_names")
         if not 1 <= len(names) <= MAX_INPUTS:
             raise ValueError(f"feature_names must name 1 to {MAX_INPUTS} columns; got {len(names)}")
         if len(set(names)) != len(names):
             raise ValueError("feature_names must be distinct")
         object.__setattr__(self, "feature_names", names)
-        sites = _names(self.sites, "sites")
+        sites = check_names(self.sites, "sites")
         if sites and (len(sites) != k or len(set(sites)) != len(sites)):
             raise ValueError(f"sites must name each of the {k} clients once; got {len(sites)} name(s)")
         object.__setattr__(self, "sites", sites)
@@ -171,8 +183,11 @@ class Preprocessing:
                 raise ValueError(f"classes must list 2 to {MAX_CLASSES} distinct finite label values "
                                  f"(2 for a binary task); got {self.classes!r}")
             object.__setattr__(self, "classes", tuple(float(v) for v in cls))
-        if not isinstance(self.label_name, str) or len(self.label_name) > MAX_NAME:
-            raise ValueError(f"label_name must be a name of at most {MAX_NAME} characters")
+        for what in ("label_name", "rescaled"):
+            value = getattr(self, what)
+            if not isinstance(value, str) or len(value) > MAX_NAME or _CONTROL.search(value):
+                raise ValueError(f"{what} must be a text of at most {MAX_NAME} characters without control "
+                                 f"characters; got {str(value)[:60]!r}")
 
     # ---- shapes --------------------------------------------------------------------------
     @property
@@ -193,7 +208,7 @@ class Preprocessing:
     @property
     def identity(self) -> bool:
         """Whether raw rows are the model's input as they are."""
-        return self.standardise == "none" and self.impute is None
+        return self.standardise == "none" and self.impute is None and not self.rescaled
 
     # ---- clients -------------------------------------------------------------------------
     def client_index(self, client: Any) -> int:
@@ -242,15 +257,21 @@ class Preprocessing:
         """
         if self.impute is None:
             return X
-        if self.zero_is_missing:
-            X = X.copy()
-            for j in self.zero_is_missing:
-                X[X[:, j] == 0, j] = np.nan
+        X = self.mark_missing(X)
         miss = np.isnan(X)
         filled = np.where(miss, self.impute[client][None, :], X)
         if not self.indicators:
             return filled
         return np.hstack([filled, miss[:, list(self.indicators)].astype(np.float64)])
+
+    def mark_missing(self, X: np.ndarray) -> np.ndarray:
+        """Raw rows with a 0 in a :attr:`zero_is_missing` column as NaN (``X`` itself when there is none)."""
+        if not self.zero_is_missing:
+            return X
+        X = X.copy()
+        for j in self.zero_is_missing:
+            X[X[:, j] == 0, j] = np.nan
+        return X
 
     def standardise_rows(self, X: np.ndarray, client: int) -> np.ndarray:
         """Imputed rows of client ``client`` standardised with its mean and scale."""
@@ -264,6 +285,10 @@ class Preprocessing:
         server's model, possible when every client shares one preprocessing or ``X`` needs no
         per-client part).
         """
+        if self.rescaled:
+            raise ValueError(f"these rows were rescaled by the data's loader ({self.rescaled}) before the federation "
+                             "saw them, which this record cannot repeat: pass rows rescaled the same way, with "
+                             "preprocessed=True")
         if client is None:
             return self._transform_shared(X)
         k = self.client_index(client)
@@ -274,7 +299,7 @@ class Preprocessing:
                 (self.mean == self.mean[0]).all() and (self.scale == self.scale[0]).all()):
             raise ValueError(f"each client standardises with its own statistics (standardise={self.standardise!r}); "
                              "pass client=k (an id or a site name)")
-        arr = self.check_rows(X)
+        arr = self.mark_missing(self.check_rows(X))  # a 0 that means "not measured" is missing too
         if self.impute is not None and np.isnan(arr).any() and not (self.impute == self.impute[0]).all():
             raise ValueError("these rows have missing values, which each client imputes with its own values; "
                              "pass client=k (an id or a site name)")
@@ -298,7 +323,8 @@ class Preprocessing:
         known = np.isin(y, cls)
         if not known.all():
             raise ValueError(f"label {y[~known][0]:g} is not one of the model's classes "
-                             f"{{{', '.join(f'{c:g}' for c in cls)}}}")
+                             f"{{{', '.join(f'{c:g}' for c in cls)}}}; labels are the data's own "
+                             "(a federation's class ids are preprocessing.labels(class_ids))")
         order = np.argsort(cls)
         return order[np.searchsorted(cls[order], y)].astype(np.float64)
 
@@ -308,7 +334,8 @@ class Preprocessing:
         meta = {"n_clients": self.n_clients, "feature_names": list(self.feature_names), "sites": list(self.sites),
                 "standardise": self.standardise, "zero_is_missing": list(self.zero_is_missing),
                 "indicators": list(self.indicators), "task": self.task,
-                "classes": None if self.classes is None else list(self.classes), "label_name": self.label_name}
+                "classes": None if self.classes is None else list(self.classes), "label_name": self.label_name,
+                **({"rescaled": self.rescaled} if self.rescaled else {})}
         arrays = {name: np.asarray(getattr(self, name), dtype=np.float64) for name in ARRAYS
                   if getattr(self, name) is not None}
         return meta, arrays
@@ -320,9 +347,10 @@ class Preprocessing:
         """
         keys = {"n_clients", "feature_names", "sites", "standardise", "zero_is_missing", "indicators", "task",
                 "classes", "label_name"}
-        if not isinstance(meta, dict) or set(meta) != keys:
+        if not isinstance(meta, dict) or set(meta) - {"rescaled"} != keys:
             found = sorted(meta) if isinstance(meta, dict) else type(meta).__name__
-            raise ValueError(f"the preprocessing record must have the entries {sorted(keys)}; got {found}")
+            raise ValueError(f"the preprocessing record must have the entries {sorted(keys)} (and optionally "
+                             f"rescaled); got {found}")
         unknown = set(arrays) - set(ARRAYS)
         if unknown:
             raise ValueError(f"unknown preprocessing arrays {sorted(unknown)}")
@@ -332,19 +360,22 @@ class Preprocessing:
         if meta["classes"] is not None and not (isinstance(meta["classes"], list) and all(
                 isinstance(v, (int, float)) and not isinstance(v, bool) for v in meta["classes"])):
             raise ValueError("preprocessing classes must be a list of numbers or null")
-        for name in ("standardise", "task", "label_name"):
-            if not isinstance(meta[name], str):
+        for name in ("standardise", "task", "label_name", "rescaled"):
+            if not isinstance(meta.get(name, ""), str):
                 raise ValueError(f"preprocessing {name} must be a string")
         return cls(meta["n_clients"], tuple(meta["feature_names"]), tuple(meta["sites"]), meta["standardise"],
                    arrays.get("mean"), arrays.get("scale"), arrays.get("impute"), tuple(meta["zero_is_missing"]),
                    tuple(meta["indicators"]), meta["task"],
-                   None if meta["classes"] is None else tuple(meta["classes"]), meta["label_name"])
+                   None if meta["classes"] is None else tuple(meta["classes"]), meta["label_name"],
+                   meta.get("rescaled", ""))
 
     def describe(self) -> str:
         """One line for people: clients and sites, columns, standardisation, imputation, classes."""
         sites = f" ({', '.join(self.sites[:6])}{' ...' if len(self.sites) > 6 else ''})" if self.sites else ""
         parts = [f"{self.n_clients} client(s){sites}", f"{self.n_inputs} input column(s)",
                  f"standardise={self.standardise}"]
+        if self.rescaled:
+            parts.append(f"rows rescaled by the loader: {self.rescaled}")
         if self.impute is not None:
             parts.append(f"imputation with {len(self.indicators)} missing-value indicator(s)")
         if self.classes is not None:
@@ -363,6 +394,13 @@ class Preprocessing:
             np.array_equal(a[1][k], b[1][k]) for k in a[1])
 
     __hash__ = None  # type: ignore[assignment]
+
+
+def rescaled_record(n_clients: int, n_features: int, how: str) -> Preprocessing:
+    """The record of rows a loader rescaled (``how``) before any federation saw them: raw rows are refused
+    (``predict`` takes rows rescaled the same way, with ``preprocessed=True``).
+    """
+    return Preprocessing(n_clients, default_feature_names(n_features), rescaled=how)
 
 
 def safe_name(text: str) -> str:

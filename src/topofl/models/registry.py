@@ -107,9 +107,10 @@ def checked_input_shape(shape: Any, n_features: int | None = None) -> tuple[int,
     ``n_features`` when given; ``ValueError`` naming both otherwise.
     """
     if isinstance(shape, str):
-        parts = [p.strip() for p in (shape.split(",") if "," in shape else shape.split("x")) if p.strip()]
+        text = shape.strip()
+        parts = [p.strip() for p in (text.split(",") if "," in text else text.split("x"))]
         try:
-            shape = tuple(int(p) for p in parts)
+            shape = tuple(int(p) for p in parts)   # an empty size ("1,,8") is refused too
         except ValueError:
             raise ValueError(f"input_shape must be sizes such as 1,8,8 (C,H,W); got {shape!r}") from None
     if isinstance(shape, (bool, int, np.integer)) or not hasattr(shape, "__iter__"):
@@ -209,22 +210,30 @@ def describe(model: Any) -> dict[str, Any]:
             "dtype": model.dtype, "n_params": int(model.n_params)}
 
 
-def rebuild_registered(desc: dict[str, Any]) -> Any:
-    """The registered PyTorch model a :func:`describe` record names, with its builder arguments."""
+def registered_builder(desc: dict[str, Any]) -> Any:
+    """The module factory of the registered PyTorch model a :func:`describe` record names (nothing is
+    built: a caller may count its parameters first, e.g. on torch's ``meta`` device).
+    """
     from topofl.models import deep
-    from topofl.models.torch_models import TorchClassifier, cnn
+    from topofl.models.torch_models import PAPER_ARCHITECTURES, CNNBuilder
 
     name, args = desc["name"], desc.get("builder_args", {})
-    shape = tuple(int(v) for v in desc["input_shape"])
-    common: dict[str, Any] = {"l2": float(desc["l2"]), "dtype": str(desc["dtype"]), "task": str(desc["task"])}
-    classes = int(desc["n_classes"])
-    if name.startswith("cnn-"):
-        return cnn(name[4:], shape, classes, **common)
+    if name.startswith("cnn-") and name[4:] in PAPER_ARCHITECTURES:
+        c, h, w = _three(tuple(int(v) for v in desc["input_shape"]))
+        return CNNBuilder(PAPER_ARCHITECTURES[name[4:]], (c, h, w), int(desc["n_classes"]))
     builders = {"convnet2": deep.ConvNet2Builder, "resnet18": deep.ResNet18Builder, "mlp": deep.MLPBuilder}
     if name not in builders:
         raise ValueError(f"unknown registered model {name!r}")
-    kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in args.items()}
-    return TorchClassifier(builders[name](**kwargs), shape, classes, **common)
+    return builders[name](**{k: tuple(v) if isinstance(v, list) else v for k, v in args.items()})
+
+
+def rebuild_registered(desc: dict[str, Any]) -> Any:
+    """The registered PyTorch model a :func:`describe` record names, with its builder arguments."""
+    from topofl.models.torch_models import TorchClassifier
+
+    common: dict[str, Any] = {"l2": float(desc["l2"]), "dtype": str(desc["dtype"]), "task": str(desc["task"])}
+    return TorchClassifier(registered_builder(desc), tuple(int(v) for v in desc["input_shape"]),
+                           int(desc["n_classes"]), **common)
 
 
 def _three(shape: tuple[int, ...]) -> tuple[int, int, int]:

@@ -24,6 +24,7 @@ from topofl.data.loaders.protocol import (
     check_seed,
     stream,
 )
+from topofl.models.preprocessing import rescaled_record
 
 #: IDX magic numbers: unsigned-byte data with 3 dimensions (images) and 1 dimension (labels).
 IDX_IMAGES_MAGIC = 2051
@@ -349,7 +350,9 @@ def rotated_mnist(
                    "n_images": int(images.shape[0]), "n_from_train_files": n_train},
         **facts,
     }
-    return LoadedData(clients, task="multiclass", n_classes=10, name="rotated_mnist", info=info)
+    return LoadedData(clients, task="multiclass", n_classes=10, name="rotated_mnist", info=info,
+                      preprocessing=rescaled_record(len(clients), clients[0].n_features,
+                                                    "pixel values 0-255 scaled by 1/255"))
 
 
 def rotated_digits(
@@ -407,7 +410,9 @@ def rotated_digits(
     )
     info = {"source": {"dataset": "scikit-learn load_digits (bundled, 8x8, values 0-16 scaled by 1/16)",
                        "n_images": int(images.shape[0])}, **facts}
-    return LoadedData(clients, task="multiclass", n_classes=10, name="rotated_digits", info=info)
+    return LoadedData(clients, task="multiclass", n_classes=10, name="rotated_digits", info=info,
+                      preprocessing=rescaled_record(len(clients), clients[0].n_features,
+                                                    "pixel values 0-16 scaled by 1/16"))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -618,4 +623,6 @@ def load_cifar10(
         "samples_per_client": spc,
         "feature_layout": "3072 = 3 channels (R, G, B) x 32 x 32, row-major, scaled by 1/255",
     }
-    return LoadedData(clients, task="multiclass", n_classes=10, name="cifar10_heterogeneous", info=info)
+    return LoadedData(clients, task="multiclass", n_classes=10, name="cifar10_heterogeneous", info=info,
+                      preprocessing=rescaled_record(len(clients), clients[0].n_features,
+                                                    "pixel values 0-255 scaled by 1/255"))

@@ -20,6 +20,7 @@ from topofl._validation import check_choice, check_finite
 from topofl.data.federation import ClientData
 from topofl.data.loaders.base import LoadedData
 from topofl.data.loaders.protocol import build_clients, check_protocol_args, check_seed
+from topofl.models.preprocessing import rescaled_record
 
 
 def _cells(value: Any, path: Path, key: str) -> list[Any]:
@@ -350,7 +351,9 @@ def load_school(
         "protocol": record,
         "n_features": int(Xs[0].shape[1]),
     }
-    return LoadedData(clients, task="regression", n_classes=0, name="school", info=info)
+    rescaled = (rescaled_record(len(clients), clients[0].n_features, "features and target z-scored with each "
+                                "client's own training statistics") if standardise == "per_client" else None)
+    return LoadedData(clients, task="regression", n_classes=0, name="school", info=info, preprocessing=rescaled)
 
 
 def standardise_regression_client(c: ClientData) -> ClientData:

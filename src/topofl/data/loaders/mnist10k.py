@@ -17,6 +17,7 @@ from topofl._validation import check_int, check_range
 from topofl.data.federation import ClientData, Federation
 from topofl.data.loaders.images import load_mnist_idx
 from topofl.data.partition import PARTITIONS, partition
+from topofl.models.preprocessing import rescaled_record
 
 
 def mnist_10k_dir() -> Path:
@@ -64,11 +65,13 @@ def apply_style(X: np.ndarray, style: dict[str, float], side: int = 28) -> np.nd
 def image_federation(  # noqa: PLR0913 (public API: the keyword options of an image federation)
     X: np.ndarray, y: np.ndarray, n_clients: int, *, partition_kind: str = "dirichlet", alpha: float = 0.5,
     n_samples: int | None = None, test_fraction: float = 0.25, styles: float = 0.0, seed: int = 0, min_size: int = 20,
-    shards_per_client: int = 2, name: str = "images", n_classes: int = 10,
+    shards_per_client: int = 2, name: str = "images", n_classes: int = 10, rescaled: str = "",
 ) -> Federation:
     """Images ``X`` (flattened, in [0, 1]) with labels ``y`` split among ``n_clients``: a seeded
     subset of ``n_samples`` rows, a partition (:mod:`topofl.data.partition`), each client's share
     split into train and test, and optionally a per-client writing style (28×28 grey images only).
+    ``rescaled``: how ``X`` was scaled from the raw images (e.g. "pixel values 0-255 scaled by 1/255"),
+    recorded in the federation's preprocessing (with the styles), so that ``predict`` refuses raw rows.
     """
     check_int("n_clients", n_clients, 1, 1000)
     n_samples = X.shape[0] if n_samples is None else n_samples
@@ -96,7 +99,9 @@ def image_federation(  # noqa: PLR0913 (public API: the keyword options of an im
         meta = {"partition": partition_kind, "classes": sorted({int(v) for v in y[tr]}),
                 **({"style": style} if style else {})}
         clients.append(ClientData(Xtr, y[tr], Xte, y[te], client_id=k, meta=meta))
+    how = "; ".join(t for t in (rescaled, "each client's writing style applied" if styles > 0 else "") if t)
     return Federation(clients, task="multiclass", n_classes=n_classes, name=name,
+                      preprocessing=rescaled_record(len(clients), X.shape[1], how) if how else None,
                       info={"partition": partition_kind, "alpha": alpha, "styles": styles, "n_samples": n_samples,
                             "seed": seed})
 
@@ -110,4 +115,5 @@ def mnist_federation(
     X, y = load_mnist_10k(root)
     return image_federation(X, y, n_clients, partition_kind=partition_kind, alpha=alpha, n_samples=n_samples,
                             test_fraction=test_fraction, styles=styles, seed=seed, min_size=min_size,
-                            shards_per_client=shards_per_client, name="mnist")
+                            shards_per_client=shards_per_client, name="mnist",
+                            rescaled="pixel values 0-255 scaled by 1/255")

@@ -13,7 +13,7 @@ import csv
 import logging
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -358,6 +358,7 @@ class PredictionRows:
     labels: np.ndarray | None
     lines: list[int]
     ignored: list[str]
+    features: list[str] = field(default_factory=list)
 
 
 def read_prediction_rows(path: str | Path, features: Sequence[str] | None, site_column: str | None,
@@ -434,7 +435,8 @@ def read_prediction_rows(path: str | Path, features: Sequence[str] | None, site_
         raise ValueError(f"{name}: no data rows")
     return PredictionRows(np.array(rows, dtype=np.float64).reshape(len(rows), len(fi)),
                           sites if site is not None else None,
-                          np.array(labels, dtype=np.float64) if label is not None else None, lines, ignored)
+                          np.array(labels, dtype=np.float64) if label is not None else None, lines, ignored,
+                          list(features))
 
 
 #: cells read as a missing value where the model imputes (``read_prediction_rows(..., allow_missing=True)``)

@@ -92,7 +92,8 @@ def make_cifar10(seed: int = 0, **overrides: Any) -> Federation:
                          "(data_batch_1..5, test_batch)")
     X, y = load_cifar10_arrays(cfg.root)
     return image_federation(X, y, cfg.n_clients, partition_kind=cfg.partition, alpha=cfg.alpha,
-                            test_fraction=cfg.test_fraction, seed=seed, min_size=cfg.min_size, name="cifar10")
+                            test_fraction=cfg.test_fraction, seed=seed, min_size=cfg.min_size, name="cifar10",
+                            rescaled="pixel values 0-255 scaled by 1/255")
 
 
 def make_femnist(seed: int = 0, **overrides: Any) -> Federation:

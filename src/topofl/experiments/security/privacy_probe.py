@@ -76,11 +76,11 @@ def _text(v: Any) -> str:
 def membership_rows(fed: Any, result: Any, method: str, seed: int) -> list[dict[str, Any]]:
     """Loss-threshold attack on every honest hospital's final model (one row per hospital)."""
     rows = []
-    for c in fed:
+    for c in fed:  # the federation's rows are preprocessed already
         if c.meta.get("adversarial"):  # their training labels are flipped: members would be mislabelled records
             continue
-        lm = example_losses(result.predict(c.X_train, client=c.client_id), c.y_train)
-        ln = example_losses(result.predict(c.X_test, client=c.client_id), c.y_test)
+        lm = example_losses(result.predict(c.X_train, client=c.client_id, preprocessed=True), c.y_train)
+        ln = example_losses(result.predict(c.X_test, client=c.client_id, preprocessed=True), c.y_test)
         r = loss_threshold_attack(lm, ln)
         rows.append({"seed": seed, "method": method, "client": c.client_id, "advantage": r.advantage,
                      "null_advantage": r.null_advantage,

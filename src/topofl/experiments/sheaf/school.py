@@ -63,11 +63,23 @@ def plan(seeds: Sequence[int], budget: SchoolBudget = FULL) -> list[Job]:
 
 
 # ---- tables --------------------------------------------------------------------------------------
-def target_variances(seeds: Iterable[int]) -> dict[int, list[float]]:
-    """Per seed, each school's target variance (the data's own ``y_scale``²)."""
+def target_variances(done: Iterable[Mapping[str, Any]]) -> dict[int, list[float]]:
+    """Per seed, each school's target variance (the data's own ``y_scale``²), from the runs' done-records
+    (``y_scales``), so that the analysis reads the data from wherever the runs did (``-s path=FILE``);
+    a seed whose records hold none (runs of a topofl before them) loads School where
+    :func:`topofl.data.sources.school_path` finds it.
+    """
     from topofl.data.sources import load
 
-    return {s: [c.meta["y_scale"] ** 2 for c in load("school", s).clients] for s in seeds}
+    out: dict[int, list[float]] = {}
+    seeds: set[int] = set()
+    for d in done:
+        seeds.add(int(d["seed"]))
+        if d.get("y_scales") is not None:
+            out.setdefault(int(d["seed"]), [float(v) ** 2 for v in d["y_scales"]])
+    for s in sorted(seeds - set(out)):
+        out[s] = [c.meta["y_scale"] ** 2 for c in load("school", s).clients]
+    return out
 
 
 def original_units(rounds: Iterable[Mapping[str, str]], scales: Mapping[int, Sequence[float]]) -> dict[tuple[str, int],
@@ -138,7 +150,7 @@ def analyse(out: Path, done: list[dict[str, Any]], budget: SchoolBudget = FULL) 
                    "λ = 0.01 "
                    f"(paper Fig. 6, Table 7), {budget.rounds} rounds; inputs and targets z-scored per school. Lower "
                    "MSE is better.")
-    scales = target_variances({int(d["seed"]) for d in done})
+    scales = target_variances(done)
     rows = summary_rows(done, model_bytes(iter_csv(out / "rounds.csv")),
                         original_units(iter_csv(out / "rounds.csv"), scales))
     man.table(out, "summary", TITLES["summary"], rows,
