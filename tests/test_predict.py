@@ -576,5 +576,5 @@ def test_sheaf_with_models_of_different_architectures_saves_and_loads(tmp_path):
     loaded = topofl.load_models(topofl.save_models(h, tmp_path / "het.npz"))
     assert loaded.manifest["client_model"]["1"]["name"] == "cnn-same"
     X = images[1].X_test[:5]
-    np.testing.assert_array_equal(loaded.predict(X, client=1), h.predict(X, client=1))
+    np.testing.assert_array_equal(loaded.predict(X, client=1, preprocessed=True), h.predict(X, client=1, preprocessed=True))
     assert type(loaded.module(1)).__name__ == type(h.module(1)).__name__
