@@ -124,7 +124,42 @@ def test_in_process_runner_drops_invalid_updates_and_records_why():
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.one_of(st.floats(0, 1e6, allow_nan=False), st.sampled_from([0.0, 1.0, 2.0, math.inf])),
-                max_size=40))
+                max_size=50))
 def test_the_norm_bounds_leave_one_out_medians_from_one_sort_equal_the_direct_ones(values):
     direct = [lower_median(values[:k] + values[k + 1:]) for k in range(len(values))]
     assert lower_medians_of_others(values) == direct
+
+
+def _direct_medians_of_others(values):
+    """The per-reply computation the one-sort version replaced (issue 22): sort the other K − 1 values for every k."""
+    return [lower_median(values[:k] + values[k + 1:]) for k in range(len(values))]
+
+
+@pytest.mark.parametrize("size", range(1, 51))
+def test_a_rounds_screening_is_the_same_as_with_per_reply_medians(size, monkeypatch):
+    """Every round of 1..50 replies, with many ties or none, with and without rejections: the valid replies,
+    the rejected ones and every reason (the bound printed in it) are those of the per-reply computation.
+    """
+    import topofl.federation.validation as validation
+
+    rng = np.random.default_rng(size)
+    one_sort = validation.lower_medians_of_others
+    for trial in range(40):
+        if trial % 4 == 0:  # heavy ties: a few distinct sizes
+            norms = rng.choice([0.0, 0.5, 3.0, 30.0, 400.0], size=size)
+        elif trial % 4 == 1:  # all equal
+            norms = np.full(size, float(rng.choice([0.0, 2.0, 50.0])))
+        elif trial % 4 == 2:  # spread over six orders of magnitude: the bound rejects some
+            norms = 10.0 ** rng.uniform(-2, 4, size=size)
+        else:  # integers: ties and near-ties
+            norms = rng.integers(0, 40, size=size).astype(float)
+        clients = {k: [float(v), 0.0] for k, v in enumerate(norms)}
+        order = rng.permutation(size).tolist()  # replies arrive in any order
+        clients = {k: clients[k] for k in order}
+        monkeypatch.setattr(validation, "lower_medians_of_others", one_sort)
+        new = _round(clients)
+        monkeypatch.setattr(validation, "lower_medians_of_others", _direct_medians_of_others)
+        old = _round(clients)
+        assert [u.client_id for u in new[0]] == [u.client_id for u in old[0]]
+        assert all(a.params is b.params or np.array_equal(a.params, b.params) for a, b in zip(new[0], old[0], strict=True))
+        assert new[1] == old[1]
