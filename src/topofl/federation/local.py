@@ -101,14 +101,37 @@ def sgd(  # noqa: PLR0913 - the local-training keywords every method passes, by 
     theta = np.array(theta, dtype=np.float64, copy=True)
     n = X.shape[0]
     bs = max(1, min(batch_size, n))
+    gradient, own = _gradient_step(model, theta, weighted.get("sample_weight"))
     with np.errstate(over="ignore", invalid="ignore"):  # divergence is reported below, by name
         for epoch, batches in enumerate(epoch_batches(n, bs, epochs, local_steps, rng)):
             for idx in batches:
-                g = model.grad(theta, X[idx], y[idx]) if sample_weight is None else model.grad(
-                    theta, X[idx], y[idx], sample_weight=weighted["sample_weight"][idx])
-                if extra_grad is not None:
-                    g = g + extra_grad(theta)
+                g = gradient(idx, X[idx], y[idx])
+                if extra_grad is not None:  # into the buffer (the same sum as g + extra, in its place)
+                    g = np.add(g, extra_grad(theta), out=g) if own else g + extra_grad(theta)
                 optimizer.step(theta, g)
             budget = {"local_steps": local_steps} if local_steps > 0 else {"epochs": epochs}
             ensure_finite(f"local {optimizer.spec.name} (pass {epoch + 1})", theta, lr=lr, **budget, batch_size=bs)
     return theta
+
+
+BatchGrad = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+
+
+def _gradient_step(model: Model, theta: np.ndarray, sample_weight: np.ndarray | None) -> tuple[BatchGrad, bool]:
+    """``gradient(idx, X_batch, y_batch)``: the model's stochastic gradient at ``theta`` (read when called) on a
+    batch, weighted by ``sample_weight[idx]`` when there are weights; and whether that gradient is written into
+    a buffer of the loop's own (then free to be changed in place until the next step).
+
+    A model with ``grad_into`` (the NumPy linear models) writes every step's gradient into one float64 buffer
+    kept for the whole local round: no loss computed, no concatenation, no new array per step. Any other
+    model's ``grad`` returns an array that is left as it is.
+    """
+    into = getattr(model, "grad_into", None)
+    if into is not None:
+        buffer = np.empty(theta.size)
+        if sample_weight is None:
+            return (lambda idx, Xb, yb: into(buffer, theta, Xb, yb)), True
+        return (lambda idx, Xb, yb: into(buffer, theta, Xb, yb, sample_weight[idx])), True
+    if sample_weight is None:
+        return (lambda idx, Xb, yb: model.grad(theta, Xb, yb)), False
+    return (lambda idx, Xb, yb: model.grad(theta, Xb, yb, sample_weight=sample_weight[idx])), False

@@ -92,14 +92,29 @@ class LinearModel:
         w = theta[: self.n_features * self.n_outputs]
         return 0.5 * self.l2 * float(w @ w)
 
-    def _pack_grad(self, X: np.ndarray, dlogits: np.ndarray, theta: np.ndarray) -> np.ndarray:
-        """Gradient of mean loss given d(loss_i)/d(logits_i) of shape (n, C), plus the L2 term."""
+    def _pack_grad(self, X: np.ndarray, dlogits: np.ndarray, theta: np.ndarray,
+                   out: np.ndarray | None = None) -> np.ndarray:
+        """Gradient of the mean loss given d(loss_i)/d(logits_i) of shape (n, C), plus the L2 term.
+
+        Written into ``out`` (a float64 vector of ``n_params``; a new one when ``None``) in the layout of
+        ``theta``: the weights' block by one matrix product into its row-major view, the intercepts by a mean
+        into theirs; no concatenation. The arithmetic, in its order, is that of ``concatenate([(Xᵀ·D / n).ravel(),
+        mean(D, 0)])`` plus ``l2 · w``: the same bits.
+        """
         n = X.shape[0]
-        gW = X.T @ dlogits / n
-        gb = dlogits.mean(axis=0)
-        g = np.concatenate([gW.ravel(), gb])
-        g[: self.n_features * self.n_outputs] += self.l2 * theta[: self.n_features * self.n_outputs]
+        dc = self.n_features * self.n_outputs
+        g = np.empty(self.n_params) if out is None else out
+        gW = g[:dc].reshape(self.n_features, self.n_outputs)  # a view: the product lands in place
+        np.matmul(X.T, dlogits, out=gW)
+        gW /= n
+        np.mean(dlogits, axis=0, out=g[dc:])
+        g[:dc] += self.l2 * theta[:dc]
         return g
+
+    def _dlogits(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray,
+                 sample_weight: np.ndarray | None) -> np.ndarray:
+        """d(loss_i)/d(logits_i) of every sample, shape (n, C), weighted by ``sample_weight``; each model defines it."""
+        raise NotImplementedError
 
     def loss_grad(
         self, theta: np.ndarray, X: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None = None
@@ -111,7 +126,31 @@ class LinearModel:
 
     def grad(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray,
              sample_weight: np.ndarray | None = None) -> np.ndarray:
-        return self.loss_grad(theta, X, y, sample_weight)[1]
+        """Gradient of :meth:`loss` (of the weighted mean loss with ``sample_weight``), without the loss:
+        the same bits as ``loss_grad(...)[1]``.
+        """
+        return self._pack_grad(X, self._dlogits(theta, X, y, sample_weight), theta)
+
+    def grad_into(self, out: np.ndarray, theta: np.ndarray, X: np.ndarray, y: np.ndarray,
+                  sample_weight: np.ndarray | None = None) -> np.ndarray:
+        """:meth:`grad` written into ``out`` (a float64 vector of ``n_params``, overwritten whole) and returned:
+        local training keeps one gradient buffer for all its steps.
+
+        Parameters
+        ----------
+        out : numpy.ndarray
+            The buffer, float64, shape ``(n_params,)``; must not share memory with ``theta``.
+        theta, X, y, sample_weight
+            As for :meth:`grad`.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``out``, holding the gradient (the same bits as :meth:`grad`'s).
+        """
+        if out.shape != (self.n_params,) or out.dtype != np.float64:
+            raise ValueError(f"out must be a float64 vector of shape ({self.n_params},); got {out.dtype} {out.shape}")
+        return self._pack_grad(X, self._dlogits(theta, X, y, sample_weight), theta, out)
 
     def predict_scores(self, theta: np.ndarray, X: np.ndarray) -> np.ndarray:
         """Scores of samples ``X`` (probabilities, or predictions for regression); each model defines them."""
@@ -136,6 +175,9 @@ class BinaryLogistic(LinearModel):
         per_sample = y * sp.log_expit(z) + (1.0 - y) * sp.log_expit(-z)
         loss = -float(np.mean(_weigh(per_sample, sample_weight))) + self._penalty(theta)
         return loss, self._pack_grad(X, _weigh((sp.expit(z) - y)[:, None], sample_weight), theta)
+
+    def _dlogits(self, theta, X, y, sample_weight):
+        return _weigh((_special().expit(self._logits(theta, X)[:, 0]) - y)[:, None], sample_weight)
 
     def predict_scores(self, theta, X):
         return _special().expit(self._logits(theta, X)[:, 0])
@@ -165,6 +207,13 @@ class SoftmaxRegression(LinearModel):
         P[np.arange(len(idx)), idx] -= 1.0
         return loss, self._pack_grad(X, _weigh(P, sample_weight), theta)
 
+    def _dlogits(self, theta, X, y, sample_weight):
+        Z = self._logits(theta, X)
+        idx = y.astype(np.int64)
+        P = np.exp(Z - _special().logsumexp(Z, axis=1)[:, None])
+        P[np.arange(len(idx)), idx] -= 1.0
+        return _weigh(P, sample_weight)
+
     def predict_scores(self, theta, X):
         return _special().softmax(self._logits(theta, X), axis=1)
 
@@ -183,6 +232,9 @@ class LeastSquares(LinearModel):
         r = self._logits(theta, X)[:, 0] - y
         return (0.5 * float(r @ _weigh(r, sample_weight)) / len(r) + self._penalty(theta),
                 self._pack_grad(X, _weigh(r[:, None], sample_weight), theta))
+
+    def _dlogits(self, theta, X, y, sample_weight):
+        return _weigh((self._logits(theta, X)[:, 0] - y)[:, None], sample_weight)
 
     def predict_scores(self, theta, X):
         return self._logits(theta, X)[:, 0]
