@@ -1,6 +1,7 @@
-"""The linear models' loss-free gradient path and in-place gradient buffer (issue 25) give the bits of the
-code they replaced: ``grad`` was ``loss_grad(...)[1]``, whose gradient was a concatenation, and local SGD
-made a new gradient array every step. The old code is kept here, verbatim, as the reference."""
+"""The linear models' loss-free gradient, gradient-free loss and in-place gradient buffer (issue 25) give the
+bits of the code they replaced: ``grad`` was ``loss_grad(...)[1]`` and ``loss`` ``loss_grad(...)[0]``, the
+gradient was a concatenation, and local SGD made a new gradient array every step. The old code is kept here,
+verbatim, as the reference."""
 from __future__ import annotations
 
 import numpy as np
@@ -48,6 +49,10 @@ def _old_grad(self, theta, X, y, sample_weight=None):
     return _old_loss_grad(self, theta, X, y, sample_weight)[1]
 
 
+def _old_loss(self, theta, X, y):
+    return _old_loss_grad(self, theta, X, y)[0]
+
+
 def _old_sgd(model, theta, X, y, *, epochs, lr, batch_size, rng, extra_grad=None, sample_weight=None,
              local_steps=0, optimizer=None):
     optimizer = optimizer if optimizer is not None else LocalOptimizer(OptimizerSpec("sgd", lr))
@@ -83,7 +88,7 @@ def _labels(task: str, rng: np.random.Generator, n: int, n_classes: int = 3) -> 
 @given(task=st.sampled_from(["binary", "multiclass", "regression"]), n=st.integers(1, 40), d=st.integers(1, 12),
        n_classes=st.integers(2, 5), l2=st.sampled_from([0.0, 1e-3, 0.7]), weighted=st.booleans(),
        scale=st.sampled_from([0.0, 1.0, 30.0]), seed=st.integers(0, 2**32 - 1))
-def test_the_loss_free_gradient_is_the_old_gradient_bit_for_bit(task, n, d, n_classes, l2, weighted, scale, seed):
+def test_the_loss_free_gradient_and_the_gradient_free_loss_are_the_old_ones_bit_for_bit(task, n, d, n_classes, l2, weighted, scale, seed):
     rng = np.random.default_rng(seed)
     model = _model(task, d, l2, n_classes)
     X = rng.standard_normal((n, d)) * (1 + scale)
@@ -98,6 +103,7 @@ def test_the_loss_free_gradient_is_the_old_gradient_bit_for_bit(task, n, d, n_cl
     assert np.array_equal(new, old) and new_loss == old_loss
     buffer = np.full(model.n_params, np.nan)
     assert model.grad_into(buffer, theta, X, y, w) is buffer and np.array_equal(buffer, old)
+    assert model.loss(theta, X, y) == _old_loss_grad(model, theta, X, y)[0]  # the loss without the gradient
 
 
 def test_grad_into_refuses_a_buffer_of_the_wrong_shape_or_dtype():
@@ -141,10 +147,11 @@ def test_local_sgd_iterates_are_the_old_ones_bit_for_bit(task, optimizer, extra)
 
 # ---- whole runs ----------------------------------------------------------------------------------
 def _old_code(monkeypatch):
-    """The linear models as they were: ``grad`` through ``loss_grad``, a concatenated gradient, and no
-    ``grad_into`` (local SGD then makes a new gradient array every step, as it did)."""
+    """The linear models as they were: ``grad`` and ``loss`` through ``loss_grad``, a concatenated gradient, and
+    no ``grad_into`` (local SGD then makes a new gradient array every step, as it did)."""
     monkeypatch.setattr(LinearModel, "_pack_grad", _old_pack_grad)
     monkeypatch.setattr(LinearModel, "grad", _old_grad)
+    monkeypatch.setattr(LinearModel, "loss", _old_loss)
     monkeypatch.delattr(LinearModel, "grad_into")
 
 
@@ -171,4 +178,6 @@ def test_runs_are_the_old_runs_bit_for_bit(method, scenario, options, monkeypatc
         old = topofl.simulate(fed, method, rounds=2, seed=3, **options)
     for a, b in zip(_final(new), _final(old), strict=True):
         assert np.array_equal(a, b)
-    assert [r.auc for r in new.rounds] == [r.auc for r in old.rounds]
+    for key in ("auc", "accuracy", "loss"):
+        assert np.array_equal([getattr(r, key) for r in new.rounds], [getattr(r, key) for r in old.rounds], equal_nan=True)
+        assert np.array_equal([r[key] for r in new.records], [r[key] for r in old.records], equal_nan=True)

@@ -98,8 +98,8 @@ class LinearModel:
 
         Written into ``out`` (a float64 vector of ``n_params``; a new one when ``None``) in the layout of
         ``theta``: the weights' block by one matrix product into its row-major view, the intercepts by a mean
-        into theirs; no concatenation. The arithmetic, in its order, is that of ``concatenate([(Xᵀ·D / n).ravel(),
-        mean(D, 0)])`` plus ``l2 · w``: the same bits.
+        into theirs (a sum, then a division by n: ``numpy.mean``'s own steps); no concatenation. The arithmetic,
+        in its order, is that of ``concatenate([(Xᵀ·D / n).ravel(), mean(D, 0)])`` plus ``l2 · w``: the same bits.
         """
         n = X.shape[0]
         dc = self.n_features * self.n_outputs
@@ -107,29 +107,38 @@ class LinearModel:
         gW = g[:dc].reshape(self.n_features, self.n_outputs)  # a view: the product lands in place
         np.matmul(X.T, dlogits, out=gW)
         gW /= n
-        np.mean(dlogits, axis=0, out=g[dc:])
+        gb = np.add.reduce(dlogits, axis=0, out=g[dc:])  # np.mean's two steps, without its Python wrapper
+        gb /= n
         g[:dc] += self.l2 * theta[:dc]
         return g
 
-    def _dlogits(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray,
-                 sample_weight: np.ndarray | None) -> np.ndarray:
-        """d(loss_i)/d(logits_i) of every sample, shape (n, C), weighted by ``sample_weight``; each model defines it."""
+    def _loss_at(self, theta: np.ndarray, Z: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None) -> float:
+        """The mean loss with the L2 penalty from the logits ``Z`` (n, C) of ``theta``; each model defines it."""
+        raise NotImplementedError
+
+    def _dlogits(self, Z: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None) -> np.ndarray:
+        """d(loss_i)/d(logits_i) of every sample from the logits ``Z`` (n, C), weighted by ``sample_weight``;
+        each model defines it.
+        """
         raise NotImplementedError
 
     def loss_grad(
         self, theta: np.ndarray, X: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None = None
     ) -> tuple[float, np.ndarray]:
-        raise NotImplementedError
+        """Mean loss with the L2 penalty and its gradient (with ``sample_weight``: of the weighted mean loss)."""
+        Z = self._logits(theta, X)
+        return self._loss_at(theta, Z, y, sample_weight), self._pack_grad(X, self._dlogits(Z, y, sample_weight), theta)
 
     def loss(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> float:
-        return self.loss_grad(theta, X, y)[0]
+        """Mean loss with the L2 penalty, without the gradient: the same bits as ``loss_grad(...)[0]``."""
+        return self._loss_at(theta, self._logits(theta, X), y, None)
 
     def grad(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray,
              sample_weight: np.ndarray | None = None) -> np.ndarray:
         """Gradient of :meth:`loss` (of the weighted mean loss with ``sample_weight``), without the loss:
         the same bits as ``loss_grad(...)[1]``.
         """
-        return self._pack_grad(X, self._dlogits(theta, X, y, sample_weight), theta)
+        return self._pack_grad(X, self._dlogits(self._logits(theta, X), y, sample_weight), theta)
 
     def grad_into(self, out: np.ndarray, theta: np.ndarray, X: np.ndarray, y: np.ndarray,
                   sample_weight: np.ndarray | None = None) -> np.ndarray:
@@ -150,7 +159,7 @@ class LinearModel:
         """
         if out.shape != (self.n_params,) or out.dtype != np.float64:
             raise ValueError(f"out must be a float64 vector of shape ({self.n_params},); got {out.dtype} {out.shape}")
-        return self._pack_grad(X, self._dlogits(theta, X, y, sample_weight), theta, out)
+        return self._pack_grad(X, self._dlogits(self._logits(theta, X), y, sample_weight), theta, out)
 
     def predict_scores(self, theta: np.ndarray, X: np.ndarray) -> np.ndarray:
         """Scores of samples ``X`` (probabilities, or predictions for regression); each model defines them."""
@@ -168,16 +177,15 @@ class BinaryLogistic(LinearModel):
     task = "binary"
     n_outputs = 1
 
-    def loss_grad(self, theta, X, y, sample_weight=None):
+    def _loss_at(self, theta, Z, y, sample_weight):
         sp = _special()
-        z = self._logits(theta, X)[:, 0]
+        z = Z[:, 0]
         # -[y log σ(z) + (1 - y) log σ(-z)], computed stably
         per_sample = y * sp.log_expit(z) + (1.0 - y) * sp.log_expit(-z)
-        loss = -float(np.mean(_weigh(per_sample, sample_weight))) + self._penalty(theta)
-        return loss, self._pack_grad(X, _weigh((sp.expit(z) - y)[:, None], sample_weight), theta)
+        return -float(np.mean(_weigh(per_sample, sample_weight))) + self._penalty(theta)
 
-    def _dlogits(self, theta, X, y, sample_weight):
-        return _weigh((_special().expit(self._logits(theta, X)[:, 0]) - y)[:, None], sample_weight)
+    def _dlogits(self, Z, y, sample_weight):
+        return _weigh((_special().expit(Z[:, 0]) - y)[:, None], sample_weight)
 
     def predict_scores(self, theta, X):
         return _special().expit(self._logits(theta, X)[:, 0])
@@ -198,17 +206,12 @@ class SoftmaxRegression(LinearModel):
         check_int("n_classes", self.n_classes, 2)
         object.__setattr__(self, "n_outputs", self.n_classes)
 
-    def loss_grad(self, theta, X, y, sample_weight=None):
-        Z = self._logits(theta, X)
+    def _loss_at(self, theta, Z, y, sample_weight):
         idx = y.astype(np.int64)
         lse = _special().logsumexp(Z, axis=1)
-        loss = float(np.mean(_weigh(lse - Z[np.arange(len(idx)), idx], sample_weight))) + self._penalty(theta)
-        P = np.exp(Z - lse[:, None])
-        P[np.arange(len(idx)), idx] -= 1.0
-        return loss, self._pack_grad(X, _weigh(P, sample_weight), theta)
+        return float(np.mean(_weigh(lse - Z[np.arange(len(idx)), idx], sample_weight))) + self._penalty(theta)
 
-    def _dlogits(self, theta, X, y, sample_weight):
-        Z = self._logits(theta, X)
+    def _dlogits(self, Z, y, sample_weight):
         idx = y.astype(np.int64)
         P = np.exp(Z - _special().logsumexp(Z, axis=1)[:, None])
         P[np.arange(len(idx)), idx] -= 1.0
@@ -228,13 +231,12 @@ class LeastSquares(LinearModel):
     task = "regression"
     n_outputs = 1
 
-    def loss_grad(self, theta, X, y, sample_weight=None):
-        r = self._logits(theta, X)[:, 0] - y
-        return (0.5 * float(r @ _weigh(r, sample_weight)) / len(r) + self._penalty(theta),
-                self._pack_grad(X, _weigh(r[:, None], sample_weight), theta))
+    def _loss_at(self, theta, Z, y, sample_weight):
+        r = Z[:, 0] - y
+        return 0.5 * float(r @ _weigh(r, sample_weight)) / len(r) + self._penalty(theta)
 
-    def _dlogits(self, theta, X, y, sample_weight):
-        return _weigh((self._logits(theta, X)[:, 0] - y)[:, None], sample_weight)
+    def _dlogits(self, Z, y, sample_weight):
+        return _weigh((Z[:, 0] - y)[:, None], sample_weight)
 
     def predict_scores(self, theta, X):
         return self._logits(theta, X)[:, 0]
