@@ -1,70 +1,212 @@
-"""Benchmark: a round of pTopoFL (and FedAvg) with 1,000 and 5,000 linear-model clients.
+"""Benchmark: linear cost in the number of clients, and linear models at the speed of a hand-written loop.
 
 Data: the ``healthcare`` scenario (20 features, about 73 training rows per client, binary) with
-``n_clients`` clients, logistic regression, the defaults of each method (pTopoFL: descriptors
-in round 1 and when a client's data changes, clustering of the 48-d descriptors, Eq. 6 weights,
-trust and drift). Each configuration runs in a fresh process: seconds of each round (round 1
-includes every client's persistent homology) and the peak RSS of that process; the growth
-exponent of the later rounds' seconds, log(t_5000 / t_1000) / log 5 (1 = linear in the number of
-clients, 2 = quadratic), is printed for each method.
+``n_clients`` clients, logistic regression, the defaults of each method (FedAvg: 2 local epochs of
+mini-batch SGD, batch 32, lr 0.1; pTopoFL: descriptors in round 1 and when a client's data changes,
+clustering of the 48-d descriptors, Eq. 6 weights, trust and drift). One BLAS thread everywhere.
 
-Run: ``python benchmarks/bench_scale.py [--clients 1000,5000] [--rounds 3] [--methods ptopofl,fedavg]``.
+Two parts, each configuration in a fresh process:
+
+* **Scale** — FedAvg and pTopoFL at 1,000 / 5,000 / 10,000 clients (``--clients``): the seconds of
+  round 1 (it includes every client's persistent homology for pTopoFL), the median seconds of the
+  later rounds, and the peak RSS of the process at the end of round 1 and of the run (``ru_maxrss``).
+  For each method, the growth exponent of the later rounds from the fewest to the most clients,
+  log(t_max / t_min) / log(K_max / K_min): 1 is linear in the number of clients, 2 quadratic.
+* **Loop** — linear FedAvg against a hand-written NumPy loop at 8 and 1,000 clients (``--loop-clients``):
+  the same rounds written by hand — every client from the global model, the same mini-batches (the
+  permutations topofl's client generators draw), the logistic gradient with the L2 term and a plain
+  SGD step on ``w`` and ``b``, the sample-size weighted average, and every client's test split scored
+  with the global model (log-loss, accuracy, AUC from average ranks). No messages, no reply checks, no
+  records: the floor. Both run in the same process, alternately (``--passes`` passes of ``--rounds``
+  rounds each, after a warm-up pass); the ratio of the medians is printed, and the two global models
+  are checked to agree (they see the same batches).
+
+``--quick`` runs small sizes (scale 100 / 300 / 1,000; loop 8 / 100) for a smoke check.
+Run: ``python benchmarks/bench_scale.py [--quick] [--clients 1000,5000,10000] [--rounds 3]
+[--methods fedavg,ptopofl] [--loop-clients 8,1000] [--passes 5] [--no-scale] [--no-loop]``.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
+import time
+from typing import Any
+
+QUICK_CLIENTS, QUICK_LOOP = "100,300,1000", "8,100"
 
 
-def worker(method: str, n_clients: int, rounds: int) -> None:
-    """One run in this process; prints a JSON line with the seconds of every round and the peak RSS."""
+def _peak() -> int:
+    """Peak resident set size of this process so far, in bytes."""
     import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def scale_worker(method: str, n_clients: int, rounds: int) -> None:
+    """One run in this process; prints a JSON line with the seconds and the peak RSS after every round."""
     import warnings
 
     import topofl
 
     warnings.simplefilter("ignore")
-    from round_timer import timed_rounds
-
     fed = topofl.make_scenario("healthcare", 0, n_clients=n_clients)
-    stamps = timed_rounds(topofl.simulate, fed, method, rounds=rounds, seed=0)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(json.dumps({"times": stamps, "peak": peak}), flush=True)
+    stamps: list[float] = []
+    peaks: list[int] = []
+    last = [time.perf_counter()]
+
+    def tick(history: Any, summary: Any) -> None:
+        now = time.perf_counter()
+        stamps.append(now - last[0])
+        peaks.append(_peak())
+        last[0] = now
+
+    topofl.simulate(fed, method, rounds=rounds, seed=0, on_round=tick, threads=1)
+    print(json.dumps({"times": stamps, "peaks": peaks}), flush=True)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--clients", default="1000,5000", help="comma-separated client counts (ascending)")
-    ap.add_argument("--rounds", type=int, default=3, help="rounds per run (the first is reported apart)")
-    ap.add_argument("--methods", default="ptopofl,fedavg")
-    ap.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.worker:
-        worker(args.worker[0], int(args.worker[1]), int(args.worker[2]))
-        return
-    if args.rounds < 2:
-        ap.error("--rounds must be at least 2 (round 1 is reported apart)")
-    sizes = [int(c) for c in args.clients.split(",")]
-    print(f"healthcare, logistic regression, {args.rounds} rounds per run, one fresh process per run")
-    print(f"{'method':<8} {'clients':>7} {'round 1':>9} {'later rounds':>13} {'peak RSS':>9}")
-    for method in args.methods.split(","):
+def hand_written_fedavg(clients: list[Any], rounds: int, seed: int, epochs: int, lr: float, batch_size: int,
+                        l2: float) -> Any:
+    """FedAvg with logistic regression written by hand in NumPy (see the module docstring); the global model."""
+    import numpy as np
+    from scipy.special import expit, log_expit
+    from scipy.stats import rankdata
+
+    d = clients[0].X_train.shape[1]
+    w, b = np.zeros(d), 0.0
+    n = np.array([c.X_train.shape[0] for c in clients], dtype=float)
+    share = n / n.sum()
+    for rnd in range(1, rounds + 1):
+        w_sum, b_sum = np.zeros(d), 0.0
+        for c, s in zip(clients, share, strict=True):
+            X, y = c.X_train, c.y_train
+            m = X.shape[0]
+            bs = max(1, min(batch_size, m))
+            rng = np.random.default_rng(np.random.SeedSequence([seed, rnd, c.client_id]))  # topofl's batches
+            wk, bk = w.copy(), b
+            for _ in range(epochs):
+                order = rng.permutation(m)
+                for start in range(0, m, bs):
+                    idx = order[start:start + bs]
+                    Xb = X[idx]
+                    r = expit(Xb @ wk + bk) - y[idx]
+                    gw = Xb.T @ r / len(idx) + l2 * wk
+                    bk -= lr * r.mean()
+                    wk -= lr * gw
+            w_sum += s * wk
+            b_sum += s * bk
+        w, b = w_sum, b_sum
+        for c in clients:  # every client's test split, with the global model
+            y = c.y_test
+            z = c.X_test @ w + b
+            p = expit(z)
+            _loss = -float(np.mean(y * log_expit(z) + (1.0 - y) * log_expit(-z)))
+            _accuracy = float(np.mean((p >= 0.5) == y))
+            pos = y == 1
+            n_pos, n_neg = int(pos.sum()), int((~pos).sum())
+            _auc = ((rankdata(p)[pos].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg) if n_pos and n_neg
+                    else float("nan"))
+    return np.append(w, b)
+
+
+def loop_worker(n_clients: int, rounds: int, passes: int) -> None:
+    """Run topofl's FedAvg and the hand-written loop alternately in this process; print a JSON line."""
+    import warnings
+
+    import numpy as np
+
+    import topofl
+    from topofl.methods import build_server
+
+    warnings.simplefilter("ignore")
+    fed = topofl.make_scenario("healthcare", 0, n_clients=n_clients)
+    cfg = build_server("fedavg", {}).config
+    hand_kw = dict(epochs=cfg.local_epochs, lr=cfg.lr, batch_size=cfg.batch_size, l2=cfg.l2)
+    times: dict[str, list[float]] = {"topofl": [], "hand": []}
+    models: dict[str, Any] = {}
+    for p in range(passes + 1):  # pass 0 warms up both
+        t = time.perf_counter()
+        result = topofl.simulate(fed, "fedavg", rounds=rounds, seed=0, threads=1)
+        t_topofl = time.perf_counter() - t
+        t = time.perf_counter()
+        models["hand"] = hand_written_fedavg(list(fed.clients), rounds, 0, **hand_kw)
+        t_hand = time.perf_counter() - t
+        models["topofl"] = result.server_params
+        if p:
+            times["topofl"].append(t_topofl / rounds)
+            times["hand"].append(t_hand / rounds)
+    gap = float(np.max(np.abs(models["topofl"] - models["hand"])))
+    print(json.dumps({"times": times, "gap": gap}), flush=True)
+
+
+def _run(args: list[str]) -> dict[str, Any]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, check=False, env=env)
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} failed:\n{out.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def scale(methods: list[str], sizes: list[int], rounds: int) -> None:
+    """The scale table and each method's growth exponent."""
+    print(f"\nscale: healthcare, logistic regression, {rounds} rounds per run, one fresh process per run")
+    print(f"{'method':<8} {'clients':>7} {'round 1':>9} {'later rounds':>13} {'RSS round 1':>12} {'peak RSS':>9}")
+    for method in methods:
         later: dict[int, float] = {}
         for n in sizes:
-            out = subprocess.run([sys.executable, __file__, "--worker", method, str(n), str(args.rounds)],
-                                 capture_output=True, text=True, check=False)
-            if out.returncode != 0:
-                raise RuntimeError(f"{method} x{n} failed:\n{out.stderr[-3000:]}")
-            r = json.loads(out.stdout.strip().splitlines()[-1])
+            r = _run(["--scale-worker", method, str(n), str(rounds)])
             later[n] = statistics.median(r["times"][1:])
-            print(f"{method:<8} {n:>7} {r['times'][0]:>8.2f}s {later[n]:>12.3f}s {r['peak'] / 2**30:>8.2f}G", flush=True)
+            print(f"{method:<8} {n:>7} {r['times'][0]:>8.2f}s {later[n]:>12.3f}s {r['peaks'][0] / 2**30:>11.2f}G "
+                  f"{r['peaks'][-1] / 2**30:>8.2f}G", flush=True)
         if len(sizes) > 1:
             lo, hi = sizes[0], sizes[-1]
             print(f"{method}: later-round growth exponent {lo} -> {hi} clients: "
                   f"{math.log(later[hi] / later[lo]) / math.log(hi / lo):.2f}", flush=True)
+
+
+def loop(sizes: list[int], rounds: int, passes: int) -> None:
+    """Linear FedAvg against the hand-written NumPy loop: seconds per round and their ratio."""
+    print(f"\nloop: linear FedAvg vs a hand-written NumPy loop, {rounds} rounds x {passes} alternating passes "
+          "in one process (after a warm-up pass)")
+    print(f"{'clients':>7} {'topofl':>10} {'hand loop':>10} {'ratio':>6} {'max |model gap|':>16}")
+    for n in sizes:
+        r = _run(["--loop-worker", str(n), str(rounds), str(passes)])
+        ours, hand = statistics.median(r["times"]["topofl"]), statistics.median(r["times"]["hand"])
+        print(f"{n:>7} {ours:>9.4f}s {hand:>9.4f}s {ours / hand:>5.2f}x {r['gap']:>16.2e}", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--clients", default="1000,5000,10000", help="scale: comma-separated client counts (ascending)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds per run (the first is reported apart)")
+    ap.add_argument("--methods", default="fedavg,ptopofl")
+    ap.add_argument("--loop-clients", default="8,1000", help="loop: comma-separated client counts")
+    ap.add_argument("--passes", type=int, default=5, help="loop: measured passes of each contender")
+    ap.add_argument("--quick", action="store_true", help=f"small sizes: scale {QUICK_CLIENTS}, loop {QUICK_LOOP}")
+    ap.add_argument("--no-scale", action="store_true", help="skip the scale part")
+    ap.add_argument("--no-loop", action="store_true", help="skip the loop part")
+    ap.add_argument("--scale-worker", nargs=3, help=argparse.SUPPRESS)
+    ap.add_argument("--loop-worker", nargs=3, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.scale_worker:
+        scale_worker(args.scale_worker[0], int(args.scale_worker[1]), int(args.scale_worker[2]))
+        return
+    if args.loop_worker:
+        loop_worker(*(int(v) for v in args.loop_worker))
+        return
+    if args.rounds < 2:
+        ap.error("--rounds must be at least 2 (round 1 is reported apart)")
+    if args.quick:
+        args.clients, args.loop_clients = QUICK_CLIENTS, QUICK_LOOP
+    if not args.no_scale:
+        scale(args.methods.split(","), [int(c) for c in args.clients.split(",")], args.rounds)
+    if not args.no_loop:
+        loop([int(c) for c in args.loop_clients.split(",")], args.rounds, args.passes)
 
 
 if __name__ == "__main__":
