@@ -12,18 +12,24 @@ Two parts, each configuration in a fresh process:
   later rounds, and the peak RSS of the process at the end of round 1 and of the run (``ru_maxrss``).
   For each method, the growth exponent of the later rounds from the fewest to the most clients,
   log(t_max / t_min) / log(K_max / K_min): 1 is linear in the number of clients, 2 quadratic.
-* **Loop** — linear FedAvg against a hand-written NumPy loop at 8 and 1,000 clients (``--loop-clients``):
+* **Loop** — linear FedAvg against a hand-written NumPy loop at 8 and 1,000 clients (``--loop-clients``),
+  on runs of the library's default 15 rounds and of 3 rounds (``--loop-rounds``; a run's setup —
+  the configuration, the thread limits, the feature-scale check, the final models — weighs five times
+  more per round in the short one):
   the same rounds written by hand — every client from the global model, the same mini-batches (the
   permutations topofl's client generators draw), the logistic gradient with the L2 term and a plain
   SGD step on ``w`` and ``b``, the sample-size weighted average, and every client's test split scored
   with the global model (log-loss, accuracy, AUC from average ranks). No messages, no reply checks, no
-  records: the floor. Both run in the same process, alternately (``--passes`` passes of ``--rounds``
-  rounds each, after a warm-up pass); the ratio of the medians is printed, and the two global models
-  are checked to agree (they see the same batches).
+  records: the floor. Both run in the same process, alternately (``--passes`` passes, after a warm-up
+  pass; a pass runs each contender's ``--rounds``-round run as many times as fill about 0.25 s, so
+  that the 8-client runs of a few milliseconds are timed over dozens of runs); the medians of the
+  wall and of the CPU seconds per round (the CPU ones are steadier on a shared machine: one thread,
+  this process) and their ratios are printed, and the two global models are checked to agree (they
+  see the same batches).
 
-``--quick`` runs small sizes (scale 100 / 300 / 1,000; loop 8 / 100) for a smoke check.
+``--quick`` runs small sizes (scale 100 / 300 / 1,000; loop 8 / 100, 3 passes) for a smoke check.
 Run: ``python benchmarks/bench_scale.py [--quick] [--clients 1000,5000,10000] [--rounds 3]
-[--methods fedavg,ptopofl] [--loop-clients 8,1000] [--passes 5] [--no-scale] [--no-loop]``.
+[--methods fedavg,ptopofl] [--loop-clients 8,1000] [--loop-rounds 15,3] [--passes 7] [--no-scale] [--no-loop]``.
 """
 from __future__ import annotations
 
@@ -114,7 +120,11 @@ def hand_written_fedavg(clients: list[Any], rounds: int, seed: int, epochs: int,
 
 
 def loop_worker(n_clients: int, rounds: int, passes: int) -> None:
-    """Run topofl's FedAvg and the hand-written loop alternately in this process; print a JSON line."""
+    """Run topofl's FedAvg and the hand-written loop alternately in this process; print a JSON line.
+
+    Each pass runs each contender ``repeats`` times in a row (chosen after the warm-up so that a pass takes
+    about 0.25 s: dozens of runs at 8 clients, one at 1,000) and records its wall and CPU seconds per round.
+    """
     import warnings
 
     import numpy as np
@@ -126,21 +136,26 @@ def loop_worker(n_clients: int, rounds: int, passes: int) -> None:
     fed = topofl.make_scenario("healthcare", 0, n_clients=n_clients)
     cfg = build_server("fedavg", {}).config
     hand_kw = dict(epochs=cfg.local_epochs, lr=cfg.lr, batch_size=cfg.batch_size, l2=cfg.l2)
-    times: dict[str, list[float]] = {"topofl": [], "hand": []}
+    contenders = {
+        "topofl": lambda: topofl.simulate(fed, "fedavg", rounds=rounds, seed=0, threads=1).server_params,
+        "hand": lambda: hand_written_fedavg(list(fed.clients), rounds, 0, **hand_kw),
+    }
+    times: dict[str, dict[str, list[float]]] = {k: {"wall": [], "cpu": []} for k in contenders}
     models: dict[str, Any] = {}
-    for p in range(passes + 1):  # pass 0 warms up both
-        t = time.perf_counter()
-        result = topofl.simulate(fed, "fedavg", rounds=rounds, seed=0, threads=1)
-        t_topofl = time.perf_counter() - t
-        t = time.perf_counter()
-        models["hand"] = hand_written_fedavg(list(fed.clients), rounds, 0, **hand_kw)
-        t_hand = time.perf_counter() - t
-        models["topofl"] = result.server_params
-        if p:
-            times["topofl"].append(t_topofl / rounds)
-            times["hand"].append(t_hand / rounds)
+    repeats = 1
+    for p in range(passes + 1):  # pass 0 warms up both and sets the repeats
+        for name, run in contenders.items():
+            wall, cpu = time.perf_counter(), time.process_time()
+            for _ in range(repeats):
+                models[name] = run()
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            if p:
+                times[name]["wall"].append(wall / (repeats * rounds))
+                times[name]["cpu"].append(cpu / (repeats * rounds))
+            else:
+                repeats = max(repeats, math.ceil(0.25 / max(wall, 1e-6)))
     gap = float(np.max(np.abs(models["topofl"] - models["hand"])))
-    print(json.dumps({"times": times, "gap": gap}), flush=True)
+    print(json.dumps({"times": times, "gap": gap, "repeats": repeats}), flush=True)
 
 
 def _run(args: list[str]) -> dict[str, Any]:
@@ -170,23 +185,28 @@ def scale(methods: list[str], sizes: list[int], rounds: int) -> None:
 
 
 def loop(sizes: list[int], rounds: int, passes: int) -> None:
-    """Linear FedAvg against the hand-written NumPy loop: seconds per round and their ratio."""
-    print(f"\nloop: linear FedAvg vs a hand-written NumPy loop, {rounds} rounds x {passes} alternating passes "
-          "in one process (after a warm-up pass)")
-    print(f"{'clients':>7} {'topofl':>10} {'hand loop':>10} {'ratio':>6} {'max |model gap|':>16}")
+    """Linear FedAvg against the hand-written NumPy loop: seconds per round (wall and CPU) and their ratios."""
+    print(f"\nloop: linear FedAvg vs a hand-written NumPy loop, {rounds}-round runs, {passes} alternating passes "
+          "in one process (after a warm-up pass), medians per round; CPU seconds are this process's (one thread)")
+    print(f"{'clients':>7} {'runs/pass':>9} {'topofl':>10} {'hand loop':>10} {'ratio':>6} {'CPU topofl':>11} "
+          f"{'CPU hand':>9} {'ratio':>6} {'max |model gap|':>16}")
     for n in sizes:
         r = _run(["--loop-worker", str(n), str(rounds), str(passes)])
-        ours, hand = statistics.median(r["times"]["topofl"]), statistics.median(r["times"]["hand"])
-        print(f"{n:>7} {ours:>9.4f}s {hand:>9.4f}s {ours / hand:>5.2f}x {r['gap']:>16.2e}", flush=True)
+        t = {k: {m: statistics.median(v) for m, v in r["times"][k].items()} for k in ("topofl", "hand")}
+        print(f"{n:>7} {r['repeats']:>9} {t['topofl']['wall']:>9.4f}s {t['hand']['wall']:>9.4f}s "
+              f"{t['topofl']['wall'] / t['hand']['wall']:>5.2f}x {t['topofl']['cpu']:>10.4f}s {t['hand']['cpu']:>8.4f}s "
+              f"{t['topofl']['cpu'] / t['hand']['cpu']:>5.2f}x {r['gap']:>16.2e}", flush=True)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--clients", default="1000,5000,10000", help="scale: comma-separated client counts (ascending)")
-    ap.add_argument("--rounds", type=int, default=3, help="rounds per run (the first is reported apart)")
+    ap.add_argument("--rounds", type=int, default=3, help="scale: rounds per run (the first is reported apart)")
     ap.add_argument("--methods", default="fedavg,ptopofl")
     ap.add_argument("--loop-clients", default="8,1000", help="loop: comma-separated client counts")
-    ap.add_argument("--passes", type=int, default=5, help="loop: measured passes of each contender")
+    ap.add_argument("--loop-rounds", default="15,3",
+                    help="loop: comma-separated run lengths (15: the library's default run; 3: setup weighs more)")
+    ap.add_argument("--passes", type=int, default=7, help="loop: measured passes of each contender")
     ap.add_argument("--quick", action="store_true", help=f"small sizes: scale {QUICK_CLIENTS}, loop {QUICK_LOOP}")
     ap.add_argument("--no-scale", action="store_true", help="skip the scale part")
     ap.add_argument("--no-loop", action="store_true", help="skip the loop part")
@@ -202,11 +222,12 @@ def main() -> None:
     if args.rounds < 2:
         ap.error("--rounds must be at least 2 (round 1 is reported apart)")
     if args.quick:
-        args.clients, args.loop_clients = QUICK_CLIENTS, QUICK_LOOP
+        args.clients, args.loop_clients, args.passes = QUICK_CLIENTS, QUICK_LOOP, min(args.passes, 3)
     if not args.no_scale:
         scale(args.methods.split(","), [int(c) for c in args.clients.split(",")], args.rounds)
     if not args.no_loop:
-        loop([int(c) for c in args.loop_clients.split(",")], args.rounds, args.passes)
+        for rounds in (int(r) for r in args.loop_rounds.split(",")):
+            loop([int(c) for c in args.loop_clients.split(",")], rounds, args.passes)
 
 
 if __name__ == "__main__":

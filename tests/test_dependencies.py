@@ -19,7 +19,7 @@ DISTRIBUTION = {
     "torch": "torch", "flwr": "flwr", "dp_accounting": "dp-accounting", "psutil": "psutil", "cryptography": "cryptography",
     "Crypto": "pycryptodome",
     "httpx": "httpx", "starlette": "starlette", "uvicorn": "uvicorn", "h11": "h11", "optuna": "optuna",
-    "mlflow": "mlflow-skinny", "tensorboard": "tensorboard",
+    "mlflow": "mlflow-skinny", "tensorboard": "tensorboard", "fastcluster": "fastcluster",
 }
 
 

@@ -74,3 +74,19 @@ def test_the_results_root_checks_need_no_flower_install():
             "print('ok')")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+
+
+def test_the_ptopofl_server_step_imports_neither_scikit_learn_nor_the_ph_library():
+    """pTopoFL's server (a Flower ServerApp process) clusters the descriptors clients send and weighs their
+    models: SciPy's linkage, no scikit-learn (its AgglomerativeClustering took ~1 s to import, issue 25), and
+    no PH library (persistent homology is the clients' work)."""
+    code = ("import numpy as np\nfrom topofl.methods import build_server\nfrom topofl.models.linear import BinaryLogistic\n"
+            "from topofl.federation.messages import ClientUpdate\n"
+            "s = build_server('ptopofl', {})\nrng = np.random.default_rng(0)\n"
+            "s.setup(BinaryLogistic(n_features=5), list(range(6)), rng)\n"
+            "msgs = s.configure_fit(1, list(range(6)))\n"
+            "ups = [ClientUpdate(i, m.params + rng.normal(size=m.params.size), 30, descriptor=np.abs(rng.normal(size=48)))"
+            " for i, m in msgs.items()]\n"
+            "log = s.aggregate_fit(1, ups)\nassert set(log['clusters'].values()) == {0, 1}, log")
+    loaded = loaded_after(code, ("sklearn", "gph", "gudhi", "ot", "matplotlib", "torch"))
+    assert not any(loaded.values()), {m for m, v in loaded.items() if v}

@@ -55,6 +55,26 @@ def test_limited_threads_sets_torch_and_blas_and_restores_them() -> None:
     assert _blas_threads() == blas_before
 
 
+def test_the_library_scan_is_kept_until_a_module_is_imported(monkeypatch: pytest.MonkeyPatch) -> None:
+    """threadpoolctl's scan of the loaded libraries (~0.65 ms) is made once, not at every block (issue 25), and
+    again when an import may have brought a new pool; the limits still take effect and are restored."""
+    if th.usable_cpus() < 2:
+        pytest.skip("needs two CPUs to see a change of the BLAS threads")
+    monkeypatch.setattr(th, "_controller", None)
+    before = _blas_threads()
+    scans = []
+    for n in (1, 2, 1):
+        with th.limited_threads(n):
+            assert _blas_threads() == {n}
+        assert _blas_threads() == before
+        scans.append(th._controller[1])
+    assert scans[0] is scans[1] is scans[2]
+    monkeypatch.setitem(sys.modules, "topofl_test_new_module", object())  # an import since the scan
+    with th.limited_threads(2):
+        assert _blas_threads() == {2}
+    assert th._controller[1] is not scans[0]
+
+
 def test_simulate_runs_with_the_threads_asked_for_and_restores_them() -> None:
     torch = pytest.importorskip("torch")
     import numpy as np

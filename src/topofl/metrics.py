@@ -43,14 +43,56 @@ def _auc_columns(pos: np.ndarray, scores: np.ndarray) -> np.ndarray:
     return ((ranks * pos).sum(axis=0) - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
 
 
+def _binary_auc(pos: np.ndarray, scores: np.ndarray) -> float:
+    """:func:`_auc_columns` of one column, to the bit, without the rank array: the sum of the positives' average
+    ranks (every rank is an integer or a half, so the sum is exact in any order) — with no tied scores the ranks of
+    the sorted positions 1..n, else each run of tied scores' average rank times its positives — then the same
+    arithmetic. NaN when a score is NaN (a column holding a NaN has NaN ranks).
+    """
+    if (not isinstance(scores, np.ndarray) or not isinstance(pos, np.ndarray) or scores.ndim != 1
+            or pos.shape != scores.shape or scores.size == 0):  # not one column: the general path (its errors)
+        return float(_auc_columns(pos[:, None], scores[:, None])[0])
+    n = scores.shape[0]
+    order = scores.argsort()
+    ordered = scores[order]
+    if np.isnan(ordered[-1]):  # NaNs sort last
+        return float("nan")
+    distinct = ordered[1:] != ordered[:-1]
+    hits = pos[order]
+    count = np.count_nonzero(hits)
+    if _AND(distinct, axis=None):  # no ties: the positives' sorted positions plus one
+        rank_sum = float(int(np.add.reduce(np.flatnonzero(hits), axis=None)) + count)
+    else:
+        starts = np.flatnonzero(np.concatenate(([True], distinct)))  # each run of ties
+        ends = np.append(starts[1:], n)
+        run_pos = np.add.reduceat(hits.astype(np.float64), starts)
+        rank_sum = float(run_pos @ ((starts + 1 + ends) / 2))  # a run's average rank, times its positives
+    n_pos = np.float64(count)
+    n_neg = n - n_pos
+    return float((rank_sum - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+_AND = np.logical_and.reduce
+
+
+def _one_class(y: np.ndarray) -> bool:
+    """``np.unique(y).size < 2`` (NaNs count as one value, as there): every entry equal to the first, or all NaN."""
+    if not isinstance(y, np.ndarray) or y.dtype.kind not in "biuf":
+        return bool(np.unique(y).size < 2)
+    if y.size == 0:
+        return True
+    first = y.flat[0]
+    return bool((y == first).all()) or bool(first != first and np.isnan(y).all())
+
+
 def auc_score(task: str, y: np.ndarray, scores: np.ndarray) -> float:
     """ROC AUC; multiclass: the macro mean of one-vs-rest AUCs over the classes present in ``y``
     (each from the model's probability of that class). NaN when only one class is present.
     """
-    if task == "regression" or np.unique(y).size < 2:
+    if task == "regression" or _one_class(y):
         return float("nan")
     if task == "binary":
-        return float(_auc_columns((y == 1)[:, None], scores[:, None])[0])
+        return _binary_auc(y == 1, scores)
     present = np.unique(y).astype(int)
     pos = y[:, None] == present[None, :]
     return float(_auc_columns(pos, scores[:, present]).mean())
@@ -73,16 +115,24 @@ def classification_scores(task: str, y: np.ndarray, scores: np.ndarray, pred: np
     """``auc`` (:func:`auc_score`) and ``accuracy`` of a classifier's ``scores`` and predicted class ids ``pred``
     against class ids ``y``.
     """
-    return {"auc": auc_score(task, y, scores), "accuracy": float(np.mean(pred == y))}
+    return {"auc": auc_score(task, y, scores), "accuracy": _share(pred == y)}
+
+
+def _share(hits: np.ndarray) -> float:
+    """``float(np.mean(hits))`` of booleans, to the bit: the count of hits (exact) over the number of entries."""
+    if not isinstance(hits, np.ndarray) or hits.dtype != np.bool_ or hits.size == 0:
+        return float(np.mean(hits))
+    return float(np.count_nonzero(hits) / hits.size)
 
 
 def evaluate(model: Model, theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple[dict[str, float], np.ndarray]:
     """Metrics of parameters ``theta`` on (X, y), and the scores (for pooled metrics).
 
     A model that can give its data loss, scores and predictions from one forward pass
-    (``outputs``, the PyTorch models) is asked once instead of three times.
+    (``outputs``, the PyTorch models; ``evaluation_outputs``, the NumPy linear models) is asked once
+    instead of three times.
     """
-    outputs = getattr(model, "outputs", None)
+    outputs = getattr(model, "outputs", None) or getattr(model, "evaluation_outputs", None)
     if outputs is not None:
         loss, scores, pred = outputs(theta, X, y)
         if model.task == "regression":

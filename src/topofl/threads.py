@@ -128,13 +128,26 @@ def _torch(load: bool) -> Any:
     return None
 
 
+#: threadpoolctl's view of the loaded BLAS/OpenMP libraries, and ``len(sys.modules)`` when it was taken
+_controller: tuple[int, Any] | None = None
+
+
 def _threadpool_limits(threads: int) -> Any:
-    """The limits threadpoolctl set on the BLAS/OpenMP pools loaded now (``None`` without threadpoolctl)."""
+    """The limits threadpoolctl set on the BLAS/OpenMP pools loaded now (``None`` without threadpoolctl).
+
+    The scan of the process's libraries (about 0.65 ms, twice per :func:`limited_threads` before) is kept while
+    no module has been imported since: a native library comes with the import of the module that loads it
+    (numpy's, SciPy's, torch's pools), and one loaded by other means still starts with the thread variables.
+    """
+    global _controller
     try:
-        from threadpoolctl import threadpool_limits
+        from threadpoolctl import ThreadpoolController
     except ImportError:  # pragma: no cover - a core dependency; kept optional here
         return None
-    return threadpool_limits(limits=threads)
+    loaded = len(sys.modules)
+    if _controller is None or _controller[0] != loaded:
+        _controller = (loaded, ThreadpoolController())
+    return _controller[1].limit(limits=threads)
 
 
 def set_threads(threads: int | None = None, *, torch: bool = False) -> int:

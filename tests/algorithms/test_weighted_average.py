@@ -18,3 +18,23 @@ def test_accumulating_path_equals_the_stacked_product(monkeypatch, max_share):
     shares = base.cap_shares(w, max_share)
     np.testing.assert_allclose(streamed, sum(s * v for s, v in zip(shares, V, strict=True)), rtol=0, atol=1e-12)
     assert all(np.array_equal(v, c) for v, c in zip(V, copies, strict=True))   # the inputs are left alone
+
+
+@pytest.mark.parametrize("K, d", [(1, 7), (2, 5), (9, 48), (50, 300_000)])
+def test_mean_of_is_numpy_mean_bit_for_bit_without_the_stack(K, d):
+    import tracemalloc
+
+    rng = np.random.default_rng(K)
+    V = [rng.normal(size=d) * rng.uniform(1e-3, 1e3) for _ in range(K)]
+    copies = [v.copy() for v in V]
+    tracemalloc.start()
+    try:
+        got = base.mean_of(V)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert np.array_equal(got, np.mean(V, axis=0))
+    assert peak <= d * 8 + 4096  # one buffer, never K × d
+    assert all(np.array_equal(v, c) for v, c in zip(V, copies, strict=True))
+    with pytest.raises(ValueError, match="at least one vector"):
+        base.mean_of([])

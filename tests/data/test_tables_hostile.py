@@ -302,3 +302,30 @@ def test_a_flower_nodes_own_data_path_gets_the_same_value_checks(tmp_path):
     np.savez(bad, X_train=X, y_train=y, X_test=X[:5], y_test=y[:5])
     with pytest.raises(ValueError, match=r"huge.npz.*train split.*X\[7, 2\].*1e\+308"):
         node_data({"partition-id": 0, "data-path": str(bad)}, {})
+
+
+def test_the_scale_check_is_made_once_per_set_of_clients(monkeypatch):
+    """A federation run by many methods and seeds checks its feature scales once (issue 25); a federation whose
+    clients change (the continual scenario's rounds) is checked again, and the warning is the same every run."""
+    import warnings
+
+    import topofl
+    from topofl.data import federation as fed_module
+
+    calls = []
+    real = fed_module.feature_scale_problem
+    monkeypatch.setattr(fed_module, "feature_scale_problem", lambda clients: calls.append(1) or real(clients))
+    rng = np.random.default_rng(0)
+    sites = []
+    for _ in range(3):
+        X = rng.normal(size=(30, 3)) * np.array([1.0, 1.0, 1e4])
+        sites.append((X, (X[:, 0] > 0).astype(float), X[:8], (X[:8, 0] > 0).astype(float)))
+    fed = Federation.from_arrays(sites)
+    for seed in (0, 1):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            topofl.simulate(fed, "fedavg", rounds=1, seed=seed)
+        assert any("feature ranges differ by" in str(w.message) for w in caught)
+    assert len(calls) == 1
+    fed.clients = tuple(fed.clients[:2])  # other clients: checked again
+    assert fed.scale_problem() is not None and len(calls) == 2

@@ -445,3 +445,16 @@ def weighted_sum(vectors: list[np.ndarray], w: np.ndarray, stack_limit: float | 
         for s, v in zip(w[1:], vectors[1:], strict=True):
             block += np.multiply(v[start:stop], s, out=t, dtype=np.float64)
     return acc
+
+
+def mean_of(vectors: Sequence[np.ndarray]) -> np.ndarray:
+    """The plain mean of float64 vectors, added one at a time into one buffer: ``numpy.mean(vectors, axis=0)``
+    bit for bit (it sums a stack's rows in the same order), without the K × d stack.
+    """
+    if not vectors:
+        raise ValueError("mean_of needs at least one vector")
+    acc: np.ndarray = np.array(vectors[0], dtype=np.float64, copy=True)
+    for v in vectors[1:]:
+        acc += v
+    acc /= len(vectors)
+    return acc

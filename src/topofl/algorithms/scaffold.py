@@ -22,6 +22,7 @@ from topofl.algorithms.base import (
     UpdateReputation,
     cap_shares,
     hp,
+    mean_of,
     robust_entries,
     robust_round,
 )
@@ -137,8 +138,8 @@ class Scaffold(Algorithm):
         c = self.config
         entry: dict[str, Any] = {}
         if updates and c.aggregator == "mean":
-            self.x = self.x + c.global_lr * np.mean([u.params for u in updates], axis=0)
-            self.c = self.c + len(updates) / len(self.client_ids) * np.mean([u.extras["dc"] for u in updates], axis=0)
+            self.x = self.x + c.global_lr * mean_of([u.params for u in updates])
+            self.c = self.c + len(updates) / len(self.client_ids) * mean_of([u.extras["dc"] for u in updates])
         elif updates:
             ids = [u.client_id for u in updates]
             result, note = robust_round(c.aggregator, [u.params for u in updates],
@@ -147,6 +148,6 @@ class Scaffold(Algorithm):
                                         reputation=self.reputation)
             kept = [updates[i] for i in result.selected]
             self.x = self.x + c.global_lr * result.vector
-            self.c = self.c + len(kept) / len(self.client_ids) * np.mean([u.extras["dc"] for u in kept], axis=0)
+            self.c = self.c + len(kept) / len(self.client_ids) * mean_of([u.extras["dc"] for u in kept])
             entry = robust_entries(ids, result, c.aggregator, note)
         return {"control_norm": float(np.linalg.norm(self.c)), **entry}

@@ -556,6 +556,16 @@ class Federation:
     def client_ids(self) -> list[int]:
         return [c.client_id for c in self.clients]
 
+    def scale_problem(self) -> str | None:
+        """:func:`feature_scale_problem` of the clients, worked out once per set of clients: a federation is run
+        by many methods and seeds (``compare``, the experiments), and its arrays are not to be changed in place.
+        """
+        memo = self.__dict__.get("_scale_problem")
+        if memo is None or memo[0] is not self.clients:
+            memo = self.__dict__["_scale_problem"] = (self.clients, feature_scale_problem(self.clients))
+        problem: str | None = memo[1]
+        return problem
+
     def __len__(self) -> int:
         return len(self.clients)
 

@@ -284,7 +284,8 @@ def versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
     out = {"python": platform.python_version(), "git commit": git_commit()}
-    for pkg in ("topofl", "numpy", "scipy", "scikit-learn", "giotto-ph", "gudhi", "torch", "flwr"):
+    for pkg in ("topofl", "numpy", "scipy", "scikit-learn", "giotto-ph", "gudhi", "pot", "fastcluster", "torch",
+                "flwr"):
         try:
             out[pkg] = version(pkg)
         except PackageNotFoundError:

@@ -6,6 +6,7 @@ same update — so parameters cross the NumPy/torch boundary once per local roun
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -101,37 +102,45 @@ def sgd(  # noqa: PLR0913 - the local-training keywords every method passes, by 
     theta = np.array(theta, dtype=np.float64, copy=True)
     n = X.shape[0]
     bs = max(1, min(batch_size, n))
-    gradient, own = _gradient_step(model, theta, weighted.get("sample_weight"))
+    gradient, own = _gradient_step(model, theta, X, y, weighted.get("sample_weight"))
+    # plain SGD in the loop itself: LocalOptimizer.step's θ −= lr·g, the product written into the loop's own buffer
+    step, plain, rate = optimizer.step, optimizer.spec.name == "sgd" and own, optimizer.spec.lr
+    multiply, subtract = np.multiply, np.subtract
+    budget = {"local_steps": local_steps} if local_steps > 0 else {"epochs": epochs}
     with np.errstate(over="ignore", invalid="ignore"):  # divergence is reported below, by name
         for epoch, batches in enumerate(epoch_batches(n, bs, epochs, local_steps, rng)):
             for idx in batches:
-                g = gradient(idx, X[idx], y[idx])
+                g = gradient(idx)
                 if extra_grad is not None:  # into the buffer (the same sum as g + extra, in its place)
                     g = np.add(g, extra_grad(theta), out=g) if own else g + extra_grad(theta)
-                optimizer.step(theta, g)
-            budget = {"local_steps": local_steps} if local_steps > 0 else {"epochs": epochs}
-            ensure_finite(f"local {optimizer.spec.name} (pass {epoch + 1})", theta, lr=lr, **budget, batch_size=bs)
+                if plain:
+                    subtract(theta, multiply(rate, g, out=g), out=theta)
+                else:
+                    step(theta, g)
+            if not math.isfinite(float(theta @ theta)):  # NaN or inf in θ makes it NaN or inf; so may an overflow
+                ensure_finite(f"local {optimizer.spec.name} (pass {epoch + 1})", theta, lr=lr, **budget,
+                              batch_size=bs)
     return theta
 
 
-BatchGrad = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+BatchGrad = Callable[[np.ndarray], np.ndarray]
 
 
-def _gradient_step(model: Model, theta: np.ndarray, sample_weight: np.ndarray | None) -> tuple[BatchGrad, bool]:
-    """``gradient(idx, X_batch, y_batch)``: the model's stochastic gradient at ``theta`` (read when called) on a
-    batch, weighted by ``sample_weight[idx]`` when there are weights; and whether that gradient is written into
-    a buffer of the loop's own (then free to be changed in place until the next step).
+def _gradient_step(model: Model, theta: np.ndarray, X: np.ndarray, y: np.ndarray,
+                   sample_weight: np.ndarray | None) -> tuple[BatchGrad, bool]:
+    """``gradient(idx)``: the model's stochastic gradient at ``theta`` (read when called) on the batch ``X[idx]``,
+    ``y[idx]``, weighted by ``sample_weight[idx]`` when there are weights; and whether that gradient is written
+    into a buffer of the loop's own (then free to be changed in place until the next step).
 
-    A model with ``grad_into`` (the NumPy linear models) writes every step's gradient into one float64 buffer
-    kept for the whole local round: no loss computed, no concatenation, no new array per step. Any other
-    model's ``grad`` returns an array that is left as it is.
+    A model with ``batch_gradient`` (the NumPy linear models,
+    :meth:`~topofl.models.linear.LinearModel.batch_gradient`) gives a kernel that writes every step's gradient
+    into one float64 buffer kept for the whole local round, its views of ``theta`` and of the buffer made once:
+    no loss computed, no concatenation, no new array and no per-step checks. Any other model's ``grad`` returns
+    an array that is left as it is.
     """
-    into = getattr(model, "grad_into", None)
-    if into is not None:
-        buffer = np.empty(theta.size)
-        if sample_weight is None:
-            return (lambda idx, Xb, yb: into(buffer, theta, Xb, yb)), True
-        return (lambda idx, Xb, yb: into(buffer, theta, Xb, yb, sample_weight[idx])), True
+    kernel = getattr(model, "batch_gradient", None)
+    if kernel is not None:
+        return kernel(theta, X, y, sample_weight), True
     if sample_weight is None:
-        return (lambda idx, Xb, yb: model.grad(theta, Xb, yb)), False
-    return (lambda idx, Xb, yb: model.grad(theta, Xb, yb, sample_weight=sample_weight[idx])), False
+        return (lambda idx: model.grad(theta, X[idx], y[idx])), False
+    return (lambda idx: model.grad(theta, X[idx], y[idx], sample_weight=sample_weight[idx])), False

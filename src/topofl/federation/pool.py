@@ -13,11 +13,14 @@ from typing import Any
 import numpy as np
 
 from topofl.data.federation import ClientData, Federation
-from topofl.federation.algorithm import Algorithm, ClientContext
+from topofl.federation.algorithm import Algorithm, ClientContext, client_rng
 from topofl.federation.messages import ClientUpdate, ServerMessage
 from topofl.federation.validation import ClientInfo, declared_infos
 from topofl.metrics import evaluate
 from topofl.models.base import Model
+
+__all__ = ["ClientEvaluation", "ClientPool", "Failure", "InProcessPool", "client_context", "client_rng",
+           "evaluate_client"]
 
 
 @dataclass(frozen=True)
@@ -46,14 +49,11 @@ class ClientEvaluation:
     scores: np.ndarray | None = None
 
 
-def client_rng(seed: int, rnd: int, client_id: int) -> np.random.Generator:
-    """Generator of client ``client_id`` in round ``rnd`` of a run seeded with ``seed``."""
-    return np.random.default_rng(np.random.SeedSequence([int(seed), int(rnd), int(client_id)]))
-
-
 def client_context(data: ClientData, state: dict[str, Any], model: Model, rnd: int, seed: int) -> ClientContext:
-    """The context a client's code runs in, identical in every runtime."""
-    return ClientContext(data, state, model, client_rng(seed, rnd, data.client_id), rnd, seed)
+    """The context a client's code runs in, identical in every runtime; its generator
+    (:func:`client_rng`) is made when the client's code first draws from it (:meth:`ClientContext.seeded`).
+    """
+    return ClientContext.seeded(data, state, model, rnd, seed)
 
 
 def evaluate_client(algorithm: Algorithm, ctx: ClientContext,

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from topofl._validation import TrainingWarning, check_int, check_range
-from topofl.data.federation import Federation, feature_scale_problem
+from topofl.data.federation import Federation
 from topofl.federation.algorithm import Algorithm
 from topofl.federation.history import History, RoundSummary, nanmean, nanstd, regression_summary
 from topofl.federation.messages import ClientUpdate, ServerMessage, as_sent
@@ -109,7 +109,7 @@ def run_federation(
     """
     check_int("rounds", rounds, 1, MAX_ROUNDS)
     check_int("seed", seed, 0, MAX_SEED)
-    problem = feature_scale_problem(federation.clients)
+    problem = federation.scale_problem()
     if problem:
         warnings.warn(TrainingWarning(problem), stacklevel=2)
     built = algorithm.build_model(model, federation.task, federation.n_features, federation.n_classes, device=device,
@@ -216,9 +216,26 @@ def _fit(pool: ClientPool, algorithm: Algorithm, history: History, rnd: int, mes
     if rejected and not valid and all(r.startswith("update norm") for _, r in rejected):
         watch.all_refused(rnd, len(rejected))
     up = {u.client_id: (u.n_floats(), u.n_bytes()) for u in valid}
-    down = {cid: (m.n_floats(), m.n_bytes()) for cid, m in messages.items()}
+    down = _message_sizes(messages)
     _aggregate(algorithm, history, rnd, valid, min_replies)
     return up, down, failures
+
+
+def _message_sizes(messages: Mapping[int, ServerMessage]) -> dict[int, tuple[int, int]]:
+    """Each message's (numbers, bytes): ``(m.n_floats(), m.n_bytes())``, counted once per parameter array for the
+    messages that carry only one, shared (a global model's broadcast: one count, not one per client).
+    """
+    counted: dict[int, tuple[int, int]] = {}
+    sizes = {}
+    for cid, m in messages.items():
+        if type(m) is ServerMessage and not m.extras:
+            size = counted.get(id(m.params))   # the messages are alive: an id names one array here
+            if size is None:
+                size = counted[id(m.params)] = (m.n_floats(), m.n_bytes())
+        else:
+            size = (m.n_floats(), m.n_bytes())
+        sizes[cid] = size
+    return sizes
 
 
 def _aggregate(algorithm: Algorithm, history: History, rnd: int, valid: list[ClientUpdate], min_replies: int) -> None:

@@ -7,6 +7,7 @@ See docs/internals.md#topofl.federation.validation.
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -89,15 +90,24 @@ class ArraySpec:
         """Why ``value`` does not fit, naming the array; ``None`` when it does."""
         if type(value) is not np.ndarray:  # a subclass could override isfinite, dot, norm, ...
             return f"{name} must be a plain numpy array; got {type(value).__name__}"
-        if value.dtype.name not in self.dtypes or value.dtype.byteorder not in "=|":
+        dtype = value.dtype
+        if id(dtype) not in _own_dtypes(tuple(self.dtypes)) and (dtype.name not in self.dtypes
+                                                          or dtype.byteorder not in "=|"):
             return f"{name} must be {' or '.join(self.dtypes)}; got {value.dtype}"
-        if value.ndim != len(self.shape) or any(s is not None and s != v
-                                                for s, v in zip(self.shape, value.shape, strict=True)):
+        shape = tuple(self.shape)
+        if (value.shape != shape if None not in shape else value.ndim != len(shape)
+                or any(s is not None and s != v for s, v in zip(shape, value.shape, strict=True))):
             want = ("(" + ", ".join("n" if s is None else str(s) for s in self.shape)
                     + ("," if len(self.shape) == 1 else "") + ")")
             return f"{name} must have shape {want}; got {value.shape}"
         if value.size == 0:
             return None
+        if (math.isfinite(self.low) or math.isfinite(self.high)) and _fast_dtype(value):
+            lo, hi = _extremes(value)
+            if _squares_fit(lo, hi, value):
+                # finite values, too few and too small for their sum of squares to overflow: the first check below
+                # would pass, so it is skipped, and the range is judged by the min and max just read
+                return self._range_problem(name, value, lo, hi)
         with np.errstate(over="ignore", invalid="ignore"):
             squares = float(np.dot(value.ravel(), value.ravel()))
         if not math.isfinite(squares):   # a NaN or infinity makes the sum non-finite too: one pass when all is well
@@ -106,13 +116,75 @@ class ArraySpec:
                 return f"{name} holds {int(bad.sum())} non-finite value(s)"
             return (f"{name}: its sum of squares overflows {value.dtype} "
                     f"(largest |value| {float(np.abs(value).max()):.3g})")
+        return self._range_problem(name, value)
+
+    def _range_problem(self, name: str, value: np.ndarray, lo: float | None = None,
+                       hi: float | None = None) -> str | None:
+        """The checks of a finite ``value`` (of this spec's dtype and shape): the range, then whole numbers;
+        ``lo`` and ``hi`` are its min and max when already read.
+        """
         if math.isfinite(self.low) or math.isfinite(self.high):
-            lo, hi = float(value.min()), float(value.max())
+            if lo is None or hi is None:
+                lo, hi = _extremes(value)
             if lo < self.low or hi > self.high:
                 return f"{name} must be in [{_num(self.low)}, {_num(self.high)}]; got values in [{lo:.6g}, {hi:.6g}]"
-        if self.integer and not np.array_equal(value, np.round(value)):
+        if self.integer and not _all(value == value.round()):  # np.array_equal's test, at the same shape
             return f"{name} must hold integers; got {float(value[value != np.round(value)][0]):.6g}"
         return None
+
+
+def _extremes(value: np.ndarray) -> tuple[float, float]:
+    """``(float(value.min()), float(value.max()))`` of a non-empty array, by the reductions those methods make."""
+    return float(_MIN(value, axis=None)), float(_MAX(value, axis=None))
+
+
+def _all(flags: np.ndarray) -> bool:
+    """``bool(flags.all())`` of a boolean array, by the reduction that method makes."""
+    return bool(_AND(flags, axis=None))
+
+
+_MIN, _MAX, _AND = np.minimum.reduce, np.maximum.reduce, np.logical_and.reduce
+#: at most this many numbers for :func:`_squares_fit` (its rounding margin holds far beyond)
+_SQUARES_SIZE = 1 << 20
+
+
+def _fast_dtype(value: np.ndarray) -> bool:
+    """Whether :func:`_squares_fit` can judge ``value``: float32 or float64, at most :data:`_SQUARES_SIZE` numbers."""
+    return value.dtype.kind == "f" and value.dtype.itemsize >= 4 and value.size <= _SQUARES_SIZE
+
+
+def _squares_fit(lo: float, hi: float, value: np.ndarray) -> bool:
+    """Whether ``value`` (of :func:`_fast_dtype`, not empty), whose min and max are ``lo`` and ``hi``, is finite with a
+    sum of squares that cannot overflow its dtype: both finite (a NaN makes them NaN) and size · max(lo², hi²) at
+    most the dtype's largest number / 1024 (the rounding of at most 2**20 additions stays far within that margin).
+    False says nothing: the full checks then run.
+    """
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return False
+    big = max(abs(lo), abs(hi))
+    return big * big * value.size <= _largest(value.dtype) / 1024
+
+
+@functools.cache
+def _largest(dtype: np.dtype) -> float:
+    return float(np.finfo(dtype).max)
+
+
+@functools.cache
+def _own_dtypes(names: tuple[str, ...]) -> frozenset[int]:
+    """The ids of NumPy's own descriptors (singletons, never freed) of the dtypes ``names`` in native byte order:
+    an array whose dtype is one of them passes :meth:`ArraySpec.problem`'s dtype check without reading its name
+    (~2 µs a read); any other dtype is judged by its name and byte order, as always.
+    """
+    own = set()
+    for name in names:
+        try:
+            dtype = np.dtype(name)
+        except TypeError:
+            continue
+        if dtype.name == name and dtype.byteorder in "=|":
+            own.add(id(dtype))
+    return frozenset(own)
 
 
 def _num(v: float) -> str:
@@ -198,11 +270,15 @@ class ReplySchema:
             if self.centers is None:
                 dev, ref = float(np.linalg.norm(params)), 0.0
             else:
-                C = np.atleast_2d(self.centers)
-                # one row at a time: no (rows × d) temporary, which for a deep model is tens of MB per reply
-                dists = np.array([_distance(params, c) for c in C]) if params.size else np.zeros(C.shape[0])
-                j = int(np.argmin(dists))
-                dev = float(dists[j])
+                C = self.centers if type(self.centers) is np.ndarray and self.centers.ndim == 2 else np.atleast_2d(
+                    self.centers)   # a matrix as it is (np.atleast_2d's own answer, without its call)
+                if C.shape[0] == 1 and params.size:  # one model sent (most methods): it is the nearest
+                    j, dev = 0, _distance(params, C[0])
+                else:
+                    # one row at a time: no (rows × d) temporary, which for a deep model is tens of MB per reply
+                    dists = np.array([_distance(params, c) for c in C]) if params.size else np.zeros(C.shape[0])
+                    j = int(np.argmin(dists))
+                    dev = float(dists[j])
                 if self.scale is not None:
                     return dev, float(self.scale)
                 ref = float(np.sqrt(np.dot(C[j], C[j])))
@@ -211,6 +287,7 @@ class ReplySchema:
 
 _CHUNK = 1 << 20
 _CHUNK32 = 1 << 18   # float32 blocks: 1 MB, in cache
+_F64 = np.dtype(np.float64)
 
 
 def _distance(a: np.ndarray, b: np.ndarray) -> float:
@@ -220,7 +297,8 @@ def _distance(a: np.ndarray, b: np.ndarray) -> float:
     # two float32 vectors (a float32 model's reply and the model it was sent): differences and their
     # squares in float32, a block at a time, the blocks' sums added in float64 (relative error ~1e-7,
     # for a bound that compares norms; 3x faster than converting both to float64)
-    dtype = np.float32 if a.dtype == b.dtype == np.float32 else np.float64
+    # (a float64 vector, NumPy's own descriptor, is known not to be float32 without comparing dtypes)
+    dtype = np.float32 if a.dtype is not _F64 and a.dtype == b.dtype == np.float32 else np.float64
     chunk = _CHUNK32 if dtype == np.float32 else _CHUNK
     if a.size <= chunk:
         d = np.subtract(a, b, dtype=dtype)
@@ -414,7 +492,9 @@ def evaluation_problem(evaluation: Any, info: ClientInfo, task: str, n_classes: 
         return problem
     y, scores = getattr(evaluation, "y_true", None), getattr(evaluation, "scores", None)
     reason = _pooled_problem(y, scores, info.n_test, task, n_classes)
-    if reason is None and y is not None and task != "regression" and math.isnan(auc) != (np.unique(y).size < 2):
+    # y passed its check here: finite, so it holds one class exactly when every label equals the first
+    if reason is None and y is not None and task != "regression" and math.isnan(auc) != (
+            y.size == 0 or _all(y == y.flat[0])):
         reason = f"auc={auc!r} but the pooled labels hold {np.unique(y).size} class(es)"
     return reason
 
@@ -463,15 +543,22 @@ def _pooled_problem(y: Any, scores: Any, n: int, task: str, n_classes: int) -> s
         return None
     if y is None or scores is None:
         return "pooled predictions need both y_true and scores"
-    c = max(n_classes, 2)
-    y_spec = ArraySpec((n,), low=0, high=c - 1, integer=True) if task != "regression" else ArraySpec((n,))
+    y_spec, s_spec = _pooled_specs(n, task, n_classes)
     reason = y_spec.problem("y_true", y)
     if reason:
         return reason.replace("must be in", "must hold class labels in") if "must be in" in reason else reason
+    return s_spec.problem("scores", scores)
+
+
+@functools.lru_cache(maxsize=4096)
+def _pooled_specs(n: int, task: str, n_classes: int) -> tuple[ArraySpec, ArraySpec]:
+    """The specs of pooled labels and scores of ``n`` test samples (made once per size: they are immutable)."""
+    c = max(n_classes, 2)
+    y_spec = ArraySpec((n,), low=0, high=c - 1, integer=True) if task != "regression" else ArraySpec((n,))
     if task == "multiclass":
         s_spec = ArraySpec((n, c), low=0.0, high=1.0)
     elif task == "binary":
         s_spec = ArraySpec((n,), low=0.0, high=1.0)
     else:
         s_spec = ArraySpec((n,))
-    return s_spec.problem("scores", scores)
+    return y_spec, s_spec

@@ -12,6 +12,7 @@ Layouts
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -28,6 +29,30 @@ def _special() -> ModuleType:
     import scipy.special
 
     return scipy.special
+
+
+def _mean(values: np.ndarray) -> float:
+    """``np.mean(values)`` of a float64 vector, to the bit, without its Python wrapper (the sum, then the division
+    by the count: its own two steps); an empty vector goes through ``np.mean`` (NaN, with its warning).
+    """
+    if values.dtype != np.float64 or values.size == 0:
+        return float(np.mean(values))
+    return float(np.add.reduce(values, axis=None) / values.size)
+
+
+_MIRRORS: dict[tuple[type, str], bool] = {}
+
+
+def _mirrors(cls: type, kernel: str, names: tuple[str, ...]) -> bool:
+    """Whether the methods ``names`` of ``cls`` are those of the class that defines its ``kernel`` (a fast path
+    that writes them out in one piece): a subclass that overrides one of them but not the kernel gets the general
+    path, which calls them. Worked out once per class and kernel.
+    """
+    known = _MIRRORS.get((cls, kernel))
+    if known is None:
+        owner = next(k for k in cls.__mro__ if kernel in k.__dict__)
+        known = _MIRRORS[(cls, kernel)] = all(getattr(cls, name) is getattr(owner, name) for name in names)
+    return known
 
 
 def _weigh(values: np.ndarray, sample_weight: np.ndarray | None) -> np.ndarray:
@@ -161,6 +186,79 @@ class LinearModel:
             raise ValueError(f"out must be a float64 vector of shape ({self.n_params},); got {out.dtype} {out.shape}")
         return self._pack_grad(X, self._dlogits(self._logits(theta, X), y, sample_weight), theta, out)
 
+    def batch_gradient(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray,
+                       sample_weight: np.ndarray | None = None) -> Callable[[np.ndarray], np.ndarray]:
+        """``gradient(idx)``: :meth:`grad` at ``theta`` on the mini-batch ``X[idx]``, ``y[idx]`` (weighted by
+        ``sample_weight[idx]``), written into one float64 buffer that every call returns — the kernel of local
+        training (:func:`topofl.federation.local.sgd`), which updates ``theta`` in place between calls.
+
+        ``theta`` is read when ``gradient`` is called, through views of its weights and intercepts made once
+        here: the layers of :meth:`grad_into` (shape checks, the split, the buffer's views) are paid once per
+        local round instead of once per step. The arithmetic, in its order, is :meth:`grad_into`'s: the same bits.
+
+        Parameters
+        ----------
+        theta : numpy.ndarray
+            The float64 parameter vector the caller trains in place (shape ``(n_params,)``).
+        X, y : numpy.ndarray
+            The training rows and labels that ``idx`` indexes.
+        sample_weight : numpy.ndarray, optional
+            One float64 weight per row of ``X``.
+
+        Returns
+        -------
+        callable
+            ``gradient(idx) -> buffer``; the buffer is the caller's to change until the next call.
+        """
+        if theta.shape != (self.n_params,) or theta.dtype != np.float64:
+            raise ValueError(f"theta must be a float64 vector of shape ({self.n_params},); got {theta.dtype} "
+                             f"{theta.shape}")
+        if not _mirrors(type(self), "batch_gradient", ("_split", "_logits", "_pack_grad", "grad_into")):
+            # a subclass that changes a step this kernel writes out: its own grad_into, batch by batch
+            buffer = np.empty(self.n_params)
+            return lambda idx: self.grad_into(buffer, theta, X[idx], y[idx],
+                                              None if sample_weight is None else sample_weight[idx])
+        d, c = self.n_features, self.n_outputs
+        dc = d * c
+        W, b, w = theta[:dc].reshape(d, c), theta[dc:], theta[:dc]
+        g = np.empty(self.n_params)
+        gW, gb, gw = g[:dc].reshape(d, c), g[dc:], g[:dc]
+        l2, dlogits = self.l2, self._dlogits
+        matmul, divide, add, reduce = np.matmul, np.divide, np.add, np.add.reduce
+
+        def gradient(idx: np.ndarray) -> np.ndarray:
+            Xb = X[idx]
+            D = dlogits(Xb @ W + b, y[idx], None if sample_weight is None else sample_weight[idx])
+            n = Xb.shape[0]
+            matmul(Xb.T, D, out=gW)   # _pack_grad's steps, in place (``a /= n`` is ``divide(a, n, out=a)``)
+            divide(gW, n, out=gW)
+            reduce(D, axis=0, out=gb)
+            divide(gb, n, out=gb)
+            add(gw, l2 * w, out=gw)
+            return g
+
+        return gradient
+
+    def evaluation_outputs(self, theta: np.ndarray, X: np.ndarray,
+                           y: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+        """The data loss (:meth:`loss` less the L2 penalty), :meth:`predict_scores` and :meth:`predict` of ``(X, y)``
+        from one logits pass — what evaluation needs (:func:`topofl.metrics.evaluate`), with the bits of the three
+        separate calls.
+        """
+        if not _mirrors(type(self), "_outputs_at", ("_logits", "loss", "_penalty", "predict_scores", "predict")):
+            # a subclass that changes what _outputs_at mirrors: the three calls
+            scores = self.predict_scores(theta, X)
+            loss = self.loss(theta, X, y) - self._penalty(theta)
+            return loss, scores, scores if self.task == "regression" else self.predict(theta, X)
+        Z = self._logits(theta, X)
+        loss = self._loss_at(theta, Z, y, None) - self._penalty(theta)
+        scores, pred = self._outputs_at(Z)
+        return loss, scores, pred
+
+    def _outputs_at(self, Z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`predict_scores` and :meth:`predict` from the logits ``Z`` (n, C); each model defines them."""
+        raise NotImplementedError
+
     def predict_scores(self, theta: np.ndarray, X: np.ndarray) -> np.ndarray:
         """Scores of samples ``X`` (probabilities, or predictions for regression); each model defines them."""
         raise NotImplementedError
@@ -182,10 +280,14 @@ class BinaryLogistic(LinearModel):
         z = Z[:, 0]
         # -[y log σ(z) + (1 - y) log σ(-z)], computed stably
         per_sample = y * sp.log_expit(z) + (1.0 - y) * sp.log_expit(-z)
-        return -float(np.mean(_weigh(per_sample, sample_weight))) + self._penalty(theta)
+        return -float(_mean(_weigh(per_sample, sample_weight))) + self._penalty(theta)
 
     def _dlogits(self, Z, y, sample_weight):
         return _weigh((_special().expit(Z[:, 0]) - y)[:, None], sample_weight)
+
+    def _outputs_at(self, Z):
+        scores = _special().expit(Z[:, 0])
+        return scores, (scores >= 0.5).astype(np.float64)
 
     def predict_scores(self, theta, X):
         return _special().expit(self._logits(theta, X)[:, 0])
@@ -209,13 +311,16 @@ class SoftmaxRegression(LinearModel):
     def _loss_at(self, theta, Z, y, sample_weight):
         idx = y.astype(np.int64)
         lse = _special().logsumexp(Z, axis=1)
-        return float(np.mean(_weigh(lse - Z[np.arange(len(idx)), idx], sample_weight))) + self._penalty(theta)
+        return float(_mean(_weigh(lse - Z[np.arange(len(idx)), idx], sample_weight))) + self._penalty(theta)
 
     def _dlogits(self, Z, y, sample_weight):
         idx = y.astype(np.int64)
         P = np.exp(Z - _special().logsumexp(Z, axis=1)[:, None])
         P[np.arange(len(idx)), idx] -= 1.0
         return _weigh(P, sample_weight)
+
+    def _outputs_at(self, Z):
+        return _special().softmax(Z, axis=1), np.argmax(Z, axis=1).astype(np.float64)
 
     def predict_scores(self, theta, X):
         return _special().softmax(self._logits(theta, X), axis=1)
@@ -237,6 +342,10 @@ class LeastSquares(LinearModel):
 
     def _dlogits(self, Z, y, sample_weight):
         return _weigh((Z[:, 0] - y)[:, None], sample_weight)
+
+    def _outputs_at(self, Z):
+        scores = Z[:, 0]
+        return scores, scores
 
     def predict_scores(self, theta, X):
         return self._logits(theta, X)[:, 0]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -95,8 +96,36 @@ class DPAggregate:
     clipped: tuple[int, ...]
 
 
+@dataclass(frozen=True)
+class ChangeRows:
+    """Clients' changes θ_k − θ_sent,k as the rows of a (n, d) matrix that is never built: row k is computed in
+    float64 when read (:func:`dp_fedavg_aggregate` reads each row once), so a round of deep-model replies
+    is not copied into one K × d stack.
+    """
+
+    replies: Sequence[np.ndarray]
+    sent: Sequence[np.ndarray]
+    size: int
+
+    def __post_init__(self) -> None:
+        if len(self.replies) != len(self.sent):
+            raise ValueError(f"{len(self.replies)} replies but {len(self.sent)} models sent")
+
+    ndim = 2
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return len(self.replies), self.size
+
+    def __getitem__(self, k: int) -> np.ndarray:
+        row: np.ndarray = np.asarray(self.replies[k], dtype=np.float64) - self.sent[k]
+        if row.shape != (self.size,):
+            raise ValueError(f"deltas row {k} has shape {row.shape}; expected ({self.size},)")
+        return row
+
+
 def dp_fedavg_aggregate(
-    deltas: np.ndarray,
+    deltas: np.ndarray | ChangeRows,
     clip: float,
     noise_multiplier: float,
     rng: np.random.Generator,
@@ -109,9 +138,10 @@ def dp_fedavg_aggregate(
 
     Parameters
     ----------
-    deltas : array of shape (n, d)
+    deltas : array of shape (n, d), or :class:`ChangeRows`
         One row per participating client: its model minus the model the server sent it. ``n`` may
-        be 0 (nobody sampled: the release is noise alone, and it still counts as a round).
+        be 0 (nobody sampled: the release is noise alone, and it still counts as a round). Each row
+        is read once, in order (a :class:`ChangeRows` computes it then: no n × d copy).
     clip : float
         C > 0, the clip norm.
     noise_multiplier : float
@@ -130,7 +160,7 @@ def dp_fedavg_aggregate(
     DPAggregate
         The noisy mean delta and the sensitivity and noise scales to account for it.
     """
-    D = np.asarray(deltas, dtype=np.float64)
+    D = deltas if isinstance(deltas, ChangeRows) else np.asarray(deltas, dtype=np.float64)
     if D.ndim != 2:
         raise ValueError(f"deltas must be a 2-D array (clients × parameters); got shape {D.shape}")
     check_range("clip", clip, 0.0, low_open=True)
@@ -144,13 +174,14 @@ def dp_fedavg_aggregate(
         if w.shape != (n,) or not np.isfinite(w).all() or (w < 0).any() or (w > 1).any():
             raise ValueError(f"weights must be {n} numbers in [0, 1] (one per row of deltas); "
                              f"got {np.asarray(weights).tolist()}")
-    if not np.isfinite(D).all():
-        raise ValueError(f"deltas row {int(np.argmax(~np.isfinite(D).all(axis=1)))} holds non-finite values")
-    norms = tuple(l2_norm(row) for row in D)
     total = np.zeros(d)
+    norms: list[float] = []
     clipped = []
-    for k in range(n):
+    for k in range(n):  # one pass, a row at a time: clip, weigh, add
         row = D[k]
+        if not np.isfinite(row).all():
+            raise ValueError(f"deltas row {k} holds non-finite values")
+        norms.append(l2_norm(row))
         if norms[k] > clip:
             row = row * (clip / norms[k])
             clipped.append(k)
@@ -165,7 +196,7 @@ def dp_fedavg_aggregate(
         sensitivity=float(clip),
         noise_std=float(noise_std),
         noise_std_update=float(noise_std / expected_clients),
-        norms=norms,
+        norms=tuple(norms),
         clipped=tuple(clipped),
     )
 

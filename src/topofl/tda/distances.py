@@ -5,12 +5,17 @@ their pairwise forms. See docs/internals.md#topofl.tda.distances for the exact s
 """
 from __future__ import annotations
 
+import logging
 import math
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
 from topofl._validation import check_range
+
+log = logging.getLogger(__name__)
+_clock = time.perf_counter  # the progress reports' clock
 
 
 def _as_dgm(d: np.ndarray, field: str) -> np.ndarray:
@@ -26,8 +31,16 @@ def _check_orders(p: float, internal_p: float) -> None:
         raise ValueError(f"internal_p must be >= 1 or inf; got {internal_p!r}")
 
 
-def wasserstein_exact(d1: np.ndarray, d2: np.ndarray, p: float = 2.0, internal_p: float = np.inf) -> float:
-    """Exact p-Wasserstein distance between two diagrams of finite pairs, as an assignment problem.
+#: total points (both diagrams) from which :func:`wasserstein_exact`'s ``solver="auto"`` takes POT's network
+#: simplex: measured (``benchmarks/bench_wasserstein.py``) as fast as SciPy's assignment at 80 + 80 points
+#: (pTopoFL's linear subsample), 1.4–2.2x faster at 200 + 200 (deep models) and 3–5x at 1,000 + 1,000
+POT_MIN_POINTS = 200
+WASSERSTEIN_SOLVERS = ("auto", "assignment", "pot")
+
+
+def wasserstein_exact(d1: np.ndarray, d2: np.ndarray, p: float = 2.0, internal_p: float = np.inf,
+                      solver: str = "auto") -> float:
+    """Exact p-Wasserstein distance between two diagrams of finite pairs.
 
     Parameters
     ----------
@@ -37,6 +50,13 @@ def wasserstein_exact(d1: np.ndarray, d2: np.ndarray, p: float = 2.0, internal_p
         Order of the distance, ``>= 1`` and finite.
     internal_p : float
         Ground metric on the plane, the L_internal_p norm (``inf``: the usual L∞).
+    solver : {"auto", "assignment", "pot"}
+        ``"assignment"``: SciPy's ``linear_sum_assignment`` on the square reduction below (the
+        solver of earlier releases, bit for bit). ``"pot"``: gudhi's optimal-transport formulation
+        (``gudhi.wasserstein``: the diagonal as one point of the other diagram's total mass), solved
+        by POT's exact network simplex — the same optimum, equal to within rounding (≤ 1e-15
+        relative in ``benchmarks/bench_wasserstein.py``). ``"auto"``: POT from
+        :data:`POT_MIN_POINTS` points in all, where it is faster; the assignment below.
 
     Returns
     -------
@@ -56,10 +76,14 @@ def wasserstein_exact(d1: np.ndarray, d2: np.ndarray, p: float = 2.0, internal_p
     underflows.
     """
     _check_orders(p, internal_p)
+    if solver not in WASSERSTEIN_SOLVERS:
+        raise ValueError(f"solver must be one of {', '.join(WASSERSTEIN_SOLVERS)}; got {solver!r}")
     a, b = _as_dgm(d1, "d1"), _as_dgm(d2, "d2")
     m, n = len(a), len(b)
     if m + n == 0:
         return 0.0
+    if solver == "pot" or (solver == "auto" and m + n >= POT_MIN_POINTS):
+        return _wasserstein_pot(a, b, p, internal_p)
     diag_scale = 1.0 if internal_p == np.inf else 2.0 ** (1.0 / internal_p)
     da = np.abs(a[:, 1] - a[:, 0]) / 2.0 * diag_scale
     db = np.abs(b[:, 1] - b[:, 0]) / 2.0 * diag_scale
@@ -78,6 +102,18 @@ def wasserstein_exact(d1: np.ndarray, d2: np.ndarray, p: float = 2.0, internal_p
     return scale * float(math.fsum(cost[rows, cols].tolist()) ** (1.0 / p))
 
 
+def _wasserstein_pot(a: np.ndarray, b: np.ndarray, p: float, internal_p: float) -> float:
+    """W_p by gudhi's optimal-transport formulation and POT's exact solver, on the diagrams divided by their
+    largest coordinate (W_p is homogeneous of degree 1), so that large p neither overflows nor underflows.
+    """
+    from gudhi.wasserstein import wasserstein_distance
+
+    scale = max(float(np.abs(a).max(initial=0.0)), float(np.abs(b).max(initial=0.0)))
+    if scale == 0.0:
+        return 0.0
+    return scale * float(wasserstein_distance(a / scale, b / scale, order=p, internal_p=internal_p))
+
+
 def wasserstein(
     d1: np.ndarray, d2: np.ndarray, p: float = 2.0, internal_p: float = np.inf, rel_error: float = 0.0
 ) -> float:
@@ -92,8 +128,8 @@ def wasserstein(
     internal_p : float
         Ground metric on the plane (``inf``: the usual L∞).
     rel_error : float
-        0 (default): the exact distance (:func:`wasserstein_exact`). Above 0: gudhi's Hera auction
-        with ``delta = rel_error``, whose value lies in ``[W, (1 + rel_error) W]``; faster on
+        0 (default): the exact distance (:func:`wasserstein_exact`, on its fastest solver). Above 0:
+        gudhi's Hera auction with ``delta = rel_error``, whose value lies in ``[W, (1 + rel_error) W]``; faster on
         diagrams of about a thousand points or more, 1.5–7x slower than the exact solver on
         pTopoFL's (≤ 200 points; ``benchmarks/bench_wasserstein.py``). Hera does not terminate on
         pairs of persistence near the smallest normal float (~1e-308); the exact solver has no
@@ -139,16 +175,70 @@ def descriptor_distance(a: np.ndarray, b: np.ndarray) -> float:
 def pairwise_euclidean(V: np.ndarray) -> np.ndarray:
     """(K, K) Euclidean distances between the rows of V (vectorised, exact zeros on the diagonal)."""
     V = np.asarray(V, dtype=np.float64)
-    sq = (V**2).sum(axis=1)
-    D2 = np.maximum(sq[:, None] + sq[None, :] - 2.0 * V @ V.T, 0.0)
-    np.fill_diagonal(D2, 0.0)
-    D: np.ndarray = np.sqrt(D2)
+    (_, D), = euclidean_row_blocks(V, max(1, V.shape[0]) ** 2)  # one block: the whole matrix
     return D
+
+
+#: numbers (rows × K) of one block of :func:`euclidean_row_blocks` (8 MB of float64; two such temporaries): up
+#: to 1,024 clients the whole matrix is one block, the product :func:`pairwise_euclidean` computes
+EUCLIDEAN_BLOCK = 1 << 20
+
+
+def euclidean_row_blocks(V: np.ndarray, max_numbers: int = EUCLIDEAN_BLOCK) -> Iterator[tuple[int, np.ndarray]]:
+    """The rows of :func:`pairwise_euclidean` (V), a block at a time: ``(start, D[start:stop])``.
+
+    Each block holds at most ``max_numbers`` distances (at least one row), so the K × K matrix is never
+    held: O(K · max_numbers / K) memory instead of O(K²). The arithmetic is the full matrix's, row by
+    row: ‖v_i‖² + ‖v_j‖² − 2 v_i·v_j, clipped at 0, exact zeros on the diagonal, square root. When the
+    whole matrix fits in one block (K² ≤ ``max_numbers``) it is the same product, hence the same bits
+    as :func:`pairwise_euclidean`; a block of fewer rows multiplies with a general product, whose last
+    bits may differ (a few ulps) from the symmetric full product.
+    """
+    V = np.asarray(V, dtype=np.float64)
+    K = V.shape[0]
+    sq = (V**2).sum(axis=1)
+    rows = max(1, max_numbers // max(K, 1))
+    for start in range(0, K, rows):
+        stop = min(start + rows, K)
+        # the full matrix's expression, maximum(sq_i + sq_j - (2.0 V) Vᵀ, 0), in two buffers
+        G = (2.0 * V[start:stop]) @ V.T
+        D2 = np.add(sq[start:stop, None], sq[None, :])
+        D2 -= G
+        del G
+        np.maximum(D2, 0.0, out=D2)
+        D2[np.arange(stop - start), np.arange(start, stop)] = 0.0
+        yield start, np.sqrt(D2, out=D2)
+
+
+def condensed_euclidean(V: np.ndarray, max_numbers: int = EUCLIDEAN_BLOCK) -> np.ndarray:
+    """The upper triangle of :func:`pairwise_euclidean` (V) in row-major order (SciPy's condensed form,
+    ``D[np.triu_indices(K, 1)]``), K(K − 1)/2 numbers, built from :func:`euclidean_row_blocks` without
+    the K × K matrix (at K = 10,000: 400 MB instead of 800 MB and its temporaries).
+    """
+    K = np.asarray(V).shape[0]
+    out = np.empty(K * (K - 1) // 2)
+    for start, block in euclidean_row_blocks(V, max_numbers):
+        for r in range(block.shape[0]):
+            i = start + r
+            offset = i * K - i * (i + 1) // 2  # entries of the rows above i
+            out[offset : offset + K - i - 1] = block[r, i + 1 :]
+    return out
 
 
 def pairwise_descriptor_distances(phi: np.ndarray) -> np.ndarray:
     """(K, K) matrix of descriptor distances between the rows of ``phi``."""
     return pairwise_euclidean(normalise_rows(phi))
+
+
+def condensed_descriptor_distances(phi: np.ndarray) -> np.ndarray:
+    """:func:`pairwise_descriptor_distances` in condensed form (:func:`condensed_euclidean`), without the
+    K × K matrix: the input of pTopoFL's clustering (§3.3 Step 1).
+    """
+    return condensed_euclidean(normalise_rows(phi))
+
+
+#: seconds after which :func:`pairwise_diagram_distances` reports its progress (and its estimate of the rest)
+PROGRESS_AFTER_S = 30.0
 
 
 def pairwise_diagram_distances(
@@ -160,14 +250,27 @@ def pairwise_diagram_distances(
     """(K, K) distances between clients' diagrams, summed over homological dimensions.
 
     ``dgms[k]`` is client k's list ``[D0, D1, ...]``; ``metric`` is "wasserstein" (order ``p``,
-    exact unless ``rel_error > 0``: see :func:`wasserstein`) or "bottleneck".
+    exact unless ``rel_error > 0``: see :func:`wasserstein`) or "bottleneck". The K(K − 1)/2 pairs
+    cost about 1.6 ms each on pTopoFL's diagrams of 80 points (13 min at 1,000 clients, about a day
+    at 10,000; ``benchmarks/bench_wasserstein.py``): a computation that runs longer than
+    :data:`PROGRESS_AFTER_S` logs its progress and the time it expects to take, every
+    :data:`PROGRESS_AFTER_S` seconds.
     """
     fn = {"wasserstein": lambda a, b: wasserstein(a, b, p, rel_error=rel_error), "bottleneck": bottleneck}.get(metric)
     if fn is None:
         raise ValueError(f"metric must be one of wasserstein, bottleneck; got {metric!r}")
     K = len(dgms)
     D = np.zeros((K, K))
+    pairs, done = K * (K - 1) // 2, 0
+    start = last = _clock()
     for i in range(K):
         for j in range(i + 1, K):
             D[i, j] = D[j, i] = sum(fn(a, b) for a, b in zip(dgms[i], dgms[j], strict=False))
+        done += K - i - 1
+        now = _clock()
+        if now - last >= PROGRESS_AFTER_S and done < pairs:
+            last = now
+            left = (now - start) / done * (pairs - done)
+            log.warning("%s distances of %d clients: %d of %d pairs in %.0f s, about %.0f s left (the 'l2' "
+                        "descriptor distance takes well under a second)", metric, K, done, pairs, now - start, left)
     return D

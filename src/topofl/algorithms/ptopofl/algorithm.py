@@ -10,7 +10,6 @@ things (docs/ptopofl-options.md) and the two DP channels.
 from __future__ import annotations
 
 import hashlib
-import math
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, cast
@@ -43,7 +42,7 @@ from topofl.federation.validation import ArraySpec, ClientInfo, ReplySchema
 from topofl.models.base import Model
 from topofl.models.registry import is_deep, representation
 from topofl.privacy import accounting
-from topofl.privacy.dp import descriptor_mechanism, dp_fedavg_aggregate, gaussian_sigma, privacy_report
+from topofl.privacy.dp import ChangeRows, descriptor_mechanism, dp_fedavg_aggregate, gaussian_sigma, privacy_report
 from topofl.privacy.risk import PRIVACY_METRICS, client_privacy
 from topofl.tda.barycentre import diagram_barycentre, distances_to_barycentre
 from topofl.tda.descriptor import (
@@ -55,7 +54,7 @@ from topofl.tda.descriptor import (
     scale_points,
     subsample,
 )
-from topofl.tda.distances import normalise_rows, pairwise_descriptor_distances, pairwise_diagram_distances
+from topofl.tda.distances import condensed_descriptor_distances, normalise_rows, pairwise_diagram_distances
 from topofl.tda.features import N_FEATURES, TopoContext, topological_sample_weights
 
 CLUSTER_DISTANCES = ("l2", "wasserstein", "bottleneck")
@@ -308,7 +307,12 @@ class PTopoFL(Algorithm):
         st, c = ctx.state, self.config
         deep = is_deep(ctx.model)
         X = ctx.data.X_train
-        fp = data_fingerprint(X)
+        seen = (ctx.round, id(X), X.shape)  # within a round the data are hashed once (fit, features, evaluation)
+        if st.get("fingerprint_seen", (None,))[0] == seen:
+            fp = st["fingerprint_seen"][1]
+        else:
+            fp = data_fingerprint(X)
+            st["fingerprint_seen"] = (seen, fp)
         due = c.descriptor_every > 0 and ctx.round - st.get("desc_round", ctx.round) >= c.descriptor_every
         refresh = refresh and st.get("desc_round") != ctx.round
         if st.get("fingerprint") == fp and not due and not refresh:
@@ -418,9 +422,14 @@ class PTopoFL(Algorithm):
             raise ValueError(f"n_clusters={self.config.n_clusters} exceeds the number of clients ({len(client_ids)})")
         self.init_params = model.init(rng)
         self.labels: dict[int, int] = {}
+        self.labels_version = 0  # counts changes of the labels (keys of the cluster sizes and consensus kept)
+        self._sizes_memo: tuple[int, dict[int, int]] | None = None
+        self._consensus_memo: tuple[int, tuple[tuple[int, np.ndarray], ...], np.ndarray] | None = None
         self.cluster_raw: dict[int, np.ndarray] = {}
         self.cluster_models: dict[int, np.ndarray] = {}
         self.phi: dict[int, np.ndarray] = {}
+        self.phi_version = 0  # counts changes of the descriptors held (keys of the cached trust)
+        self._anomaly: tuple[int, list[int], np.ndarray] | None = None  # (phi_version, ids, z) of the last trust
         self.dgms: dict[int, list[np.ndarray]] = {}
         self.history: dict[int, list[np.ndarray]] = {}
         self.trust: dict[int, float] = {}
@@ -437,14 +446,35 @@ class PTopoFL(Algorithm):
         self.barycentres: dict[tuple[tuple[int, int], ...], list[np.ndarray]] = {}  # Eq. 12's PD̄ per group of diagrams
         self.barycentres_used: dict[tuple[tuple[int, int], ...], list[np.ndarray]] = {}  # those this round used
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """A server checkpointed by an earlier release (:mod:`topofl.flower.checkpoint`) lacks the trust cache:
+        it starts empty.
+        """
+        for name, value in (("phi_version", 0), ("_anomaly", None), ("labels_version", 0), ("_sizes_memo", None),
+                            ("_consensus_memo", None)):
+            state.setdefault(name, value)
+        self.__dict__.update(state)
+
     def _params_for(self, cid: int) -> np.ndarray:
         if cid in self.labels:
             return self.cluster_models[self.labels[cid]]
         if self.cluster_models:  # a client not yet assigned gets the consensus model
+            return self._consensus()
+        return self.init_params
+
+    def _consensus(self) -> np.ndarray:
+        """θ̄ = Σ_j |C_j|/K θ_Cj of the raw cluster models (Eq. 7), computed once for as long as the labels and the
+        cluster models stay the same (every unassigned client's message and evaluation shares it).
+        """
+        raw = tuple(self.cluster_raw.items())  # the memo holds these arrays, so their identities stay unique
+        memo = self._consensus_memo
+        if memo is None or memo[0] != self.labels_version or len(memo[1]) != len(raw) or any(
+                j != k or a is not b for (j, a), (k, b) in zip(memo[1], raw, strict=True)):
             sizes = self._sizes()
             K = sum(sizes.values())
-            return cast(np.ndarray, sum(sizes[j] / K * self.cluster_raw[j] for j in self.cluster_raw))
-        return self.init_params
+            memo = (self.labels_version, raw, cast(np.ndarray, sum(sizes[j] / K * theta for j, theta in raw)))
+            self._consensus_memo = memo
+        return memo[2]
 
     def configure_fit(self, rnd: int, selected: list[int]) -> dict[int, ServerMessage]:
         boost = self.config.drift_lr_boost
@@ -478,10 +508,13 @@ class PTopoFL(Algorithm):
         return ServerMessage(self._params_for(client_id))
 
     def _sizes(self) -> dict[int, int]:
-        sizes: dict[int, int] = {}
-        for lab in self.labels.values():
-            sizes[lab] = sizes.get(lab, 0) + 1
-        return sizes
+        """|C_j| of every cluster, counted once per change of the labels."""
+        if self._sizes_memo is None or self._sizes_memo[0] != self.labels_version:
+            sizes: dict[int, int] = {}
+            for lab in self.labels.values():
+                sizes[lab] = sizes.get(lab, 0) + 1
+            self._sizes_memo = (self.labels_version, sizes)
+        return dict(self._sizes_memo[1])
 
     def _refresh_due(self, rnd: int) -> bool:
         """Whether round ``rnd`` clusters on descriptors the clients recompute on the model they
@@ -506,14 +539,16 @@ class PTopoFL(Algorithm):
         c = self.config
         if c.n_clusters > len(ids):
             raise ValueError(f"n_clusters={c.n_clusters} exceeds the number of clients ({len(ids)})")
-        if c.cluster_distance == "l2":
-            D = pairwise_descriptor_distances(np.vstack([self.phi[i] for i in ids]))
+        if c.cluster_distance == "l2":  # condensed, a block of rows at a time: never the K × K matrix
+            labels = maths.cluster_condensed(condensed_descriptor_distances(np.vstack([self.phi[i] for i in ids])),
+                                             len(ids), c.n_clusters)
         else:
-            D = pairwise_diagram_distances([self.dgms[i] for i in ids], c.cluster_distance, c.wasserstein_p,
-                                           c.wasserstein_rel_error)
-        labels = maths.cluster_clients(D, c.n_clusters)
+            labels = maths.cluster_clients(pairwise_diagram_distances(
+                [self.dgms[i] for i in ids], c.cluster_distance, c.wasserstein_p, c.wasserstein_rel_error),
+                c.n_clusters)
         old_labels, old_raw, consensus = self.labels, self.cluster_raw, (self.server_params() if self.labels else None)
         self.labels = dict(zip(ids, labels.tolist(), strict=True))
+        self.labels_version += 1
         self.clustered_round = rnd
         if not old_labels:
             self.cluster_raw = {j: self.init_params.copy() for j in set(self.labels.values())}
@@ -613,11 +648,9 @@ class PTopoFL(Algorithm):
         """
         rule = self.config.intra_aggregator
         if rule == "mean":
-            # float64 models: the stacked product, as always (bit-identical iterates); a float32
-            # model's replies: summed in place above the stacking limit (no stack of the cluster's replies)
-            vectors = [u.params for u in members]
-            exact = all(v.dtype == np.float64 for v in vectors)
-            return weighted_sum(vectors, w, stack_limit=math.inf if exact else None)
+            # as FedAvg's mean: one stacked product up to the stacking limit (every linear model: the bits of
+            # before), summed in place a block at a time above it (no stack of a cluster's deep-model replies)
+            return weighted_sum([u.params for u in members], w)
         reference = stats = None
         if rule in ("norm_clip", "guarded_mean"):
             reference = np.vstack([self.sent[u.client_id] for u in members])  # recorded by configure_fit
@@ -646,8 +679,7 @@ class PTopoFL(Algorithm):
         """
         c = self.config
         assert self._dp_rng is not None, "setup() first"
-        deltas = (np.vstack([np.asarray(u.params, dtype=np.float64) - self.sent[u.client_id] for u in members])
-                  if members else np.zeros((0, base.size)))
+        deltas = ChangeRows([u.params for u in members], [self.sent[u.client_id] for u in members], base.size)
         agg = dp_fedavg_aggregate(deltas, c.dp_clip, c.dp_noise_multiplier, self._dp_rng, float(size))
         robust.setdefault("dp_clipped", []).extend(int(members[i].client_id) for i in agg.clipped)
         out: np.ndarray = base + agg.update
@@ -709,16 +741,23 @@ class PTopoFL(Algorithm):
                     new = self._assign_nearest(cid)
                     if new != self.labels[cid]:
                         self.labels[cid] = new
+                        self.labels_version += 1
                         moved.append(cid)
         return drift, moved
 
     def _trust(self) -> tuple[dict[int, float], dict[int, float], list[int]]:
-        """Trust t_k, anomaly z-scores and flagged clients from the descriptors (§3.4, Eq. 8), per client id."""
-        ids = sorted(self.phi)
-        Phi = np.vstack([self.phi[i] for i in ids])
-        if self.config.trust_space == "normalised":
-            Phi = normalise_rows(Phi)
-        _, z = maths.anomaly_scores(Phi)
+        """Trust t_k, anomaly z-scores and flagged clients from the descriptors (§3.4, Eq. 8), per client id.
+
+        The z-scores (O(K²) distances) are computed again only when the descriptors changed since the
+        last computation (:attr:`phi_version`): in most rounds no client sends a new φ.
+        """
+        if self._anomaly is None or self._anomaly[0] != self.phi_version:
+            ids = sorted(self.phi)
+            Phi = np.vstack([self.phi[i] for i in ids])
+            if self.config.trust_space == "normalised":
+                Phi = normalise_rows(Phi)
+            self._anomaly = (self.phi_version, ids, maths.anomaly_scores(Phi)[1])
+        _, ids, z = self._anomaly
         t, flagged = maths.trust_from_z(z, self.config.tau, self.config.trust_gate)
         if not self.config.use_trust:
             t = np.ones_like(t)
@@ -735,9 +774,10 @@ class PTopoFL(Algorithm):
         for u in updates:
             if u.descriptor is not None:
                 new = np.asarray(u.descriptor, dtype=np.float64)
-                if self.config.dp_descriptors and not (u.client_id in self.phi
-                                                       and np.array_equal(self.phi[u.client_id], new)):
-                    self.descriptor_releases[u.client_id] = self.descriptor_releases.get(u.client_id, 0) + 1
+                if not (u.client_id in self.phi and np.array_equal(self.phi[u.client_id], new)):
+                    self.phi_version += 1  # the descriptors' K × K work (trust) is redone
+                    if self.config.dp_descriptors:
+                        self.descriptor_releases[u.client_id] = self.descriptor_releases.get(u.client_id, 0) + 1
                 self.phi[u.client_id] = new
                 if u.extras:
                     self.dgms[u.client_id] = [np.asarray(u.extras[k]) for k in sorted(u.extras)]
@@ -784,9 +824,10 @@ class PTopoFL(Algorithm):
         fresh = self._refresh_due(rnd)  # as configure_fit decided for this round
         if not self.labels or fresh:
             self._cluster_all(rnd, fresh)
-        for cid in self.phi:
-            if cid not in self.labels:
-                self.labels[cid] = self._assign_nearest(cid)
+        new = [cid for cid in self.phi if cid not in self.labels]
+        if new:
+            maths.assign_in_turn(self.phi, self.labels, new)
+            self.labels_version += 1
         drift, moved = self._track_drift()
         self.trust, z, flagged = self._trust()
         centroids = maths.cluster_centroids(self.phi, self.labels)

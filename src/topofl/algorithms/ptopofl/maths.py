@@ -1,46 +1,126 @@
 """Pure functions of pTopoFL's server (paper §3.3–3.5). Hand-checked in tests/algorithms."""
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
 from topofl._validation import check_choice
-from topofl.tda.distances import normalise_rows, pairwise_euclidean
+from topofl.tda.distances import euclidean_row_blocks, normalise_rows
+
+#: up to this many clients, SciPy's average linkage (the one scikit-learn's AgglomerativeClustering calls, so
+#: the clusters of every earlier release); above, fastcluster's, in place (SciPy copies the condensed matrix:
+#: 400 MB more at 10,000 clients). Both are exact average linkage (Müllner's NN-chain); they can break exact
+#: ties in the merge heights differently.
+SCIPY_LINKAGE_MAX_CLIENTS = 4096
 
 
 def cluster_clients(D: np.ndarray, n_clusters: int) -> np.ndarray:
-    """Hierarchical agglomerative clustering, average linkage, on a precomputed distance matrix.
+    """Hierarchical agglomerative clustering, average linkage, on a precomputed (K, K) distance matrix.
 
-    Paper §3.3 Step 1 / Algorithm 1. Labels are renumbered in order of first appearance so the
-    result does not depend on scikit-learn's internal numbering.
+    Paper §3.3 Step 1 / Algorithm 1: :func:`cluster_condensed` on the matrix's upper triangle.
     """
     K = D.shape[0]
+    return cluster_condensed(np.asarray(D, dtype=np.float64)[np.triu_indices(K, 1)], K, n_clusters)
+
+
+def cluster_condensed(distances: np.ndarray, K: int, n_clusters: int) -> np.ndarray:
+    """Average-linkage clusters of K points from their condensed distances (§3.3 Step 1, Algorithm 1).
+
+    Parameters
+    ----------
+    distances : ndarray of shape (K(K − 1)/2,)
+        The upper triangle of the distance matrix in row-major order (SciPy's condensed form);
+        above :data:`SCIPY_LINKAGE_MAX_CLIENTS` points it is overwritten (the linkage runs in place).
+    K : int
+        Number of points.
+    n_clusters : int
+        Number of clusters, in [1, K].
+
+    Returns
+    -------
+    ndarray of shape (K,)
+        Labels numbered in order of first appearance: the partition after the first K − n_clusters
+        merges of the dendrogram — what scikit-learn's ``AgglomerativeClustering(metric="precomputed",
+        linkage="average")`` returns (it cuts SciPy's linkage the same way), renumbered so that the
+        result does not depend on any library's internal numbering.
+    """
     if not 1 <= n_clusters <= K:
         raise ValueError(f"n_clusters must be in [1, {K}] (the number of clients with descriptors); got {n_clusters}")
+    if distances.shape != (K * (K - 1) // 2,):
+        raise ValueError(f"distances must be condensed, of shape ({K * (K - 1) // 2},); got {distances.shape}")
     if n_clusters == 1:
         return np.zeros(K, dtype=int)
     if n_clusters == K:
         return np.arange(K)
-    from sklearn.cluster import AgglomerativeClustering
+    if K <= SCIPY_LINKAGE_MAX_CLIENTS:
+        from scipy.cluster.hierarchy import linkage
 
-    raw = AgglomerativeClustering(n_clusters=n_clusters, metric="precomputed", linkage="average").fit_predict(D)
-    _, first = np.unique(raw, return_index=True)
-    order = {lab: i for i, lab in enumerate(raw[np.sort(first)])}
-    return np.array([order[lab] for lab in raw])
+        Z = linkage(distances, method="average")
+    else:
+        Z = _linkage_in_place(np.ascontiguousarray(distances, dtype=np.float64), K)
+    return _first_merges(Z, K, K - n_clusters)
+
+
+def _linkage_in_place(distances: np.ndarray, K: int) -> np.ndarray:
+    """Fastcluster's average linkage (Müllner 2013, "fastcluster", J. Stat. Softw. 53(9)) run on ``distances``
+    in place: its C routine directly, since ``fastcluster.linkage`` (1.3.0) copies its input even with
+    ``preserve_input=False`` (its first line is ``array(X, subok=True)``). Falls back to that copy if the
+    routine is not where fastcluster 1.x keeps it.
+    """
+    import fastcluster
+
+    routine = _fastcluster_routine()
+    if routine is None:
+        return np.asarray(fastcluster.linkage(distances, method="average", preserve_input=False))
+    Z = np.empty((K - 1, 4))
+    routine(K, distances, Z)
+    return Z
+
+
+def _fastcluster_routine() -> Callable[[int, np.ndarray, np.ndarray], None] | None:
+    """Fastcluster's C average linkage ``(K, condensed, Z)``, writing Z and overwriting the condensed input;
+    ``None`` if this fastcluster does not expose it.
+    """
+    import fastcluster
+
+    wrap = getattr(fastcluster, "linkage_wrap", None)
+    method = getattr(fastcluster, "mthidx", {}).get("average")
+    if wrap is None or method is None:
+        return None
+    return lambda K, distances, Z: wrap(K, distances, Z, method)
+
+
+def _first_merges(Z: np.ndarray, K: int, merges: int) -> np.ndarray:
+    """Labels, in order of first appearance, of the K leaves after the first ``merges`` rows of the linkage
+    matrix ``Z`` (row i joins the clusters ``Z[i, 0]`` and ``Z[i, 1]`` into cluster K + i).
+    """
+    from scipy.cluster.hierarchy import DisjointSet
+
+    sets = DisjointSet(range(K + merges))
+    for i in range(merges):
+        sets.merge(int(Z[i, 0]), K + i)
+        sets.merge(int(Z[i, 1]), K + i)
+    first: dict[int, int] = {}
+    return np.array([first.setdefault(sets[i], len(first)) for i in range(K)])
 
 
 def anomaly_scores(phi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """δ_k = mean distance to the other clients' descriptors (Eq. 8) and its z-score.
 
     z_k = (δ_k − mean δ) / std δ, with the population standard deviation; when all δ_k are equal
-    (std 0) every z_k is 0. Needs at least 2 clients; with fewer, δ and z are zeros.
+    (std 0) every z_k is 0. Needs at least 2 clients; with fewer, δ and z are zeros. The distances
+    are summed a block of rows at a time (:func:`~topofl.tda.distances.euclidean_row_blocks`): O(K)
+    memory, O(K² · m) time — :class:`PTopoFL` computes them again only when a descriptor changes.
     """
     K = phi.shape[0]
     if K < 2:
         return np.zeros(K), np.zeros(K)
-    delta = pairwise_euclidean(phi).sum(axis=1) / (K - 1)
+    sums = np.empty(K)
+    for start, block in euclidean_row_blocks(phi):
+        sums[start : start + block.shape[0]] = block.sum(axis=1)
+    delta = sums / (K - 1)
     sd = delta.std()
     z = (delta - delta.mean()) / sd if sd > 1e-12 * max(1.0, abs(delta.mean())) else np.zeros(K)
     return delta, z
@@ -122,11 +202,37 @@ def nearest_cluster(phi_hat: np.ndarray, centroids: Mapping[int, np.ndarray]) ->
 
 def cluster_centroids(phi: Mapping[int, np.ndarray], labels: Mapping[int, int]) -> dict[int, np.ndarray]:
     """Centroid φ̂_C of the l2-normalised descriptors of each cluster's members (Eq. 6)."""
-    out: dict[int, list[np.ndarray]] = {}
+    return {j: total / count for j, (total, count) in cluster_sums(phi, labels).items()}
+
+
+def cluster_sums(phi: Mapping[int, np.ndarray], labels: Mapping[int, int]) -> dict[int, tuple[np.ndarray, int]]:
+    """Each cluster's sum of its members' l2-normalised descriptors and its number of members (those with a
+    descriptor), clusters in order of first appearance in ``labels``. The sum is taken member after member in
+    the order of ``labels``, as ``numpy.mean(..., axis=0)`` takes it: ``total / count`` is that mean, bit for
+    bit, and a member added later (:func:`assign_in_turn`) extends it as if it had been listed last.
+    """
+    out: dict[int, tuple[np.ndarray, int]] = {}
     for cid, lab in labels.items():
         if cid in phi:
-            out.setdefault(lab, []).append(normalise_rows(phi[cid])[0])
-    return {j: np.mean(v, axis=0) for j, v in out.items()}
+            x = normalise_rows(phi[cid])[0]
+            total, count = out.get(lab, (None, 0))
+            out[lab] = (x if total is None else total + x, count + 1)
+    return out
+
+
+def assign_in_turn(phi: Mapping[int, np.ndarray], labels: dict[int, int], new: list[int]) -> None:
+    """§3.5's assignment of clients without a cluster: each client of ``new``, in turn, joins the cluster whose
+    centroid of normalised descriptors is nearest (:func:`nearest_cluster`), the centroids counting the clients
+    assigned before it; written into ``labels``. The centroids' sums are kept as clients join
+    (:func:`cluster_sums`): O(K + |new| · M) rather than a pass over every client for each new one.
+    """
+    sums = cluster_sums(phi, labels)
+    for cid in new:
+        x = normalise_rows(phi[cid])[0]
+        j = nearest_cluster(x, {k: total / count for k, (total, count) in sums.items()})
+        labels[cid] = j
+        total, count = sums[j]
+        sums[j] = (total + x, count + 1)
 
 
 def small_groups(sizes: Mapping[int, int], centroids: Mapping[int, np.ndarray], min_group: int,
