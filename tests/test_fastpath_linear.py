@@ -524,3 +524,94 @@ def test_runs_are_the_old_runs_byte_for_byte(method, scenario, options, monkeypa
         _old_code(m)
         old = topofl.simulate(fed, method, rounds=3, seed=5, client_fraction=fraction, **opts)
     assert _same(_run_bytes(new), _run_bytes(old))
+
+
+def test_the_fast_array_checks_leave_longdouble_and_parametric_dtypes_to_the_full_checks():
+    """Review of issue 25: a longdouble's sum of squares overflowing is still refused (its largest value is no
+    Python float), and a parametric dtype (a fresh descriptor each time, whose id can be reused) never enters
+    the set of descriptors recognised by identity — a big-endian float64 stays refused."""
+    from topofl.federation.validation import _own_dtypes
+
+    spec = ArraySpec((3,), low=0.0, dtypes=("float64", "float128"))
+    assert spec.problem("x", np.array([1e200, 1e200, 1.0], dtype=np.longdouble)) == (
+        "x: its sum of squares overflows float128 (largest |value| 1e+200)")
+    assert _own_dtypes(("float64", "datetime64[ns]", "U3")) == frozenset({id(np.dtype("float64"))})
+    spec = ArraySpec((3,), dtypes=("float64", "datetime64[ns]"))
+    for _ in range(50):  # descriptors made and freed: none may pass for a float64 one
+        np.dtype("datetime64[ns]")
+        assert spec.problem("x", np.ones(3, dtype=">f8")) == "x must be float64 or datetime64[ns]; got >f8"
+
+
+# ---- review of issue 25: what a user overrides is what runs ---------------------------------------------------
+@dataclass(frozen=True)
+class _ClippedGrad(BinaryLogistic):
+    """Overrides the contract's ``grad`` (clips it)."""
+
+    def grad(self, theta, X, y, sample_weight=None):
+        return np.clip(super().grad(theta, X, y, sample_weight), -0.01, 0.01)
+
+
+@dataclass(frozen=True)
+class _DoubledLossGrad(BinaryLogistic):
+    """Overrides only ``loss_grad``, the model contract's method (docs/architecture.md)."""
+
+    def loss_grad(self, theta, X, y, sample_weight=None):
+        loss, g = super().loss_grad(theta, X, y, sample_weight)
+        return 2.0 * loss, 2.0 * g
+
+
+@dataclass(frozen=True)
+class _ThinKernel(BinaryLogistic):
+    """Changes its logits and wraps the kernel without changing it: the kernel must not inline the old logits."""
+
+    def _logits(self, theta, X):
+        return super()._logits(theta, X) + 0.5
+
+    def batch_gradient(self, theta, X, y, sample_weight=None):
+        return super().batch_gradient(theta, X, y, sample_weight)
+
+
+def _by_hand(model, theta, X, y, lr, epochs, batch_size, seed):
+    """Plain SGD calling the model's own ``grad`` on topofl's batches."""
+    from topofl.models.optimizers import epoch_batches
+
+    theta = theta.copy()
+    for batches in epoch_batches(X.shape[0], batch_size, epochs, 0, np.random.default_rng(seed)):
+        for idx in batches:
+            theta -= lr * model.grad(theta, X[idx], y[idx])
+    return theta
+
+
+@pytest.mark.parametrize("cls", [_ClippedGrad, _DoubledLossGrad, _ThinKernel])
+def test_a_subclass_override_of_the_contract_is_what_trains(cls):
+    rng = np.random.default_rng(4)
+    model = cls(3)
+    X, y = rng.standard_normal((29, 3)), (rng.random(29) > 0.5).astype(float)
+    theta = rng.standard_normal(model.n_params)
+    got = sgd(model, theta, X, y, epochs=2, lr=0.5, batch_size=8, rng=np.random.default_rng(7))
+    np.testing.assert_allclose(got, _by_hand(model, theta, X, y, 0.5, 2, 8, 7), rtol=1e-12, atol=1e-15)
+    kernel = model.batch_gradient(theta, X, y)
+    idx = np.arange(10)
+    np.testing.assert_allclose(kernel(idx), model.grad(theta, X[idx], y[idx]), rtol=1e-12, atol=1e-15)
+    if cls is _DoubledLossGrad:
+        assert model.loss(theta, X, y) == model.loss_grad(theta, X, y)[0] == 2.0 * BinaryLogistic(3).loss(theta, X, y)
+        np.testing.assert_array_equal(model.grad(theta, X, y), 2.0 * BinaryLogistic(3).grad(theta, X, y))
+
+
+def test_an_optimiser_subclass_step_is_called():
+    from topofl.models.optimizers import LocalOptimizer, OptimizerSpec
+
+    calls = []
+
+    class Counting(LocalOptimizer):
+        def step(self, theta, g):
+            calls.append(1)
+            super().step(theta, g)
+
+    rng = np.random.default_rng(5)
+    model = BinaryLogistic(3)
+    X, y = rng.standard_normal((20, 3)), (rng.random(20) > 0.5).astype(float)
+    plain = sgd(model, model.init(), X, y, epochs=1, lr=0.1, batch_size=8, rng=np.random.default_rng(1))
+    counted = sgd(model, model.init(), X, y, epochs=1, lr=0.1, batch_size=8, rng=np.random.default_rng(1),
+                  optimizer=Counting(OptimizerSpec("sgd", 0.1)))
+    assert len(calls) == 3 and np.array_equal(plain, counted)

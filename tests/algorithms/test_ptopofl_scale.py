@@ -284,12 +284,24 @@ def test_a_checkpointed_server_of_before_resumes_with_an_empty_cache():
     server = build_server("ptopofl", {})
     server.setup(build_model(task=fed.task, n_features=fed.n_features + 4), list(range(6)),
                  np.random.default_rng(0))
+    from topofl.federation.messages import ClientUpdate
+
+    rng = np.random.default_rng(2)
+    for rnd in (1, 2):  # two rounds, then the server is checkpointed as an earlier release pickled it
+        msgs = server.configure_fit(rnd, list(range(6)))
+        server.aggregate_fit(rnd, [ClientUpdate(i, m.params + rng.normal(size=m.params.size), 30,
+                                                descriptor=np.abs(rng.normal(size=48)) if rnd == 1 else None)
+                                   for i, m in msgs.items()])
     state = dict(server.__dict__)
-    del state["phi_version"], state["_anomaly"]  # as an earlier release pickled it
+    for name in ("phi_version", "_anomaly", "labels_version", "_sizes_memo", "_consensus_memo"):
+        del state[name]
     old = pickle.loads(pickle.dumps(server))
     old.__dict__.clear()
-    old.__setstate__(state)
-    assert old.phi_version == 0 and old._anomaly is None
+    old.__setstate__(pickle.loads(pickle.dumps(state)))
+    assert old.phi_version == 0 and old._anomaly is None and old._consensus_memo is None
+    msgs = old.configure_fit(3, list(range(6)))  # and it runs on, with the trust of before
+    log = old.aggregate_fit(3, [ClientUpdate(i, m.params, 30) for i, m in msgs.items()])
+    assert log["trust"] == server.trust and set(log["clusters"]) == set(range(6))
 
 
 # ---- no per-cluster stack of the replies ---------------------------------------------------------
@@ -362,3 +374,48 @@ def test_unassigned_clients_share_one_consensus_until_the_clusters_change():
     server.labels_version += 1
     np.testing.assert_array_equal(server.message_for(7).params, old_params_for(server, 7))
     assert not np.array_equal(server.message_for(7).params, c)
+
+
+def old_reassign(phi, labels, drifted):  # the loop of PTopoFL._track_drift over _assign_nearest, before
+    moved = []
+    for cid in drifted:
+        others = {k: v for k, v in labels.items() if k != cid}
+        cents = old_cluster_centroids(phi, others) or old_cluster_centroids(phi, labels)
+        new = maths.nearest_cluster(normalise_rows(phi[cid])[0], cents)
+        if new != labels[cid]:
+            labels[cid] = new
+            moved.append(cid)
+    return moved
+
+
+def test_drifted_clients_move_as_before_from_running_sums():
+    rng = np.random.default_rng(11)
+    moves = 0
+    for _ in range(300):
+        K = int(rng.integers(2, 40))
+        phi = dict(enumerate(descriptors(rng, K, ties=False)))
+        labels = {cid: int(rng.integers(0, 3)) for cid in phi}
+        drifted = sorted(rng.choice(K, size=int(rng.integers(1, K + 1)), replace=False).tolist())
+        want = dict(labels)
+        want_moved = old_reassign(phi, want, drifted)
+        assert maths.reassign(phi, labels, drifted) == want_moved and labels == want
+        moves += len(want_moved)
+    assert moves > 100  # clients did move, clusters emptied and refilled
+
+
+def test_a_cluster_emptied_by_drift_weighs_nothing_in_the_consensus():
+    """Review of issue 25 (a KeyError since before): a cluster whose only member drifted away keeps its model
+    in cluster_raw with no member; the consensus a newcomer gets (Eq. 7) gives it weight 0, as the blend does."""
+    from topofl.methods import build_server
+    from topofl.models.registry import build_model
+
+    fed = topofl.make_scenario("healthcare", 0, n_clients=12)
+    server = build_server("ptopofl", {})
+    server.setup(build_model(task=fed.task, n_features=fed.n_features + 4), list(range(12)), np.random.default_rng(0))
+    rng = np.random.default_rng(1)
+    server.labels = {0: 1, 1: 1, 2: 1}  # cluster 0 lost its only member
+    server.labels_version += 1
+    server.cluster_raw = {0: rng.normal(size=25), 1: rng.normal(size=25)}
+    server.cluster_models = dict(server.cluster_raw)
+    np.testing.assert_array_equal(server.message_for(7).params, server.cluster_raw[1])
+    np.testing.assert_array_equal(server.server_params(), server.cluster_raw[1])

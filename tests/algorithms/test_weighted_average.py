@@ -38,3 +38,11 @@ def test_mean_of_is_numpy_mean_bit_for_bit_without_the_stack(K, d):
     assert all(np.array_equal(v, c) for v, c in zip(V, copies, strict=True))
     with pytest.raises(ValueError, match="at least one vector"):
         base.mean_of([])
+
+
+def test_mean_of_leaves_to_numpy_what_numpy_sums_otherwise():
+    rng = np.random.default_rng(3)
+    for V in ([rng.normal(size=1) for _ in range(40)],                       # one number: pairwise in NumPy
+              [rng.normal(size=5).astype(np.float32) for _ in range(9)]):    # float32: NumPy's float32 mean
+        got, want = base.mean_of(V), np.mean(V, axis=0)
+        assert got.dtype == want.dtype and np.array_equal(got, want)

@@ -329,3 +329,10 @@ def test_the_scale_check_is_made_once_per_set_of_clients(monkeypatch):
     assert len(calls) == 1
     fed.clients = tuple(fed.clients[:2])  # other clients: checked again
     assert fed.scale_problem() is not None and len(calls) == 2
+    clients = list(fed.clients)  # one client replaced in place in the list: checked again
+    X = clients[0].X_train / np.array([1.0, 1.0, 1e4])
+    clients[0] = type(clients[0])(X, clients[0].y_train, X[:8], clients[0].y_test, clients[0].client_id)
+    fed.clients = clients
+    fed.scale_problem()
+    fed.clients[1] = type(clients[1])(X, clients[1].y_train, X[:8], clients[1].y_test, clients[1].client_id)
+    assert fed.scale_problem() is None and len(calls) == 4

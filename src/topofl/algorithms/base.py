@@ -448,11 +448,15 @@ def weighted_sum(vectors: list[np.ndarray], w: np.ndarray, stack_limit: float | 
 
 
 def mean_of(vectors: Sequence[np.ndarray]) -> np.ndarray:
-    """The plain mean of float64 vectors, added one at a time into one buffer: ``numpy.mean(vectors, axis=0)``
-    bit for bit (it sums a stack's rows in the same order), without the K × d stack.
+    """``numpy.mean(vectors, axis=0)`` bit for bit, without its K × d stack for float64 vectors of two or more
+    numbers: added one at a time into one buffer (NumPy sums a stack's rows in that order). Other vectors
+    (one number each, where NumPy sums pairwise; another dtype, whose mean NumPy keeps in it) go to NumPy.
     """
     if not vectors:
         raise ValueError("mean_of needs at least one vector")
+    if any(np.ndim(v) != 1 or np.size(v) < 2 or np.asarray(v).dtype != np.float64 for v in vectors):
+        out: np.ndarray = np.mean(vectors, axis=0)
+        return out
     acc: np.ndarray = np.array(vectors[0], dtype=np.float64, copy=True)
     for v in vectors[1:]:
         acc += v

@@ -557,12 +557,15 @@ class Federation:
         return [c.client_id for c in self.clients]
 
     def scale_problem(self) -> str | None:
-        """:func:`feature_scale_problem` of the clients, worked out once per set of clients: a federation is run
-        by many methods and seeds (``compare``, the experiments), and its arrays are not to be changed in place.
+        """:func:`feature_scale_problem` of the clients, worked out again only when a client is replaced: a
+        federation is run by many methods and seeds (``compare``, the experiments). A client's arrays are not to be
+        changed in place (a :class:`ClientData` is frozen; its arrays are the federation's).
         """
         memo = self.__dict__.get("_scale_problem")
-        if memo is None or memo[0] is not self.clients:
-            memo = self.__dict__["_scale_problem"] = (self.clients, feature_scale_problem(self.clients))
+        clients = tuple(self.clients)  # held by the memo, so that each identity names one client
+        if memo is None or len(memo[0]) != len(clients) or any(a is not b for a, b in zip(memo[0], clients,
+                                                                                            strict=True)):
+            memo = self.__dict__["_scale_problem"] = (clients, feature_scale_problem(clients))
         problem: str | None = memo[1]
         return problem
 

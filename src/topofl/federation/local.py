@@ -104,7 +104,10 @@ def sgd(  # noqa: PLR0913 - the local-training keywords every method passes, by 
     bs = max(1, min(batch_size, n))
     gradient, own = _gradient_step(model, theta, X, y, weighted.get("sample_weight"))
     # plain SGD in the loop itself: LocalOptimizer.step's θ −= lr·g, the product written into the loop's own buffer
-    step, plain, rate = optimizer.step, optimizer.spec.name == "sgd" and own, optimizer.spec.lr
+    # (only for the library's own optimiser: a subclass's or a patched step is called)
+    plain = own and optimizer.spec.name == "sgd" and type(optimizer).step is LocalOptimizer.step \
+        and "step" not in vars(optimizer)
+    step, rate = optimizer.step, optimizer.spec.lr
     multiply, subtract = np.multiply, np.subtract
     budget = {"local_steps": local_steps} if local_steps > 0 else {"epochs": epochs}
     with np.errstate(over="ignore", invalid="ignore"):  # divergence is reported below, by name

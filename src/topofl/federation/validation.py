@@ -149,8 +149,10 @@ _SQUARES_SIZE = 1 << 20
 
 
 def _fast_dtype(value: np.ndarray) -> bool:
-    """Whether :func:`_squares_fit` can judge ``value``: float32 or float64, at most :data:`_SQUARES_SIZE` numbers."""
-    return value.dtype.kind == "f" and value.dtype.itemsize >= 4 and value.size <= _SQUARES_SIZE
+    """Whether :func:`_squares_fit` can judge ``value``: float32 or float64 (not a longdouble, whose largest value is
+    no Python float), at most :data:`_SQUARES_SIZE` numbers.
+    """
+    return value.dtype.kind == "f" and value.dtype.itemsize in (4, 8) and value.size <= _SQUARES_SIZE
 
 
 def _squares_fit(lo: float, hi: float, value: np.ndarray) -> bool:
@@ -172,9 +174,11 @@ def _largest(dtype: np.dtype) -> float:
 
 @functools.cache
 def _own_dtypes(names: tuple[str, ...]) -> frozenset[int]:
-    """The ids of NumPy's own descriptors (singletons, never freed) of the dtypes ``names`` in native byte order:
-    an array whose dtype is one of them passes :meth:`ArraySpec.problem`'s dtype check without reading its name
-    (~2 µs a read); any other dtype is judged by its name and byte order, as always.
+    """The ids of NumPy's own descriptors of the dtypes ``names`` in native byte order — singletons, never freed
+    (``np.dtype(name) is np.dtype(name)``; a parametric one such as ``datetime64[ns]`` is a fresh object each time,
+    whose id could be reused, and is left out): an array whose dtype is one of them passes
+    :meth:`ArraySpec.problem`'s dtype check without reading its name (~2 µs a read); any other dtype is judged by
+    its name and byte order, as always.
     """
     own = set()
     for name in names:
@@ -182,7 +186,7 @@ def _own_dtypes(names: tuple[str, ...]) -> frozenset[int]:
             dtype = np.dtype(name)
         except TypeError:
             continue
-        if dtype.name == name and dtype.byteorder in "=|":
+        if dtype.name == name and dtype.byteorder in "=|" and np.dtype(name) is dtype:
             own.add(id(dtype))
     return frozenset(own)
 

@@ -40,18 +40,37 @@ def _mean(values: np.ndarray) -> float:
     return float(np.add.reduce(values, axis=None) / values.size)
 
 
-_MIRRORS: dict[tuple[type, str], bool] = {}
+#: every step a fast path (:meth:`LinearModel.batch_gradient`, :meth:`LinearModel.evaluation_outputs`) writes out
+#: or goes around: a subclass that overrides any of them gets the general path, which calls them
+_STEPS = ("_split", "_logits", "_penalty", "_pack_grad", "_dlogits", "_loss_at", "_outputs_at", "loss_grad", "loss",
+          "grad", "grad_into", "batch_gradient", "evaluation_outputs", "predict_scores", "predict")
 
 
-def _mirrors(cls: type, kernel: str, names: tuple[str, ...]) -> bool:
-    """Whether the methods ``names`` of ``cls`` are those of the class that defines its ``kernel`` (a fast path
-    that writes them out in one piece): a subclass that overrides one of them but not the kernel gets the general
-    path, which calls them. Worked out once per class and kernel.
+def _library_class(cls: type) -> type:
+    """The class of this module that ``cls`` derives from (itself, for the library's own models)."""
+    return next(k for k in cls.__mro__ if k.__module__ == __name__)
+
+
+_OWN_STEPS: dict[type, bool] = {}
+_OVERRIDES: dict[tuple[type, str], bool] = {}
+
+
+def _own_steps(cls: type) -> bool:
+    """Whether ``cls`` has every method of :data:`_STEPS` as the library's class it derives from has it: then the
+    fast paths compute exactly what the step-by-step methods would. Worked out once per class.
     """
-    known = _MIRRORS.get((cls, kernel))
+    known = _OWN_STEPS.get(cls)
     if known is None:
-        owner = next(k for k in cls.__mro__ if kernel in k.__dict__)
-        known = _MIRRORS[(cls, kernel)] = all(getattr(cls, name) is getattr(owner, name) for name in names)
+        library = _library_class(cls)
+        known = _OWN_STEPS[cls] = all(getattr(cls, name, None) is getattr(library, name, None) for name in _STEPS)
+    return known
+
+
+def _overrides(cls: type, name: str) -> bool:
+    """Whether ``cls`` replaces the library's method ``name`` (a user's subclass). Worked out once per class."""
+    known = _OVERRIDES.get((cls, name))
+    if known is None:
+        known = _OVERRIDES[(cls, name)] = getattr(cls, name) is not getattr(_library_class(cls), name)
     return known
 
 
@@ -155,14 +174,21 @@ class LinearModel:
         return self._loss_at(theta, Z, y, sample_weight), self._pack_grad(X, self._dlogits(Z, y, sample_weight), theta)
 
     def loss(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> float:
-        """Mean loss with the L2 penalty, without the gradient: the same bits as ``loss_grad(...)[0]``."""
+        """Mean loss with the L2 penalty, without the gradient: the same bits as ``loss_grad(...)[0]`` (a subclass
+        that overrides :meth:`loss_grad`, the model contract's method, gets its loss).
+        """
+        if _overrides(type(self), "loss_grad"):
+            return self.loss_grad(theta, X, y)[0]
         return self._loss_at(theta, self._logits(theta, X), y, None)
 
     def grad(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray,
              sample_weight: np.ndarray | None = None) -> np.ndarray:
         """Gradient of :meth:`loss` (of the weighted mean loss with ``sample_weight``), without the loss:
-        the same bits as ``loss_grad(...)[1]``.
+        the same bits as ``loss_grad(...)[1]`` (a subclass that overrides :meth:`loss_grad` gets its gradient).
         """
+        if _overrides(type(self), "loss_grad"):
+            weighted = {} if sample_weight is None else {"sample_weight": sample_weight}
+            return self.loss_grad(theta, X, y, **weighted)[1]
         return self._pack_grad(X, self._dlogits(self._logits(theta, X), y, sample_weight), theta)
 
     def grad_into(self, out: np.ndarray, theta: np.ndarray, X: np.ndarray, y: np.ndarray,
@@ -184,6 +210,10 @@ class LinearModel:
         """
         if out.shape != (self.n_params,) or out.dtype != np.float64:
             raise ValueError(f"out must be a float64 vector of shape ({self.n_params},); got {out.dtype} {out.shape}")
+        if _overrides(type(self), "loss_grad") or _overrides(type(self), "grad"):
+            weighted = {} if sample_weight is None else {"sample_weight": sample_weight}
+            np.copyto(out, self.grad(theta, X, y, **weighted))
+            return out
         return self._pack_grad(X, self._dlogits(self._logits(theta, X), y, sample_weight), theta, out)
 
     def batch_gradient(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray,
@@ -213,11 +243,16 @@ class LinearModel:
         if theta.shape != (self.n_params,) or theta.dtype != np.float64:
             raise ValueError(f"theta must be a float64 vector of shape ({self.n_params},); got {theta.dtype} "
                              f"{theta.shape}")
-        if not _mirrors(type(self), "batch_gradient", ("_split", "_logits", "_pack_grad", "grad_into")):
-            # a subclass that changes a step this kernel writes out: its own grad_into, batch by batch
+        if not _own_steps(type(self)):
+            # a subclass that changes a step this kernel writes out: its own gradient (grad), batch by batch
             buffer = np.empty(self.n_params)
-            return lambda idx: self.grad_into(buffer, theta, X[idx], y[idx],
-                                              None if sample_weight is None else sample_weight[idx])
+
+            def general(idx: np.ndarray) -> np.ndarray:
+                weighted = {} if sample_weight is None else {"sample_weight": sample_weight[idx]}
+                np.copyto(buffer, self.grad(theta, X[idx], y[idx], **weighted))
+                return buffer
+
+            return general
         d, c = self.n_features, self.n_outputs
         dc = d * c
         W, b, w = theta[:dc].reshape(d, c), theta[dc:], theta[:dc]
@@ -245,7 +280,7 @@ class LinearModel:
         from one logits pass — what evaluation needs (:func:`topofl.metrics.evaluate`), with the bits of the three
         separate calls.
         """
-        if not _mirrors(type(self), "_outputs_at", ("_logits", "loss", "_penalty", "predict_scores", "predict")):
+        if not _own_steps(type(self)):
             # a subclass that changes what _outputs_at mirrors: the three calls
             scores = self.predict_scores(theta, X)
             loss = self.loss(theta, X, y) - self._penalty(theta)

@@ -32,9 +32,13 @@ def _check_orders(p: float, internal_p: float) -> None:
 
 
 #: total points (both diagrams) from which :func:`wasserstein_exact`'s ``solver="auto"`` takes POT's network
-#: simplex: measured (``benchmarks/bench_wasserstein.py``) as fast as SciPy's assignment at 80 + 80 points
-#: (pTopoFL's linear subsample), 1.4–2.2x faster at 200 + 200 (deep models) and 3–5x at 1,000 + 1,000
+#: simplex: measured (``benchmarks/bench_wasserstein.py``) slower than SciPy's assignment at 80 + 80 points
+#: (pTopoFL's linear subsample), 1.2–1.5x faster at 200 + 200 (deep models) and 2.3–2.6x at 1,000 + 1,000
 POT_MIN_POINTS = 200
+#: the largest order p for which ``solver="auto"`` takes POT: its network simplex loses precision as the costs
+#: (distance / largest)^p spread over many orders of magnitude — measured ≤ 2e-15 relative to the assignment up to
+#: p = 4, 5e-10 at p = 6, 4 % at p = 60
+POT_MAX_ORDER = 4.0
 WASSERSTEIN_SOLVERS = ("auto", "assignment", "pot")
 
 
@@ -54,9 +58,11 @@ def wasserstein_exact(d1: np.ndarray, d2: np.ndarray, p: float = 2.0, internal_p
         ``"assignment"``: SciPy's ``linear_sum_assignment`` on the square reduction below (the
         solver of earlier releases, bit for bit). ``"pot"``: gudhi's optimal-transport formulation
         (``gudhi.wasserstein``: the diagonal as one point of the other diagram's total mass), solved
-        by POT's exact network simplex — the same optimum, equal to within rounding (≤ 1e-15
-        relative in ``benchmarks/bench_wasserstein.py``). ``"auto"``: POT from
-        :data:`POT_MIN_POINTS` points in all, where it is faster; the assignment below.
+        by POT's exact network simplex — the same optimum, equal to within rounding (≤ 2e-15
+        relative in ``benchmarks/bench_wasserstein.py`` up to p = 4; less precise for larger p, see
+        :data:`POT_MAX_ORDER`); it needs every pair to die after it is born. ``"auto"``: POT from
+        :data:`POT_MIN_POINTS` points in all and p ≤ :data:`POT_MAX_ORDER`, where it is faster and as
+        precise; the assignment otherwise, and for diagrams with a pair below the diagonal.
 
     Returns
     -------
@@ -82,8 +88,10 @@ def wasserstein_exact(d1: np.ndarray, d2: np.ndarray, p: float = 2.0, internal_p
     m, n = len(a), len(b)
     if m + n == 0:
         return 0.0
-    if solver == "pot" or (solver == "auto" and m + n >= POT_MIN_POINTS):
-        return _wasserstein_pot(a, b, p, internal_p)
+    below = bool(np.any(a[:, 1] < a[:, 0]) or np.any(b[:, 1] < b[:, 0]))
+    if solver == "pot" and below:
+        raise ValueError("solver='pot' needs pairs with death >= birth (gudhi's distance to the diagonal is "
+                         "signed); use solver='assignment'")
     diag_scale = 1.0 if internal_p == np.inf else 2.0 ** (1.0 / internal_p)
     da = np.abs(a[:, 1] - a[:, 0]) / 2.0 * diag_scale
     db = np.abs(b[:, 1] - b[:, 0]) / 2.0 * diag_scale
@@ -92,6 +100,8 @@ def wasserstein_exact(d1: np.ndarray, d2: np.ndarray, p: float = 2.0, internal_p
     scale = max(float(da.max(initial=0.0)), float(db.max(initial=0.0)), float(cross.max(initial=0.0)))
     if scale == 0.0:
         return 0.0
+    if solver == "pot" or (solver == "auto" and m + n >= POT_MIN_POINTS and p <= POT_MAX_ORDER and not below):
+        return _wasserstein_pot(a, b, p, internal_p, scale)
     cost = np.zeros((m + n, n + m))
     cost[:m, :n] = (cross / scale) ** p
     cost[:m, n:] = ((da / scale) ** p)[:, None]
@@ -102,16 +112,18 @@ def wasserstein_exact(d1: np.ndarray, d2: np.ndarray, p: float = 2.0, internal_p
     return scale * float(math.fsum(cost[rows, cols].tolist()) ** (1.0 / p))
 
 
-def _wasserstein_pot(a: np.ndarray, b: np.ndarray, p: float, internal_p: float) -> float:
-    """W_p by gudhi's optimal-transport formulation and POT's exact solver, on the diagrams divided by their
-    largest coordinate (W_p is homogeneous of degree 1), so that large p neither overflows nor underflows.
+def _wasserstein_pot(a: np.ndarray, b: np.ndarray, p: float, internal_p: float, scale: float) -> float:
+    """W_p by gudhi's optimal-transport formulation and POT's exact solver. The diagrams are first moved along
+    the diagonal so that their smallest coordinate is 0, then divided by ``scale``, the largest distance the
+    matching can use (as :func:`wasserstein_exact` divides its costs): W_p is unchanged by the move and
+    homogeneous of degree 1, so small distances between large coordinates keep their precision and a large p
+    neither overflows nor underflows.
     """
     from gudhi.wasserstein import wasserstein_distance
 
-    scale = max(float(np.abs(a).max(initial=0.0)), float(np.abs(b).max(initial=0.0)))
-    if scale == 0.0:
-        return 0.0
-    return scale * float(wasserstein_distance(a / scale, b / scale, order=p, internal_p=internal_p))
+    shift = min(float(a.min(initial=np.inf)), float(b.min(initial=np.inf)))
+    return scale * float(wasserstein_distance((a - shift) / scale, (b - shift) / scale, order=p,
+                                              internal_p=internal_p))
 
 
 def wasserstein(
@@ -175,7 +187,9 @@ def descriptor_distance(a: np.ndarray, b: np.ndarray) -> float:
 def pairwise_euclidean(V: np.ndarray) -> np.ndarray:
     """(K, K) Euclidean distances between the rows of V (vectorised, exact zeros on the diagonal)."""
     V = np.asarray(V, dtype=np.float64)
-    (_, D), = euclidean_row_blocks(V, max(1, V.shape[0]) ** 2)  # one block: the whole matrix
+    if V.shape[0] == 0:
+        return np.zeros((0, 0))
+    (_, D), = euclidean_row_blocks(V, V.shape[0] ** 2)  # one block: the whole matrix
     return D
 
 
@@ -188,7 +202,7 @@ def euclidean_row_blocks(V: np.ndarray, max_numbers: int = EUCLIDEAN_BLOCK) -> I
     """The rows of :func:`pairwise_euclidean` (V), a block at a time: ``(start, D[start:stop])``.
 
     Each block holds at most ``max_numbers`` distances (at least one row), so the K × K matrix is never
-    held: O(K · max_numbers / K) memory instead of O(K²). The arithmetic is the full matrix's, row by
+    held: O(max_numbers + K) memory instead of O(K²). The arithmetic is the full matrix's, row by
     row: ‖v_i‖² + ‖v_j‖² − 2 v_i·v_j, clipped at 0, exact zeros on the diagonal, square root. When the
     whole matrix fits in one block (K² ≤ ``max_numbers``) it is the same product, hence the same bits
     as :func:`pairwise_euclidean`; a block of fewer rows multiplies with a general product, whose last
@@ -254,14 +268,14 @@ def pairwise_diagram_distances(
     cost about 1.6 ms each on pTopoFL's diagrams of 80 points (13 min at 1,000 clients, about a day
     at 10,000; ``benchmarks/bench_wasserstein.py``): a computation that runs longer than
     :data:`PROGRESS_AFTER_S` logs its progress and the time it expects to take, every
-    :data:`PROGRESS_AFTER_S` seconds.
+    :data:`PROGRESS_AFTER_S` seconds (the first report as a warning, the next ones at INFO).
     """
     fn = {"wasserstein": lambda a, b: wasserstein(a, b, p, rel_error=rel_error), "bottleneck": bottleneck}.get(metric)
     if fn is None:
         raise ValueError(f"metric must be one of wasserstein, bottleneck; got {metric!r}")
     K = len(dgms)
     D = np.zeros((K, K))
-    pairs, done = K * (K - 1) // 2, 0
+    pairs, done, reported = K * (K - 1) // 2, 0, False
     start = last = _clock()
     for i in range(K):
         for j in range(i + 1, K):
@@ -271,6 +285,8 @@ def pairwise_diagram_distances(
         if now - last >= PROGRESS_AFTER_S and done < pairs:
             last = now
             left = (now - start) / done * (pairs - done)
-            log.warning("%s distances of %d clients: %d of %d pairs in %.0f s, about %.0f s left (the 'l2' "
-                        "descriptor distance takes well under a second)", metric, K, done, pairs, now - start, left)
+            log.log(logging.WARNING if not reported else logging.INFO,
+                    "%s distances of %d clients: %d of %d pairs in %.0f s, about %.0f s left (the 'l2' descriptor "
+                    "distance takes well under a second)", metric, K, done, pairs, now - start, left)
+            reported = True
     return D

@@ -307,12 +307,7 @@ class PTopoFL(Algorithm):
         st, c = ctx.state, self.config
         deep = is_deep(ctx.model)
         X = ctx.data.X_train
-        seen = (ctx.round, id(X), X.shape)  # within a round the data are hashed once (fit, features, evaluation)
-        if st.get("fingerprint_seen", (None,))[0] == seen:
-            fp = st["fingerprint_seen"][1]
-        else:
-            fp = data_fingerprint(X)
-            st["fingerprint_seen"] = (seen, fp)
+        fp = data_fingerprint(X)
         due = c.descriptor_every > 0 and ctx.round - st.get("desc_round", ctx.round) >= c.descriptor_every
         refresh = refresh and st.get("desc_round") != ctx.round
         if st.get("fingerprint") == fp and not due and not refresh:
@@ -347,6 +342,11 @@ class PTopoFL(Algorithm):
         if not self.augments(is_deep(ctx.model)):
             return X
         self.ensure_descriptor(ctx)
+        return self._augmented(ctx, X)
+
+    @staticmethod
+    def _augmented(ctx: ClientContext, X: np.ndarray) -> np.ndarray:
+        """``X`` with the §3.2 TDA features of the client's current descriptor (ensured by the caller)."""
         augmented: np.ndarray = ctx.state["topo"].augment(X)
         return augmented
 
@@ -356,7 +356,7 @@ class PTopoFL(Algorithm):
         """
         self.ensure_descriptor(ctx, message.params, refresh=bool(message.config.get("refresh_descriptor", False)))
         st = ctx.state
-        X = self.client_features(ctx, ctx.data.X_train)
+        X = self._augmented(ctx, ctx.data.X_train) if self.augments(is_deep(ctx.model)) else ctx.data.X_train
         theta = self.local_sgd(ctx, message.params, X, lr_scale=float(message.config.get("lr_scale", 1.0)),
                                sample_weight=st.get("sample_weight"))
         send = bool(st.pop("desc_dirty", False) or message.config.get("need_descriptor", False))
@@ -470,9 +470,7 @@ class PTopoFL(Algorithm):
         memo = self._consensus_memo
         if memo is None or memo[0] != self.labels_version or len(memo[1]) != len(raw) or any(
                 j != k or a is not b for (j, a), (k, b) in zip(memo[1], raw, strict=True)):
-            sizes = self._sizes()
-            K = sum(sizes.values())
-            memo = (self.labels_version, raw, cast(np.ndarray, sum(sizes[j] / K * theta for j, theta in raw)))
+            memo = (self.labels_version, raw, maths.consensus(self.cluster_raw, self._sizes()))
             self._consensus_memo = memo
         return memo[2]
 
@@ -721,28 +719,21 @@ class PTopoFL(Algorithm):
             out["aggregation_fallback"] = robust["aggregation_fallback"]
         return out
 
-    def _assign_nearest(self, cid: int) -> int:
-        """The cluster whose centroid of normalised descriptors is nearest to client ``cid``'s (§3.5 re-assignment)."""
-        others = {k: v for k, v in self.labels.items() if k != cid}
-        cents = maths.cluster_centroids(self.phi, others) or maths.cluster_centroids(self.phi, self.labels)
-        return maths.nearest_cluster(normalise_rows(self.phi[cid])[0], cents)
-
     def _track_drift(self) -> tuple[dict[int, float], list[int]]:
-        """Eq. 9 per client, normalised by ‖φ^(1)‖; re-assign drifted clients (§3.5)."""
+        """Eq. 9 per client, normalised by ‖φ^(1)‖; re-assign drifted clients (§3.5, :func:`maths.reassign`)."""
         c = self.config
-        drift, moved = {}, []
+        drift = {}
         self.boosted = set()
         for cid, hist in self.history.items():
             first = np.linalg.norm(hist[0])
             drift[cid] = maths.drift(np.vstack(hist)) / first if first > 0 else 0.0
             if drift[cid] > c.drift_threshold:
                 self.boosted.add(cid)
-                if c.recluster_on_drift and len(self.cluster_raw) > 1:
-                    new = self._assign_nearest(cid)
-                    if new != self.labels[cid]:
-                        self.labels[cid] = new
-                        self.labels_version += 1
-                        moved.append(cid)
+        moved: list[int] = []
+        if self.boosted and c.recluster_on_drift and len(self.cluster_raw) > 1:
+            moved = maths.reassign(self.phi, self.labels, [cid for cid in self.history if cid in self.boosted])
+            if moved:
+                self.labels_version += 1
         return drift, moved
 
     def _trust(self) -> tuple[dict[int, float], dict[int, float], list[int]]:

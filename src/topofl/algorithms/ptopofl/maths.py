@@ -106,6 +106,38 @@ def _first_merges(Z: np.ndarray, K: int, merges: int) -> np.ndarray:
     return np.array([first.setdefault(sets[i], len(first)) for i in range(K)])
 
 
+def reassign(phi: Mapping[int, np.ndarray], labels: dict[int, int], drifted: list[int]) -> list[int]:
+    """§3.5's re-assignment of drifted clients, in turn: each joins the cluster whose centroid of the *other*
+    clients' normalised descriptors is nearest (its own cluster's centroid taken without it; when it is alone,
+    every centroid), the centroids counting the moves before it; written into ``labels``. Returns the clients
+    that changed cluster.
+
+    The centroids come from :func:`cluster_sums`, kept as clients move: O(K + |drifted| · M) instead of a pass
+    over every client per drifted one (which made a round O(K²) after a data change). A centroid without the
+    client is its cluster's sum less its descriptor: equal to the mean of the others to rounding (last bits).
+    """
+    sums = cluster_sums(phi, labels)
+    moved = []
+    for cid in drifted:
+        x = normalise_rows(phi[cid])[0]
+        own = labels[cid]
+        cents = {}
+        for j, (total, count) in sums.items():
+            if j != own and count > 0:
+                cents[j] = total / count
+            elif j == own and count > 1:
+                cents[j] = (total - x) / (count - 1)
+        if not cents:
+            cents = {j: total / count for j, (total, count) in sums.items() if count > 0}
+        new = nearest_cluster(x, cents)
+        if new != own:
+            labels[cid] = new
+            sums[own] = (sums[own][0] - x, sums[own][1] - 1)
+            sums[new] = (sums[new][0] + x, sums[new][1] + 1)
+            moved.append(cid)
+    return moved
+
+
 def anomaly_scores(phi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """δ_k = mean distance to the other clients' descriptors (Eq. 8) and its z-score.
 
@@ -178,13 +210,21 @@ def wasserstein_weights(distances: np.ndarray, temperature: float) -> np.ndarray
     return alpha
 
 
-def blend(cluster_models: Mapping[int, np.ndarray], sizes: Mapping[int, int], beta: float) -> dict[int, np.ndarray]:
-    """θ*_C = (1 − β) θ_C + β θ̄ with θ̄ = Σ_j |C_j|/K θ_Cj (Eq. 7)."""
+def consensus(cluster_models: Mapping[int, np.ndarray], sizes: Mapping[int, int]) -> np.ndarray:
+    """θ̄ = Σ_j |C_j|/K θ_Cj over the clusters of ``cluster_models`` (Eq. 7), K their total size; a cluster that
+    lost every member (|C_j| = 0) weighs nothing.
+    """
     K = float(sum(sizes.get(j, 0) for j in cluster_models))
     if K <= 0:
-        raise ValueError(f"blend needs at least one non-empty cluster; sizes={dict(sizes)}")
-    consensus = sum((sizes.get(j, 0) / K) * theta for j, theta in cluster_models.items())
-    return {j: (1.0 - beta) * theta + beta * consensus for j, theta in cluster_models.items()}
+        raise ValueError(f"the consensus needs at least one non-empty cluster; sizes={dict(sizes)}")
+    theta_bar: np.ndarray = sum((sizes.get(j, 0) / K) * theta for j, theta in cluster_models.items())  # type: ignore[assignment]
+    return theta_bar
+
+
+def blend(cluster_models: Mapping[int, np.ndarray], sizes: Mapping[int, int], beta: float) -> dict[int, np.ndarray]:
+    """θ*_C = (1 − β) θ_C + β θ̄ with θ̄ the :func:`consensus` (Eq. 7)."""
+    theta_bar = consensus(cluster_models, sizes)
+    return {j: (1.0 - beta) * theta + beta * theta_bar for j, theta in cluster_models.items()}
 
 
 def drift(history: np.ndarray) -> float:
