@@ -21,6 +21,7 @@ import topofl.federation.algorithm as algorithm_module
 import topofl.federation.pool as pool_module
 import topofl.federation.runner as runner_module
 import topofl.metrics as metrics_module
+from linear_cases import linear_model, random_labels
 from topofl.data.federation import Federation
 from topofl.federation.algorithm import ClientContext
 from topofl.federation.local import AffineGrad, ensure_finite, sgd
@@ -268,17 +269,7 @@ def _old_code(m: pytest.MonkeyPatch) -> None:
 
 
 # ---- helpers ------------------------------------------------------------------------------------------
-def _model(task: str, d: int, l2: float, n_classes: int = 3) -> LinearModel:
-    return {"binary": lambda: BinaryLogistic(d, l2), "regression": lambda: LeastSquares(d, l2),
-            "multiclass": lambda: SoftmaxRegression(d, l2, n_classes=n_classes)}[task]()
-
-
-def _labels(task: str, rng: np.random.Generator, n: int, n_classes: int = 3) -> np.ndarray:
-    if task == "binary":
-        return (rng.random(n) > 0.5).astype(float)
-    if task == "multiclass":
-        return rng.integers(0, n_classes, n).astype(float)
-    return rng.standard_normal(n) * 3
+_model, _labels = linear_model, random_labels
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -336,3 +336,14 @@ def test_the_scale_check_is_made_once_per_set_of_clients(monkeypatch):
     fed.scale_problem()
     fed.clients[1] = type(clients[1])(X, clients[1].y_train, X[:8], clients[1].y_test, clients[1].client_id)
     assert fed.scale_problem() is None and len(calls) == 4
+
+
+def test_the_rows_to_predict_on_name_an_overlong_field_as_the_training_file_does(tmp_path):
+    """The two CSV readers share one opening and one set of error messages: a field beyond the CSV reader's limit
+    in the rows given to ``topofl predict`` is named as in a training file, not as a bare CSV error."""
+    from topofl.data.loaders.tables import read_prediction_rows
+
+    path = tmp_path / "rows.csv"
+    path.write_text("a,b\n1,2\n1," + "2" * 200_000 + "\n")
+    with pytest.raises(ValueError, match=r"rows\.csv line 3: a field is longer than 131,072 characters"):
+        read_prediction_rows(path, ["a", "b"], None, None)

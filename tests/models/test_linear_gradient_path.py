@@ -10,8 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import topofl
+from linear_cases import linear_model, random_labels
 from topofl.federation.local import AffineGrad, sgd
-from topofl.models.linear import BinaryLogistic, LeastSquares, LinearModel, SoftmaxRegression, _special, _weigh
+from topofl.models.linear import BinaryLogistic, LinearModel, SoftmaxRegression, _special, _weigh
 from topofl.models.optimizers import LocalOptimizer, OptimizerSpec, epoch_batches
 
 
@@ -71,17 +72,7 @@ def _old_sgd(model, theta, X, y, *, epochs, lr, batch_size, rng, extra_grad=None
 
 
 # ---- gradients ------------------------------------------------------------------------------------
-def _model(task: str, d: int, l2: float, n_classes: int = 3) -> LinearModel:
-    return {"binary": lambda: BinaryLogistic(d, l2), "regression": lambda: LeastSquares(d, l2),
-            "multiclass": lambda: SoftmaxRegression(d, l2, n_classes=n_classes)}[task]()
-
-
-def _labels(task: str, rng: np.random.Generator, n: int, n_classes: int = 3) -> np.ndarray:
-    if task == "binary":
-        return (rng.random(n) > 0.5).astype(float)
-    if task == "multiclass":
-        return rng.integers(0, n_classes, n).astype(float)
-    return rng.standard_normal(n) * 3
+_model, _labels = linear_model, random_labels
 
 
 @settings(max_examples=150, deadline=None)

@@ -9,10 +9,11 @@ See docs/internals.md#topofl.data.loaders.tables for what is refused and the bou
 from __future__ import annotations
 
 import array
+import contextlib
 import csv
 import logging
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -174,24 +175,10 @@ def read_csv_sites(path: str | Path, site_column: str | None, label_column: str)
     """
     path = Path(path)
     name = path.name
-    reader: Any = None
-    try:
-        with path.open(newline="", encoding="utf-8-sig") as fh:
-            reader = csv.reader(fh)
-            header, index, fi = _read_header(reader, name, site_column, label_column)
-            features = [header[j] for j in fi]
-            groups = _read_groups(reader, path, header, index, fi, site_column, label_column)
-    except csv.Error as exc:
-        line = reader.line_num or 1
-        if "field larger than field limit" in str(exc):
-            raise ValueError(f"{name} line {line}: a field is longer than {csv.field_size_limit():,} characters "
-                             "(the CSV reader's limit); is it a comma-separated table, with every quote closed?"
-                             ) from None
-        raise ValueError(f"{name} line {line}: not readable as CSV ({exc})") from None
-    except OSError as exc:
-        raise ValueError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise ValueError(f"{str(path)!r} is not a UTF-8 text file (save it as \"CSV UTF-8\")") from None
+    with _csv_reader(path) as reader:
+        header, index, fi = _read_header(reader, name, site_column, label_column)
+        features = [header[j] for j in fi]
+        groups = _read_groups(reader, path, header, index, fi, site_column, label_column)
     if not groups:
         raise ValueError(f"{name}: no data rows")
     d = len(fi)
@@ -382,61 +369,76 @@ def read_prediction_rows(path: str | Path, features: Sequence[str] | None, site_
     """
     path = Path(path)
     name = path.name
-    reader: Any = None
-    try:
-        with path.open(newline="", encoding="utf-8-sig") as fh:
-            reader = csv.reader(fh)
-            raw = next((r for r in reader if any(c.strip() for c in r)), None)
-            if raw is None:
-                raise ValueError(f"{name}: empty file (a header row is needed)")
-            if len(raw) > MAX_COLUMNS:
-                raise ValueError(f"{name}: {len(raw):,} columns; at most {MAX_COLUMNS:,} are read from a CSV file")
-            header = [h.strip() for h in raw]
-            index = _header_index(header, name)
-            site = site_column if site_column in index else None
-            label = label_column if label_column in index else None
-            if features is None:
-                features = [h for h in header if h not in (site, label)]
-            missing = [f for f in features if f not in index]
-            if missing:
-                raise ValueError(f"{name}: the model's column(s) {_quoted(missing)} are missing "
-                                 f"(it takes {len(features)}: {_shown(list(features))})")
-            fi = [index[f] for f in features]
-            used = set(fi) | {index[c] for c in (site, label) if c is not None}
-            ignored = [h for j, h in enumerate(header) if j not in used]
-            rows, sites, labels, lines = [], [], [], []
-            budget = MAX_VALUES
-            for row in reader:
-                if not any(cell.strip() for cell in row):
-                    continue
-                where = f"{name} line {reader.line_num}"
-                if len(row) != len(header):
-                    raise ValueError(f"{where}: {len(row)} values for {len(header)} columns")
-                budget -= len(header)
-                if budget < 0:
-                    raise ValueError(f"{where}: more than {MAX_VALUES:,} values in the file")
-                rows.append([_feature_cell(row[j], where, header[j], allow_missing) for j in fi])
-                if site is not None:
-                    s = row[index[site]].strip()
-                    if not s:
-                        raise ValueError(f"{where}: column {site!r} is empty")
-                    sites.append(s)
-                if label is not None:
-                    labels.append(parse_cell(row[index[label]], where, label))
-                lines.append(reader.line_num)
-    except csv.Error as exc:
-        raise ValueError(f"{name} line {reader.line_num if reader is not None else 1}: not readable as CSV ({exc})"
-                         ) from None
-    except OSError as exc:
-        raise ValueError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise ValueError(f"{str(path)!r} is not a UTF-8 text file (save it as \"CSV UTF-8\")") from None
+    with _csv_reader(path) as reader:
+        raw = next((r for r in reader if any(c.strip() for c in r)), None)
+        if raw is None:
+            raise ValueError(f"{name}: empty file (a header row is needed)")
+        if len(raw) > MAX_COLUMNS:
+            raise ValueError(f"{name}: {len(raw):,} columns; at most {MAX_COLUMNS:,} are read from a CSV file")
+        header = [h.strip() for h in raw]
+        index = _header_index(header, name)
+        site = site_column if site_column in index else None
+        label = label_column if label_column in index else None
+        if features is None:
+            features = [h for h in header if h not in (site, label)]
+        missing = [f for f in features if f not in index]
+        if missing:
+            raise ValueError(f"{name}: the model's column(s) {_quoted(missing)} are missing "
+                             f"(it takes {len(features)}: {_shown(list(features))})")
+        fi = [index[f] for f in features]
+        used = set(fi) | {index[c] for c in (site, label) if c is not None}
+        ignored = [h for j, h in enumerate(header) if j not in used]
+        rows, sites, labels, lines = [], [], [], []
+        budget = MAX_VALUES
+        for row in reader:
+            if not any(cell.strip() for cell in row):
+                continue
+            where = f"{name} line {reader.line_num}"
+            if len(row) != len(header):
+                raise ValueError(f"{where}: {len(row)} values for {len(header)} columns")
+            budget -= len(header)
+            if budget < 0:
+                raise ValueError(f"{where}: more than {MAX_VALUES:,} values in the file")
+            rows.append([_feature_cell(row[j], where, header[j], allow_missing) for j in fi])
+            if site is not None:
+                s = row[index[site]].strip()
+                if not s:
+                    raise ValueError(f"{where}: column {site!r} is empty")
+                sites.append(s)
+            if label is not None:
+                labels.append(parse_cell(row[index[label]], where, label))
+            lines.append(reader.line_num)
     if not rows:
         raise ValueError(f"{name}: no data rows")
     return PredictionRows(np.array(rows, dtype=np.float64).reshape(len(rows), len(fi)),
                           sites if site is not None else None,
                           np.array(labels, dtype=np.float64) if label is not None else None, lines, ignored,
                           list(features))
+
+
+@contextlib.contextmanager
+def _csv_reader(path: Path) -> Iterator[Any]:
+    """A ``csv.reader`` over the UTF-8 file ``path`` (a byte-order mark skipped), whose failures become one-line
+    value errors naming the file (and the line): unreadable, not UTF-8, a field beyond the CSV reader's
+    limit, or not CSV at all. The caller's own ``ValueError`` passes as it is.
+    """
+    name = path.name
+    reader: Any = None
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as fh:
+            reader = csv.reader(fh)
+            yield reader
+    except csv.Error as exc:
+        line = (reader.line_num if reader is not None else 0) or 1
+        if "field larger than field limit" in str(exc):
+            raise ValueError(f"{name} line {line}: a field is longer than {csv.field_size_limit():,} characters "
+                             "(the CSV reader's limit); is it a comma-separated table, with every quote closed?"
+                             ) from None
+        raise ValueError(f"{name} line {line}: not readable as CSV ({exc})") from None
+    except OSError as exc:
+        raise ValueError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{str(path)!r} is not a UTF-8 text file (save it as \"CSV UTF-8\")") from None
 
 
 #: cells read as a missing value where the model imputes (``read_prediction_rows(..., allow_missing=True)``)
