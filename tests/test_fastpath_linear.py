@@ -41,7 +41,7 @@ from topofl.models.linear import BinaryLogistic, LeastSquares, LinearModel, Soft
 from topofl.models.optimizers import LocalOptimizer, OptimizerSpec, epoch_batches
 
 #: what issue 25's fast paths added to the linear models (removed for the runs on the old code)
-NEW_MODEL_METHODS = ("batch_gradient", "evaluation_outputs")
+NEW_MODEL_METHODS = ("batch_gradient", "epoch_gradient", "evaluation_outputs")
 
 
 # ---- the code before the fast paths, verbatim -------------------------------------------------------
@@ -264,7 +264,9 @@ def _old_code(m: pytest.MonkeyPatch) -> None:
     m.setattr(pool_module, "client_context", _old_client_context)
     m.setattr(pool_module.InProcessPool, "evaluate", _old_pool_evaluate)
     m.setattr(metrics_module, "auc_score", _old_auc_score)
-    m.setattr(runner_module, "evaluation_problem", _old_evaluation_problem)
+    m.setattr(runner_module, "evaluation_problem",
+              lambda ev, info, task, n_classes, values_checked=False: _old_evaluation_problem(ev, info, task, n_classes))
+    m.setattr(runner_module, "pooled_values_sound", lambda *args: False)
     m.setattr(ArraySpec, "problem", _old_array_problem)
 
 

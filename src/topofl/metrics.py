@@ -157,4 +157,4 @@ def pooled_scores(task: str, y: np.ndarray, scores: np.ndarray) -> dict[str, flo
         return {"pooled_auc": float("nan"), "pooled_accuracy": float("nan"), "pooled_mse": pooled_r["mse"],
                 "pooled_r2": pooled_r["r2"]}
     pred = (scores >= 0.5).astype(float) if task == "binary" else np.argmax(scores, axis=1).astype(float)
-    return {"pooled_auc": auc_score(task, y, scores), "pooled_accuracy": float(np.mean(pred == y))}
+    return {"pooled_auc": auc_score(task, y, scores), "pooled_accuracy": _share(pred == y)}

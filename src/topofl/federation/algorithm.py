@@ -181,6 +181,13 @@ class Algorithm(ABC):
         centers = message.params[None, :] if message.params.shape == (n,) else None
         return ReplySchema(self.params_spec(n), centers=centers)
 
+    def schema_per_params(self) -> bool:
+        """Whether :meth:`reply_schema` is made of the parameters sent alone — the same for every client sent the
+        same array in a round, so that :func:`~topofl.federation.validation.screen_updates` makes it once per array:
+        true for this class's own, false for a method that declares its replies itself.
+        """
+        return type(self).reply_schema is Algorithm.reply_schema
+
     def params_spec(self, n: int) -> ArraySpec:
         """A reply's model: ``n`` finite numbers in float64 or the model's own dtype
         (:func:`~topofl.models.base.reply_dtypes`: a PyTorch model replies in float32), with the

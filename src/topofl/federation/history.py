@@ -12,18 +12,28 @@ ROUND_FIELDS = ("round", "client", "auc", "accuracy", "loss", "bytes_up", "bytes
                 "mse", "r2")
 
 
+def _finite_part(values: Iterable[float]) -> np.ndarray:
+    v = np.asarray(list(values), dtype=float)
+    finite: np.ndarray = v[~np.isnan(v)]
+    return finite
+
+
 def nanmean(values: Iterable[float]) -> float:
     """Mean ignoring NaN; NaN (not a warning) when nothing is left."""
-    v = np.asarray(list(values), dtype=float)
-    v = v[~np.isnan(v)]
-    return float(v.mean()) if v.size else float("nan")
+    v = _finite_part(values)
+    # ``v.mean()``'s own steps without its Python layers (every round's summary): the sum, then the division
+    return float(np.add.reduce(v) / v.size) if v.size else float("nan")
 
 
 def nanstd(values: Iterable[float]) -> float:
     """Population standard deviation ignoring NaN; NaN (not a warning) when nothing is left."""
-    v = np.asarray(list(values), dtype=float)
-    v = v[~np.isnan(v)]
-    return float(v.std()) if v.size else float("nan")
+    v = _finite_part(values)
+    if not v.size:
+        return float("nan")
+    # ``v.std()``'s steps (numpy's _var, ddof 0): the mean, the deviations squared in place, their mean, its root
+    x = np.subtract(v, np.add.reduce(v) / v.size)
+    np.multiply(x, x, out=x)
+    return float(np.sqrt(np.add.reduce(x) / v.size))
 
 
 def regression_summary(rows: Iterable[dict[str, Any]]) -> dict[str, float]:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from topofl.models.base import Model
-from topofl.models.optimizers import LocalOptimizer, OptimizerSpec, epoch_batches
+from topofl.models.optimizers import LocalOptimizer, OptimizerSpec, epoch_orders
 
 ExtraGrad = Callable[[np.ndarray], np.ndarray]
 
@@ -83,8 +83,9 @@ def sgd(  # noqa: PLR0913 - the local-training keywords every method passes, by 
 
     ``extra_grad(theta)`` is added to every stochastic gradient: the proximal term of FedProx,
     a control-variate correction, a personalisation penalty, … The batches are those of
-    :func:`~topofl.models.optimizers.epoch_batches`: each epoch visits the samples in a fresh
-    random order, the last batch of an epoch may be smaller, and a step budget ``local_steps > 0``
+    :func:`~topofl.models.optimizers.epoch_batches` (taken as :func:`~topofl.models.optimizers.epoch_orders`
+    gives them): each epoch visits the samples in a fresh random order, the last batch of an epoch may be
+    smaller, and a step budget ``local_steps > 0``
     overrides ``epochs``. ``sample_weight`` (one weight per row of ``X``) makes each batch's loss
     the mean of its weighted losses (the model's ``grad(..., sample_weight=...)``); the batches are
     the same. ``optimizer`` (default: plain SGD at ``lr``) applies its rule at its own step size
@@ -102,18 +103,26 @@ def sgd(  # noqa: PLR0913 - the local-training keywords every method passes, by 
     theta = np.array(theta, dtype=np.float64, copy=True)
     n = X.shape[0]
     bs = max(1, min(batch_size, n))
-    gradient, own = _gradient_step(model, theta, X, y, weighted.get("sample_weight"))
+    kernel = getattr(model, "epoch_gradient", None)
+    passes = kernel(theta, X, y, weighted.get("sample_weight")) if kernel is not None else None
+    if passes is None:
+        gradient, own = _gradient_step(model, theta, X, y, weighted.get("sample_weight"))
+        begin, sliced = None, None
+    else:   # each pass's rows gathered once, every batch a view of them (epoch_orders' consecutive slices)
+        (begin, sliced), own = passes, True
     # plain SGD in the loop itself: LocalOptimizer.step's θ −= lr·g, the product written into the loop's own buffer
     # (only for the library's own optimiser: a subclass's or a patched step is called)
     plain = own and optimizer.spec.name == "sgd" and type(optimizer).step is LocalOptimizer.step \
         and "step" not in vars(optimizer)
     step, rate = optimizer.step, optimizer.spec.lr
     multiply, subtract = np.multiply, np.subtract
-    budget = {"local_steps": local_steps} if local_steps > 0 else {"epochs": epochs}
     with np.errstate(over="ignore", invalid="ignore"):  # divergence is reported below, by name
-        for epoch, batches in enumerate(epoch_batches(n, bs, epochs, local_steps, rng)):
-            for idx in batches:
-                g = gradient(idx)
+        for epoch, (order, take) in enumerate(epoch_orders(n, bs, epochs, local_steps, rng)):
+            if begin is not None:
+                begin(order)
+            for i in range(take):
+                start = i * bs
+                g = sliced(start, min(start + bs, n)) if sliced is not None else gradient(order[start:start + bs])
                 if extra_grad is not None:  # into the buffer (the same sum as g + extra, in its place)
                     g = np.add(g, extra_grad(theta), out=g) if own else g + extra_grad(theta)
                 if plain:
@@ -121,6 +130,7 @@ def sgd(  # noqa: PLR0913 - the local-training keywords every method passes, by 
                 else:
                     step(theta, g)
             if not math.isfinite(float(theta @ theta)):  # NaN or inf in θ makes it NaN or inf; so may an overflow
+                budget = {"local_steps": local_steps} if local_steps > 0 else {"epochs": epochs}
                 ensure_finite(f"local {optimizer.spec.name} (pass {epoch + 1})", theta, lr=lr, **budget,
                               batch_size=bs)
     return theta

@@ -42,8 +42,9 @@ def _mean(values: np.ndarray) -> float:
 
 #: every step a fast path (:meth:`LinearModel.batch_gradient`, :meth:`LinearModel.evaluation_outputs`) writes out
 #: or goes around: a subclass that overrides any of them gets the general path, which calls them
-_STEPS = ("_split", "_logits", "_penalty", "_pack_grad", "_dlogits", "_loss_at", "_outputs_at", "loss_grad", "loss",
-          "grad", "grad_into", "batch_gradient", "evaluation_outputs", "predict_scores", "predict")
+_STEPS = ("_split", "_logits", "_penalty", "_pack_grad", "_dlogits", "_batch_dlogits", "_kernel", "_loss_at",
+          "_outputs_at", "loss_grad", "loss", "grad", "grad_into", "batch_gradient", "epoch_gradient",
+          "evaluation_outputs", "predict_scores", "predict")
 
 
 def _library_class(cls: type) -> type:
@@ -220,11 +221,13 @@ class LinearModel:
                        sample_weight: np.ndarray | None = None) -> Callable[[np.ndarray], np.ndarray]:
         """``gradient(idx)``: :meth:`grad` at ``theta`` on the mini-batch ``X[idx]``, ``y[idx]`` (weighted by
         ``sample_weight[idx]``), written into one float64 buffer that every call returns — the kernel of local
-        training (:func:`topofl.federation.local.sgd`), which updates ``theta`` in place between calls.
+        training, which updates ``theta`` in place between calls.
 
         ``theta`` is read when ``gradient`` is called, through views of its weights and intercepts made once
         here: the layers of :meth:`grad_into` (shape checks, the split, the buffer's views) are paid once per
         local round instead of once per step. The arithmetic, in its order, is :meth:`grad_into`'s: the same bits.
+        :func:`topofl.federation.local.sgd` uses :meth:`epoch_gradient`, the same kernel on a pass's rows
+        gathered once.
 
         Parameters
         ----------
@@ -240,6 +243,48 @@ class LinearModel:
         callable
             ``gradient(idx) -> buffer``; the buffer is the caller's to change until the next call.
         """
+        kernel = self._kernel(theta, X, y, sample_weight)
+        if sample_weight is None:
+            return lambda idx: kernel(X[idx], y[idx], None)
+        return lambda idx: kernel(X[idx], y[idx], sample_weight[idx])
+
+    def epoch_gradient(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None = None,
+                       ) -> tuple[Callable[[np.ndarray], None], Callable[[int, int], np.ndarray]] | None:
+        """``(begin, gradient)``: :meth:`batch_gradient`'s kernel on one pass's rows gathered once —
+        ``begin(order)`` takes the rows, labels (and weights) of a pass in the order ``order``, and
+        ``gradient(start, stop)`` is then ``batch_gradient(...)(order[start:stop])``, the same bits, on a view of the
+        gathered rows: one gather a pass instead of one a step (the batches of
+        :func:`~topofl.models.optimizers.epoch_orders` are consecutive slices of a pass's order). ``None`` for a
+        subclass that changes a step of the kernel (its :meth:`grad`, batch by batch, is then what runs).
+        """
+        if not _own_steps(type(self)):
+            return None
+        kernel = self._kernel(theta, X, y, sample_weight)
+        rows: list[np.ndarray] = [X, y]
+        weights: list[np.ndarray | None] = [None]
+
+        def begin(order: np.ndarray) -> None:
+            rows[:] = X[order], y[order]
+            if sample_weight is not None:
+                weights[0] = sample_weight[order]
+
+        if sample_weight is None:
+            def gradient(start: int, stop: int) -> np.ndarray:
+                Xp, yp = rows
+                return kernel(Xp[start:stop], yp[start:stop], None)
+        else:
+            def gradient(start: int, stop: int) -> np.ndarray:
+                Xp, yp = rows
+                wp = weights[0]
+                return kernel(Xp[start:stop], yp[start:stop], None if wp is None else wp[start:stop])
+
+        return begin, gradient
+
+    def _kernel(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray,
+                sample_weight: np.ndarray | None) -> Callable[[np.ndarray, np.ndarray, np.ndarray | None], np.ndarray]:
+        """``kernel(Xb, yb, wb)``: :meth:`grad` at ``theta`` (read when called) on the batch's rows, labels and
+        weights, written into one buffer kept for the local round (see :meth:`batch_gradient`).
+        """
         if theta.shape != (self.n_params,) or theta.dtype != np.float64:
             raise ValueError(f"theta must be a float64 vector of shape ({self.n_params},); got {theta.dtype} "
                              f"{theta.shape}")
@@ -247,9 +292,9 @@ class LinearModel:
             # a subclass that changes a step this kernel writes out: its own gradient (grad), batch by batch
             buffer = np.empty(self.n_params)
 
-            def general(idx: np.ndarray) -> np.ndarray:
-                weighted = {} if sample_weight is None else {"sample_weight": sample_weight[idx]}
-                np.copyto(buffer, self.grad(theta, X[idx], y[idx], **weighted))
+            def general(Xb: np.ndarray, yb: np.ndarray, wb: np.ndarray | None) -> np.ndarray:
+                weighted = {} if wb is None else {"sample_weight": wb}
+                np.copyto(buffer, self.grad(theta, Xb, yb, **weighted))
                 return buffer
 
             return general
@@ -258,21 +303,28 @@ class LinearModel:
         W, b, w = theta[:dc].reshape(d, c), theta[dc:], theta[:dc]
         g = np.empty(self.n_params)
         gW, gb, gw = g[:dc].reshape(d, c), g[dc:], g[:dc]
-        l2, dlogits = self.l2, self._dlogits
-        matmul, divide, add, reduce = np.matmul, np.divide, np.add, np.add.reduce
+        decay = np.empty(dc)
+        l2, dlogits = self.l2, self._batch_dlogits(y, sample_weight)
+        matmul, divide, add, multiply, reduce = np.matmul, np.divide, np.add, np.multiply, np.add.reduce
 
-        def gradient(idx: np.ndarray) -> np.ndarray:
-            Xb = X[idx]
-            D = dlogits(Xb @ W + b, y[idx], None if sample_weight is None else sample_weight[idx])
-            n = Xb.shape[0]
+        def kernel(Xb: np.ndarray, yb: np.ndarray, wb: np.ndarray | None) -> np.ndarray:
+            Z = matmul(Xb, W)
+            D = dlogits(add(Z, b, out=Z), yb, wb)   # ``Xb @ W + b``, the sum written over the product
             matmul(Xb.T, D, out=gW)   # _pack_grad's steps, in place (``a /= n`` is ``divide(a, n, out=a)``)
-            divide(gW, n, out=gW)
             reduce(D, axis=0, out=gb)
-            divide(gb, n, out=gb)
-            add(gw, l2 * w, out=gw)
+            divide(g, Xb.shape[0], out=g)   # both blocks by n: one element-wise division, the same quotients
+            add(gw, multiply(l2, w, out=decay), out=gw)
             return g
 
-        return gradient
+        return kernel
+
+    def _batch_dlogits(self, y: np.ndarray, sample_weight: np.ndarray | None,
+                       ) -> Callable[[np.ndarray, np.ndarray, np.ndarray | None], np.ndarray]:
+        """``dlogits(Z, yb, wb)``: :meth:`_dlogits` of a batch's logits ``Z``, labels ``yb`` and weights ``wb`` — the
+        kernel's step (:meth:`batch_gradient`), which a model may write for it with the same bits (``Z`` is the
+        kernel's own array, free to be overwritten); ``y`` and ``sample_weight`` are the arrays the batches come from.
+        """
+        return self._dlogits
 
     def evaluation_outputs(self, theta: np.ndarray, X: np.ndarray,
                            y: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
@@ -319,6 +371,19 @@ class BinaryLogistic(LinearModel):
 
     def _dlogits(self, Z, y, sample_weight):
         return _weigh((_special().expit(Z[:, 0]) - y)[:, None], sample_weight)
+
+    def _batch_dlogits(self, y, sample_weight):
+        """σ(Z) − y of a batch written over its logits ``Z`` (n, 1) — :meth:`_dlogits`'s element-wise steps on the
+        column itself: the same bits without its layers. Weighted or not-float64 labels: :meth:`_dlogits`.
+        """
+        if sample_weight is not None or not isinstance(y, np.ndarray) or y.dtype != np.float64 or y.ndim != 1:
+            return self._dlogits
+        expit, subtract = _special().expit, np.subtract
+
+        def dlogits(Z: np.ndarray, yb: np.ndarray, wb: np.ndarray | None) -> np.ndarray:
+            return subtract(expit(Z, out=Z), yb[:, None], out=Z)
+
+        return dlogits
 
     def _outputs_at(self, Z):
         scores = _special().expit(Z[:, 0])

@@ -28,6 +28,18 @@ def epoch_batches(n: int, batch_size: int, epochs: int, local_steps: int,
     ``local_steps = K > 0``: exactly K batches, cycling through freshly shuffled passes in the same
     way (the last pass cut short): FLamby's step budget (du Terrail et al. 2022, §4: a fixed number
     of local updates, a data loader re-iterated when exhausted), which overrides ``epochs``.
+    The passes themselves: :func:`epoch_orders`.
+    """
+    bs = max(1, min(batch_size, n))
+    for order, take in epoch_orders(n, batch_size, epochs, local_steps, rng):
+        yield [order[i * bs : (i + 1) * bs] for i in range(take)]
+
+
+def epoch_orders(n: int, batch_size: int, epochs: int, local_steps: int,
+                 rng: np.random.Generator) -> Iterator[tuple[np.ndarray, int]]:
+    """The passes of :func:`epoch_batches`: each pass's order (``rng.permutation(n)``) and how many of its
+    batches are taken — the batches being ``order[i·bs : (i+1)·bs]`` for ``i < take``, with
+    ``bs = max(1, min(batch_size, n))``.
     """
     if n < 1:
         raise ValueError(f"local training needs at least one example; got n={n}")
@@ -35,14 +47,12 @@ def epoch_batches(n: int, batch_size: int, epochs: int, local_steps: int,
     per_epoch = -(-n // bs)
     if local_steps <= 0:
         for _ in range(epochs):
-            order = rng.permutation(n)
-            yield [order[s : s + bs] for s in range(0, n, bs)]
+            yield rng.permutation(n), per_epoch
         return
     left = local_steps
     while left > 0:
-        order = rng.permutation(n)
         take = min(left, per_epoch)
-        yield [order[i * bs : (i + 1) * bs] for i in range(take)]
+        yield rng.permutation(n), take
         left -= take
 
 

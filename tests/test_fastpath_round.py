@@ -1,0 +1,240 @@
+"""Issue 25's later fast paths of the round give what the step-by-step code gives: each pass's rows gathered once
+for the linear kernel (:meth:`LinearModel.epoch_gradient`), one schema per array sent in the server's screening,
+the pooled predictions' values judged in one pass, a payload's size and the round summary's means without their
+layers. Each is compared with the path it goes around, bit for bit or reason for reason."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import topofl.federation.runner as runner_module
+from linear_cases import linear_model, random_labels
+from topofl.federation.history import nanmean, nanstd
+from topofl.federation.messages import ClientUpdate, ServerMessage, _n_bytes, _n_floats
+from topofl.federation.pool import ClientEvaluation
+from topofl.federation.validation import ClientInfo, evaluation_problem, pooled_values_sound, screen_updates
+from topofl.methods import build_server
+from topofl.models.linear import BinaryLogistic, LeastSquares, SoftmaxRegression
+from topofl.models.optimizers import epoch_batches, epoch_orders
+
+
+# ---- the linear kernel on a pass's gathered rows ----------------------------------------------------------------
+@settings(max_examples=80, deadline=None)
+@given(task=st.sampled_from(["binary", "multiclass", "regression"]), weighted=st.booleans(),
+       n=st.integers(1, 70), d=st.integers(1, 6), batch=st.integers(1, 40), epochs=st.integers(1, 3),
+       local_steps=st.sampled_from([0, 1, 5]), seed=st.integers(0, 2**32 - 1))
+def test_a_pass_gathered_once_gives_every_batch_gradient_bit_for_bit(task, weighted, n, d, batch, epochs,
+                                                                     local_steps, seed):
+    rng = np.random.default_rng(seed)
+    model = linear_model(task, d, 1e-3)
+    X = rng.standard_normal((n, d))
+    y = random_labels(task, rng, n)
+    w = rng.random(n) if weighted else None
+    theta = rng.standard_normal(model.n_params)
+    by_index = model.batch_gradient(theta, X, y, w)
+    passes = model.epoch_gradient(theta, X, y, w)
+    assert passes is not None
+    begin, sliced = passes
+    bs = max(1, min(batch, n))
+    batches = list(epoch_batches(n, batch, epochs, local_steps, np.random.default_rng(seed)))
+    orders = list(epoch_orders(n, batch, epochs, local_steps, np.random.default_rng(seed)))
+    assert [len(b) for b in batches] == [take for _, take in orders]
+    for order_take, pass_batches in zip(orders, batches, strict=True):
+        order, take = order_take
+        begin(order)
+        for i, idx in enumerate(pass_batches):
+            assert np.array_equal(order[i * bs:(i + 1) * bs], idx)
+            want = by_index(idx).copy()
+            got = sliced(i * bs, min((i + 1) * bs, n))
+            assert got.tobytes() == want.tobytes()
+        assert take == len(pass_batches)
+
+
+def test_the_gathered_kernel_reads_theta_when_called():
+    rng = np.random.default_rng(3)
+    model, X = BinaryLogistic(4), rng.standard_normal((12, 4))
+    y = (rng.random(12) < 0.5).astype(float)
+    theta = np.zeros(5)
+    begin, gradient = model.epoch_gradient(theta, X, y)
+    begin(np.arange(12))
+    first = gradient(0, 6).copy()
+    theta += 0.5   # trained in place by the caller between steps
+    assert gradient(0, 6).tobytes() == model.grad(theta, X[:6], y[:6]).tobytes()
+    assert first.tobytes() == model.grad(np.zeros(5), X[:6], y[:6]).tobytes()
+
+
+def test_a_subclass_that_changes_a_step_gets_no_gathered_kernel():
+    class Mine(BinaryLogistic):
+        def _dlogits(self, Z, y, sample_weight):
+            return super()._dlogits(Z, y, sample_weight) * 2.0
+
+    assert Mine(3).epoch_gradient(np.zeros(4), np.ones((5, 3)), np.ones(5)) is None
+    for cls in (BinaryLogistic, LeastSquares):
+        assert cls(3).epoch_gradient(np.zeros(4), np.ones((5, 3)), np.ones(5)) is not None
+    assert SoftmaxRegression(3, n_classes=3).epoch_gradient(np.zeros(12), np.ones((5, 3)), np.zeros(5)) is not None
+
+
+# ---- the server's screening: one schema per array sent ---------------------------------------------------------
+def _round(k: int, seed: int) -> tuple[Any, dict[int, ServerMessage], dict[int, ClientInfo], list[Any]]:
+    rng = np.random.default_rng(seed)
+    algorithm = build_server("fedavg", {})
+    algorithm.setup(BinaryLogistic(6), list(range(k)), rng)
+    sent = rng.standard_normal(7)
+    messages = {cid: ServerMessage(sent) for cid in range(k)}
+    messages[k - 1] = ServerMessage(sent * 2.0)   # another array: another schema
+    infos = {cid: ClientInfo(cid, 30, 10) for cid in range(k)}
+    replies: list[Any] = []
+    for cid in range(k):
+        params = messages[cid].params + rng.standard_normal(7) * rng.choice([0.01, 1.0, 100.0])
+        kind = rng.integers(0, 12)
+        if kind == 1:
+            params[rng.integers(0, 7)] = rng.choice([np.nan, np.inf])
+        elif kind == 2:
+            params = params[:-1]
+        elif kind == 3:
+            params = params.astype(np.float32)
+        replies.append(ClientUpdate(cid, params, 31 if kind == 4 else 30,
+                                    descriptor=np.zeros(3) if kind == 5 else None,
+                                    metrics={"x": 1.0} if kind == 6 else {}, extras={"c": params} if kind == 7 else {}))
+        if kind == 8:
+            replies.append(replies[-1])   # a second reply
+    replies += [ClientUpdate(k + 5, np.zeros(7), 30), "not a reply"]
+    return algorithm, messages, infos, replies
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_one_schema_per_array_sent_gives_the_same_verdicts(seed):
+    algorithm, messages, infos, replies = _round(40, seed)
+    made = []
+    reply_schema = algorithm.reply_schema
+
+    def counted(*args):
+        made.append(args[0])
+        return reply_schema(*args)
+
+    algorithm.reply_schema = counted   # the instance's: its class still declares the library's schema
+    valid, rejected = screen_updates(algorithm, replies, messages, infos)
+    shared_calls = len(made)
+    made.clear()
+    algorithm.schema_per_params = lambda: False
+    valid_each, rejected_each = screen_updates(algorithm, replies, messages, infos)
+    assert rejected == rejected_each and len(rejected) > 5
+    assert [(u.client_id, u.params.tobytes()) for u in valid] == [(u.client_id, u.params.tobytes()) for u in valid_each]
+    assert shared_calls == 2 and len(made) > 30   # two arrays sent: two schemas, against one per reply
+
+
+def test_a_method_that_declares_its_replies_gets_a_schema_per_reply():
+    for name, shared in (("fedavg", True), ("fedprox", True), ("scaffold", False), ("ifca", False),
+                         ("ptopofl", False)):
+        assert build_server(name, {}).schema_per_params() is shared, name
+
+
+# ---- evaluation checks: the pooled predictions' values in one pass ----------------------------------------------
+def _evaluations(rng: np.random.Generator, k: int, task: str, c: int) -> list[Any]:
+    out: list[Any] = []
+    for cid in range(k):
+        n = 10
+        y = rng.integers(0, c, n).astype(float) if task != "regression" else rng.standard_normal(n)
+        s = rng.random((n, c)) if task == "multiclass" else rng.random(n)
+        kind = rng.integers(0, 16)
+        if kind == 1:
+            y = y + 0.5
+        elif kind == 2:
+            s = s + 1.0
+        elif kind == 3:
+            s = s.copy()
+            s.flat[0] = np.nan
+        elif kind == 4:
+            y = y[:-1]
+        elif kind == 5:
+            s = s.astype(np.float32)
+        elif kind == 6:
+            y = None
+        elif kind == 7:
+            y = y * 1e200
+        base = ({"auc": 0.6, "accuracy": 0.5, "loss": 0.4} if task != "regression" else
+                {"auc": float("nan"), "accuracy": float("nan"), "loss": 0.4, "mse": 0.3, "r2": 0.1})
+        if task != "regression" and y is not None and y.size and np.all(y == y.flat[0]):
+            base["auc"] = float("nan")
+        out.append(ClientEvaluation(cid if kind != 9 else 0, base, y, s))
+    return out
+
+
+@pytest.mark.parametrize("task", ["binary", "multiclass", "regression"])
+def test_evaluations_judged_in_one_pass_fail_as_one_by_one(task, monkeypatch):
+    c = 3 if task == "multiclass" else 2
+    model = {"binary": BinaryLogistic(4), "multiclass": SoftmaxRegression(4, n_classes=3),
+             "regression": LeastSquares(4)}[task]
+    infos = {cid: ClientInfo(cid, 30, 10) for cid in range(12)}
+    seen_checked = set()
+    for seed in range(60):
+        rng = np.random.default_rng(seed)
+        evs = _evaluations(rng, int(rng.integers(1, 12)), task, c)
+        if seed % 3 == 0:   # all sound: the one pass is taken
+            evs = [ClientEvaluation(e.client_id, e.metrics, rng.integers(0, c, 10).astype(float)
+                                    if task != "regression" else rng.standard_normal(10),
+                                    e.scores if e.scores.dtype == np.float64 and np.all(e.scores <= 1)
+                                    and not np.isnan(e.scores).any() else rng.random(e.scores.shape))
+                   for i, e in enumerate(evs) if e.client_id == i]
+            evs = [ClientEvaluation(e.client_id, {**e.metrics, "auc": float("nan")}
+                                    if task != "regression" and np.all(e.y_true == e.y_true[0]) else
+                                    {**e.metrics, "auc": 0.6} if task != "regression" else e.metrics,
+                                    e.y_true, e.scores) for e in evs]
+        asked = {cid: object() for cid in range(12)}
+        seen_checked.add(pooled_values_sound(evs, task, c if task != "regression" else 0))
+        fail_one_pass: list[Any] = []
+        good = runner_module._screen_evaluations(evs, asked, infos, model, 1, fail_one_pass)
+        with monkeypatch.context() as m:
+            m.setattr(runner_module, "pooled_values_sound", lambda *args: False)
+            fail_each: list[Any] = []
+            good_each = runner_module._screen_evaluations(evs, asked, infos, model, 1, fail_each)
+        assert good == good_each
+        assert fail_one_pass == fail_each
+    assert seen_checked == {True, False}   # both paths were compared
+
+
+@settings(max_examples=200, deadline=None)
+@given(task=st.sampled_from(["binary", "multiclass", "regression"]), seed=st.integers(0, 2**32 - 1),
+       k=st.integers(1, 6))
+def test_values_found_sound_in_one_pass_are_sound_one_by_one(task, seed, k):
+    rng = np.random.default_rng(seed)
+    c = 3 if task == "multiclass" else 2
+    evs = _evaluations(rng, k, task, c)
+    nc = c if task != "regression" else 0
+    if pooled_values_sound(evs, task, nc):
+        for ev in evs:
+            info = ClientInfo(0, 30, 10)
+            assert evaluation_problem(ev, info, task, nc, values_checked=True) == evaluation_problem(ev, info, task, nc)
+
+
+# ---- sizes and the summary's means ------------------------------------------------------------------------------
+def test_a_payload_size_is_counted_as_before():
+    p = np.arange(7.0)
+    cases = [ClientUpdate(0, p, 3), ClientUpdate(0, p.astype(np.float32), 3),
+             ClientUpdate(0, p, 3, descriptor=np.zeros(4)), ClientUpdate(0, p, 3, extras={"c": np.zeros((2, 3))}),
+             ClientUpdate(0, p.reshape(7, 1), 3), ClientUpdate(0, [1.0, 2.0], 3)]   # type: ignore[arg-type]
+    for u in cases:
+        assert u.n_floats() == _n_floats(u.params, u.descriptor, *u.extras.values())
+        assert u.n_bytes() == _n_bytes(u.params, u.descriptor, *u.extras.values())
+        assert type(u.n_floats()) is int and type(u.n_bytes()) is int
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(st.one_of(st.floats(allow_nan=True, allow_infinity=False, width=64),
+                                 st.integers(-10**6, 10**6)), max_size=60))
+def test_the_summary_means_are_numpys_bit_for_bit(values):
+    v = np.asarray(values, dtype=float)
+    v = v[~np.isnan(v)]
+    with np.errstate(over="ignore", invalid="ignore"):   # numpy's own warnings, the same in both
+        want_mean = float(v.mean()) if v.size else float("nan")
+        want_std = float(v.std()) if v.size else float("nan")
+        got_mean, got_std = nanmean(values), nanstd(values)
+    assert np.float64(got_mean).tobytes() == np.float64(want_mean).tobytes() or (
+        math.isnan(want_mean) and math.isnan(got_mean))
+    assert np.float64(got_std).tobytes() == np.float64(want_std).tobytes() or (
+        math.isnan(want_std) and math.isnan(got_std))
