@@ -4,7 +4,9 @@ the pooled predictions' values judged in one pass, a payload's size and the roun
 layers. Each is compared with the path it goes around, bit for bit or reason for reason."""
 from __future__ import annotations
 
+import dataclasses
 import math
+import warnings
 from typing import Any
 
 import numpy as np
@@ -15,6 +17,7 @@ from hypothesis import strategies as st
 import topofl.federation.runner as runner_module
 from linear_cases import linear_model, random_labels
 from topofl.federation.history import nanmean, nanstd
+from topofl.federation.local import sgd
 from topofl.federation.messages import ClientUpdate, ServerMessage, _n_bytes, _n_floats
 from topofl.federation.pool import ClientEvaluation
 from topofl.federation.validation import ClientInfo, evaluation_problem, pooled_values_sound, screen_updates
@@ -68,6 +71,44 @@ def test_the_gathered_kernel_reads_theta_when_called():
     assert first.tobytes() == model.grad(np.zeros(5), X[:6], y[:6]).tobytes()
 
 
+def test_a_longdouble_penalty_keeps_its_precision():
+    rng = np.random.default_rng(4)
+    model, X = BinaryLogistic(200, l2=np.longdouble(1e-3)), rng.standard_normal((40, 200))
+    y, theta = (rng.random(40) < 0.5).astype(float), rng.standard_normal(201)
+    begin, gradient = model.epoch_gradient(theta, X, y)
+    begin(np.arange(40))
+    want = model.grad(theta, X[:16], y[:16])
+    assert gradient(0, 16).tobytes() == want.tobytes()
+    assert model.batch_gradient(theta, X, y)(np.arange(16)).tobytes() == want.tobytes()
+
+
+@pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
+def test_array_subclasses_keep_the_per_batch_arithmetic():
+    rng = np.random.default_rng(5)
+    model, X = BinaryLogistic(3), rng.standard_normal((12, 3))
+    y = np.ma.masked_array((rng.random(12) < 0.5).astype(float), mask=[False] * 11 + [True])
+    theta = rng.standard_normal(4)
+    assert model.epoch_gradient(theta, X, y) is None
+    assert model.epoch_gradient(theta, np.asmatrix(X), y.data) is None
+    idx = np.arange(12)
+    assert model.batch_gradient(theta, X, y)(idx).tobytes() == model.grad(theta, X[idx], y[idx]).tobytes()
+
+
+def test_a_step_budget_gathers_only_the_rows_it_uses():
+    """With ``local_steps`` below a pass, only the batches' rows are gathered: labels shorter than the rows (which
+    the batches taken never reach) train as before, one batch's step, instead of failing on the whole pass."""
+    rng = np.random.default_rng(6)
+    X, y = rng.standard_normal((53, 3)), (rng.random(40) < 0.5).astype(float)
+    model, theta = BinaryLogistic(3), np.zeros(4)
+    for seed in range(50):
+        (first,) = next(epoch_batches(53, 2, 1, 1, np.random.default_rng(seed)))
+        if first.max() < 40:
+            break
+    got = sgd(model, theta, X, y, epochs=1, lr=0.1, batch_size=2, rng=np.random.default_rng(seed), local_steps=1)
+    want = theta - 0.1 * model.grad(theta, X[first], y[first])
+    assert got.tobytes() == want.tobytes()
+
+
 def test_a_subclass_that_changes_a_step_gets_no_gathered_kernel():
     class Mine(BinaryLogistic):
         def _dlogits(self, Z, y, sample_weight):
@@ -91,14 +132,20 @@ def _round(k: int, seed: int) -> tuple[Any, dict[int, ServerMessage], dict[int, 
     replies: list[Any] = []
     for cid in range(k):
         params = messages[cid].params + rng.standard_normal(7) * rng.choice([0.01, 1.0, 100.0])
-        kind = rng.integers(0, 12)
+        kind = rng.integers(0, 14)
         if kind == 1:
             params[rng.integers(0, 7)] = rng.choice([np.nan, np.inf])
         elif kind == 2:
             params = params[:-1]
         elif kind == 3:
             params = params.astype(np.float32)
-        replies.append(ClientUpdate(cid, params, 31 if kind == 4 else 30,
+        elif kind == 9:
+            params = params * 1e160   # finite, but its sum of squares overflows
+        elif kind == 10:
+            params = params.astype(">f8")
+        elif kind == 11:
+            params = params.astype(np.int64)
+        replies.append(ClientUpdate(cid, params, 31 if kind == 4 else np.int64(30) if kind == 12 else 30,
                                     descriptor=np.zeros(3) if kind == 5 else None,
                                     metrics={"x": 1.0} if kind == 6 else {}, extras={"c": params} if kind == 7 else {}))
         if kind == 8:
@@ -111,13 +158,13 @@ def _round(k: int, seed: int) -> tuple[Any, dict[int, ServerMessage], dict[int, 
 def test_one_schema_per_array_sent_gives_the_same_verdicts(seed):
     algorithm, messages, infos, replies = _round(40, seed)
     made = []
-    reply_schema = algorithm.reply_schema
+    params_spec = algorithm.params_spec
 
-    def counted(*args):
-        made.append(args[0])
-        return reply_schema(*args)
+    def counted(n):
+        made.append(n)
+        return params_spec(n)
 
-    algorithm.reply_schema = counted   # the instance's: its class still declares the library's schema
+    algorithm.params_spec = counted   # called by the library's reply_schema, once per schema made
     valid, rejected = screen_updates(algorithm, replies, messages, infos)
     shared_calls = len(made)
     made.clear()
@@ -126,6 +173,45 @@ def test_one_schema_per_array_sent_gives_the_same_verdicts(seed):
     assert rejected == rejected_each and len(rejected) > 5
     assert [(u.client_id, u.params.tobytes()) for u in valid] == [(u.client_id, u.params.tobytes()) for u in valid_each]
     assert shared_calls == 2 and len(made) > 30   # two arrays sent: two schemas, against one per reply
+
+
+def test_a_schema_set_on_the_instance_is_asked_for_every_reply():
+    algorithm, messages, infos, _ = _round(3, 0)
+    reply_schema = algorithm.reply_schema
+
+    def per_client(cid, message, info):   # client 0 may reply in float32, the others in float64 only
+        schema = reply_schema(cid, message, info)
+        return dataclasses.replace(schema, params=dataclasses.replace(schema.params, dtypes=("float64", "float32"))) \
+            if cid == 0 else schema
+
+    algorithm.reply_schema = per_client
+    assert not algorithm.schema_per_params()
+    replies = [ClientUpdate(cid, messages[cid].params.astype(np.float32), 30) for cid in range(3)]
+    valid, rejected = screen_updates(algorithm, replies, messages, infos)
+    assert [u.client_id for u in valid] == [0]
+    assert [cid for cid, _ in rejected] == [1, 2] and all("float64" in r for _, r in rejected)
+
+
+def test_the_checks_warnings_are_not_silenced():
+    """Only the deviations run under ``np.errstate``: a method's own check that overflows warns as before (and is
+    refused as malformed where warnings are errors, as in this suite)."""
+    class Loud(type(build_server("fedavg", {}))):   # type: ignore[misc]
+        def reply_problem(self, update, message, info):
+            np.exp(update.params * 1e3)   # overflows for this reply's numbers
+            return None
+
+    base, messages, infos, _ = _round(3, 1)
+    algorithm = Loud(base.config)
+    algorithm.setup(BinaryLogistic(6), [0, 1, 2], np.random.default_rng(0))
+    replies = [ClientUpdate(cid, messages[cid].params + 1.0, 30) for cid in range(3)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        valid, rejected = screen_updates(algorithm, replies, messages, infos)
+    assert not valid and all(r.startswith("malformed reply (RuntimeWarning: overflow") for _, r in rejected)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        valid, rejected = screen_updates(algorithm, replies, messages, infos)
+    assert len(valid) == 3 and any("overflow" in str(w.message) for w in caught)
 
 
 def test_a_method_that_declares_its_replies_gets_a_schema_per_reply():
@@ -198,6 +284,16 @@ def test_evaluations_judged_in_one_pass_fail_as_one_by_one(task, monkeypatch):
     assert seen_checked == {True, False}   # both paths were compared
 
 
+def test_evaluations_handed_over_as_any_iterable_are_all_judged():
+    model, infos = BinaryLogistic(4), {cid: ClientInfo(cid, 30, 10) for cid in range(3)}
+    rng = np.random.default_rng(0)
+    evs = [ClientEvaluation(cid, {"auc": 0.5, "accuracy": 0.5, "loss": 0.3}, np.array([0.0, 1.0] * 5), rng.random(10))
+           for cid in range(3)]
+    failures: list[Any] = []
+    good = runner_module._screen_evaluations(iter(evs), dict.fromkeys(range(3)), infos, model, 1, failures)
+    assert good == evs and failures == []
+
+
 @settings(max_examples=200, deadline=None)
 @given(task=st.sampled_from(["binary", "multiclass", "regression"]), seed=st.integers(0, 2**32 - 1),
        k=st.integers(1, 6))
@@ -209,7 +305,7 @@ def test_values_found_sound_in_one_pass_are_sound_one_by_one(task, seed, k):
     if pooled_values_sound(evs, task, nc):
         for ev in evs:
             info = ClientInfo(0, 30, 10)
-            assert evaluation_problem(ev, info, task, nc, values_checked=True) == evaluation_problem(ev, info, task, nc)
+            assert evaluation_problem(ev, info, task, nc, _values_checked=True) == evaluation_problem(ev, info, task, nc)
 
 
 # ---- sizes and the summary's means ------------------------------------------------------------------------------
@@ -230,10 +326,14 @@ def test_a_payload_size_is_counted_as_before():
 def test_the_summary_means_are_numpys_bit_for_bit(values):
     v = np.asarray(values, dtype=float)
     v = v[~np.isnan(v)]
-    with np.errstate(over="ignore", invalid="ignore"):   # numpy's own warnings, the same in both
+    with warnings.catch_warnings(record=True) as numpys:   # numpy's own warnings, the same in both
+        warnings.simplefilter("always")
         want_mean = float(v.mean()) if v.size else float("nan")
         want_std = float(v.std()) if v.size else float("nan")
+    with warnings.catch_warnings(record=True) as ours:
+        warnings.simplefilter("always")
         got_mean, got_std = nanmean(values), nanstd(values)
+    assert [str(w.message) for w in ours] == [str(w.message) for w in numpys]
     assert np.float64(got_mean).tobytes() == np.float64(want_mean).tobytes() or (
         math.isnan(want_mean) and math.isnan(got_mean))
     assert np.float64(got_std).tobytes() == np.float64(want_std).tobytes() or (

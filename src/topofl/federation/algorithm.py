@@ -184,9 +184,9 @@ class Algorithm(ABC):
     def schema_per_params(self) -> bool:
         """Whether :meth:`reply_schema` is made of the parameters sent alone — the same for every client sent the
         same array in a round, so that :func:`~topofl.federation.validation.screen_updates` makes it once per array:
-        true for this class's own, false for a method that declares its replies itself.
+        true for this class's own, false for a method (or an instance) that declares its replies itself.
         """
-        return type(self).reply_schema is Algorithm.reply_schema
+        return type(self).reply_schema is Algorithm.reply_schema and "reply_schema" not in vars(self)
 
     def params_spec(self, n: int) -> ArraySpec:
         """A reply's model: ``n`` finite numbers in float64 or the model's own dtype

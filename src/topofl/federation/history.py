@@ -32,7 +32,7 @@ def nanstd(values: Iterable[float]) -> float:
         return float("nan")
     # ``v.std()``'s steps (numpy's _var, ddof 0): the mean, the deviations squared in place, their mean, its root
     x = np.subtract(v, np.add.reduce(v) / v.size)
-    np.multiply(x, x, out=x)
+    np.square(x, out=x)
     return float(np.sqrt(np.add.reduce(x) / v.size))
 
 

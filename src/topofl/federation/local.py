@@ -118,8 +118,8 @@ def sgd(  # noqa: PLR0913 - the local-training keywords every method passes, by 
     multiply, subtract = np.multiply, np.subtract
     with np.errstate(over="ignore", invalid="ignore"):  # divergence is reported below, by name
         for epoch, (order, take) in enumerate(epoch_orders(n, bs, epochs, local_steps, rng)):
-            if begin is not None:
-                begin(order)
+            if begin is not None:   # the rows of the batches taken (a step budget may stop within the pass)
+                begin(order if take * bs >= n else order[:take * bs])
             for i in range(take):
                 start = i * bs
                 g = sliced(start, min(start + bs, n)) if sliced is not None else gradient(order[start:start + bs])

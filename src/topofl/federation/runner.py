@@ -281,6 +281,7 @@ def _screen_evaluations(
     (:func:`~topofl.federation.validation.evaluation_problem`); the others become failures.
     """
     task, n_classes = model.task, _n_classes(model)
+    evaluations = list(evaluations)   # read twice below (a pool may hand over any iterable)
     try:   # the pooled predictions' values of the whole round in one pass (each evaluation's own checks below)
         # (of the runtimes' own evaluation objects only: a subclass could show this pass other arrays than the next)
         checked = (all(type(ev) is ClientEvaluation for ev in evaluations)
@@ -290,14 +291,15 @@ def _screen_evaluations(
     good, seen = [], set()
     for ev in evaluations:
         cid = getattr(ev, "client_id", None)
-        if (not isinstance(ev, ClientEvaluation) or isinstance(cid, bool) or not isinstance(cid, (int, np.integer))
+        if (not isinstance(ev, ClientEvaluation)
+                or (type(cid) is not int and (isinstance(cid, bool) or not isinstance(cid, (int, np.integer))))
                 or cid not in asked):
             failures.append(Failure(rnd, None, "evaluate",
                                     f"invalid payload: an evaluation from {cid!r}, which was not asked"))
             continue
         try:
             reason = ("a second evaluation from the same client" if cid in seen
-                      else evaluation_problem(ev, infos[int(cid)], task, n_classes, values_checked=checked))
+                      else evaluation_problem(ev, infos[int(cid)], task, n_classes, _values_checked=checked))
         except Exception as exc:  # noqa: BLE001 - a malformed evaluation is refused, never a crash
             reason = f"malformed evaluation ({type(exc).__name__}: {exc})"[:300]
         seen.add(cid)

@@ -282,6 +282,18 @@ class ReplySchema:
                 return reason
         return _metrics_problem(update.metrics, self.metrics)
 
+    @functools.cached_property
+    def model_only_shape(self) -> tuple[int] | None:
+        """The shape of a reply that is a model alone which :meth:`problem` passes on sight when its numbers' sum of
+        squares is finite — a float64 vector of this shape, with no descriptor, extras or metrics —, when this schema
+        asks nothing more of one (no range, no whole numbers, no extras, no descriptor); ``None`` otherwise.
+        """
+        p = self.params
+        if (self.extras or self.descriptor is not None or "float64" not in p.dtypes or p.integer
+                or math.isfinite(p.low) or math.isfinite(p.high) or len(p.shape) != 1 or p.shape[0] is None):
+            return None
+        return (p.shape[0],)
+
     def deviation(self, params: np.ndarray) -> tuple[float, float]:
         """``(‖params − nearest center‖, reference norm)`` for the norm bound."""
         with np.errstate(over="ignore", invalid="ignore"):
@@ -357,6 +369,8 @@ def as_number(value: Any) -> float | None:
     """``value`` as a float if it is a real number (not a bool) that fits in a float, else ``None``
     (an integer like 10**400 overflows float: it is not a metric, it is an attack).
     """
+    if type(value) is float:   # most metrics: the value itself (what float() returns for an exact float)
+        return value
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         return None
     try:
@@ -375,7 +389,7 @@ def count_problem(claimed: Any, declared: int) -> str | None:
     """Why a reply's example count is refused: the server weights each client by what it declared
     when it joined, so a reply must repeat that count exactly.
     """
-    if isinstance(claimed, bool) or not isinstance(claimed, (int, np.integer)):
+    if type(claimed) is not int and (isinstance(claimed, bool) or not isinstance(claimed, (int, np.integer))):
         return f"n_examples must be an integer; got {_short(claimed)}"
     if int(claimed) != declared:
         return f"n_examples={int(claimed)} differs from the count declared when the client joined (declared {declared})"
@@ -395,6 +409,20 @@ class ScreenedAlgorithm(Protocol):
 
 def _no() -> bool:
     return False
+
+
+def _model_only(schema: ReplySchema, u: ClientUpdate, info: ClientInfo) -> bool:
+    """Whether the snapshot ``u`` is seen at once to pass :func:`count_problem` and ``schema.problem``: a model alone
+    (:attr:`ReplySchema.model_only_shape`), of the declared count, finite, too small for its sum of squares to
+    overflow (read from its min and max: no warning can arise). False says nothing: the full checks then run, with
+    their reasons.
+    """
+    shape = schema.model_only_shape
+    p = u.params
+    return (shape is not None and type(p) is np.ndarray and p.dtype is _F64 and p.shape == shape
+            and u.descriptor is None and type(u.n_examples) is int and u.n_examples == info.n_train
+            and type(u.metrics) is dict and not u.metrics and type(u.extras) is dict and not u.extras
+            and (p.size == 0 or (p.size <= _SQUARES_SIZE and _squares_fit(*_extremes(p), p))))
 
 
 def lower_median(values: Sequence[float]) -> float:
@@ -447,51 +475,67 @@ def screen_updates(
     """
     cfg = algorithm.config
     seen: set[int] = set()
-    passed: list[tuple[ClientUpdate, float, float]] = []
-    rejected: list[tuple[int | None, str]] = []
+    # each reply's outcome in order: a rejection (client, reason), or a reply to measure (reply, schema, kept norms)
+    outcomes: list[tuple[int | None, str] | tuple[ClientUpdate, ReplySchema, dict[int, float] | None]] = []
     # the library's own schema depends on nothing but the parameters sent: one per array sent this round (the
     # messages are alive, so an id names one array), and its centers' norms found once
     shared: dict[int, ReplySchema] | None = {} if getattr(algorithm, "schema_per_params", _no)() else None
-    norms: dict[int, dict[int, float]] = {}   # each shared schema's centers' norms, found once
-    with np.errstate(over="ignore", invalid="ignore"):   # the deviations', as ReplySchema.deviation has it
-        for u in updates:
-            if not isinstance(u, ClientUpdate):
-                rejected.append((None, f"a reply must be a ClientUpdate; got {type(u).__name__}"))
-                continue
-            cid = u.client_id
-            known = not isinstance(cid, bool) and isinstance(cid, (int, np.integer)) and int(cid) in infos
-            if not known:
-                rejected.append((None, f"client_id {cid!r} is not a client of this run"))
-                continue
-            cid = int(cid)
-            reason: str | None
-            if cid not in messages:
-                reason = f"client {cid} was not asked for an update this round"
-            elif cid in seen:
-                reason = "a second reply from the same client in one round"
-            else:
-                seen.add(cid)
-                info = infos[cid]
-                message = messages[cid]
-                schema = shared.get(id(message.params)) if shared is not None else None
-                if schema is None:
-                    schema = algorithm.reply_schema(cid, message, info)
-                    if shared is not None:
-                        shared[id(message.params)] = schema
-                try:
-                    # a snapshot in plain dicts: what is checked is exactly what is aggregated
-                    u = ClientUpdate(cid, u.params, u.n_examples, u.descriptor,
-                                     dict(u.metrics) if isinstance(u.metrics, Mapping) else u.metrics,
-                                     dict(u.extras) if isinstance(u.extras, Mapping) else u.extras)
+    norms: dict[int, dict[int, float]] = {}
+    for u in updates:
+        if not isinstance(u, ClientUpdate):
+            outcomes.append((None, f"a reply must be a ClientUpdate; got {type(u).__name__}"))
+            continue
+        cid = u.client_id
+        known = (type(cid) is int or (not isinstance(cid, bool) and isinstance(cid, (int, np.integer)))) \
+            and int(cid) in infos
+        if not known:
+            outcomes.append((None, f"client_id {cid!r} is not a client of this run"))
+            continue
+        cid = int(cid)
+        reason: str | None
+        if cid not in messages:
+            reason = f"client {cid} was not asked for an update this round"
+        elif cid in seen:
+            reason = "a second reply from the same client in one round"
+        else:
+            seen.add(cid)
+            info = infos[cid]
+            message = messages[cid]
+            schema = shared.get(id(message.params)) if shared is not None else None
+            if schema is None:
+                schema = algorithm.reply_schema(cid, message, info)
+                if shared is not None:
+                    shared[id(message.params)] = schema
+            try:
+                # a snapshot in plain dicts: what is checked is exactly what is aggregated
+                metrics, extras = u.metrics, u.extras
+                plain_m = type(metrics) is dict or isinstance(metrics, Mapping)
+                plain_e = type(extras) is dict or isinstance(extras, Mapping)
+                u = ClientUpdate(cid, u.params, u.n_examples, u.descriptor, dict(metrics) if plain_m else metrics,
+                                 dict(extras) if plain_e else extras)
+                if _model_only(schema, u, info) if shared is not None else False:
+                    reason = algorithm.reply_problem(u, message, info)   # its count and schema pass
+                else:
                     reason = (count_problem(u.n_examples, info.n_train) or schema.problem(u)
                               or algorithm.reply_problem(u, message, info))
-                    if reason is None:
-                        kept = norms.setdefault(id(schema), {}) if shared is not None else None  # a kept schema
-                        passed.append((u, *schema._deviation(u.params, kept)))
-                        continue
-                except Exception as exc:  # noqa: BLE001 - e.g. a mapping that raises when read: refused, no crash
-                    reason = f"malformed reply ({type(exc).__name__}: {str(exc)[:200]})"
-            rejected.append((cid, reason))
+                if reason is None:
+                    outcomes.append((u, schema, norms.setdefault(id(schema), {}) if shared is not None else None))
+                    continue
+            except Exception as exc:  # noqa: BLE001 - e.g. a mapping that raises when read: refused, no crash
+                reason = f"malformed reply ({type(exc).__name__}: {str(exc)[:200]})"
+        outcomes.append((cid, reason))
+    passed: list[tuple[ClientUpdate, float, float]] = []
+    rejected: list[tuple[int | None, str]] = []
+    with np.errstate(over="ignore", invalid="ignore"):   # the deviations' (ReplySchema.deviation's), and theirs only
+        for outcome in outcomes:
+            if len(outcome) == 2:
+                rejected.append(outcome)
+                continue
+            u, schema, kept = outcome
+            try:
+                passed.append((u, *schema._deviation(u.params, kept)))
+            except Exception as exc:  # noqa: BLE001 - refused, never a crash (as the checks above)
+                rejected.append((u.client_id, f"malformed reply ({type(exc).__name__}: {str(exc)[:200]})"))
     ratio, floor = float(cfg.max_update_ratio), float(cfg.update_norm_floor)
     deviations = [d for _, d, _ in passed]
     alone = bool(getattr(algorithm, "screens_independently", lambda: False)())
@@ -511,7 +555,7 @@ def screen_updates(
 
 # ---- evaluation replies -------------------------------------------------------------------------
 def evaluation_problem(evaluation: Any, info: ClientInfo, task: str, n_classes: int, *,
-                       values_checked: bool = False) -> str | None:
+                       _values_checked: bool = False) -> str | None:
     """Why a client's evaluation must not be averaged in; ``None`` when it is sound.
 
     Metrics are exactly ``auc``, ``accuracy`` and ``loss`` (regression: and ``mse``, ``r2``).
@@ -520,12 +564,12 @@ def evaluation_problem(evaluation: Any, info: ClientInfo, task: str, n_classes: 
     says how many counted); with pooled predictions, AUC is NaN exactly when their labels hold one
     class. Regression: AUC and accuracy NaN, MSE finite and >= 0, R² <= 1 (NaN for a constant test
     target). Loss finite and >= 0. Pooled predictions, when sent, are labels and scores for the
-    declared number of test samples (scores in [0, 1] for classification). ``values_checked``: the pooled
-    predictions' values are known to pass (:func:`pooled_values_sound` of the round's evaluations): only their
-    kind, dtype and shape are checked here, with the same reasons.
+    declared number of test samples (scores in [0, 1] for classification). ``_values_checked`` (the round
+    loop's, not for callers): the pooled predictions' values are known to pass (:func:`pooled_values_sound`
+    of the round's evaluations), so only their kind, dtype and shape are checked here, with the same reasons.
     """
     m = getattr(evaluation, "metrics", None)
-    if not isinstance(m, Mapping):
+    if type(m) is not dict and not isinstance(m, Mapping):
         return f"metrics must be a mapping; got {type(m).__name__}"
     expected = EVALUATION_METRICS + (REGRESSION_METRICS if task == "regression" else ())
     values = _metric_values(m, expected)
@@ -536,7 +580,7 @@ def evaluation_problem(evaluation: Any, info: ClientInfo, task: str, n_classes: 
     if problem:
         return problem
     y, scores = getattr(evaluation, "y_true", None), getattr(evaluation, "scores", None)
-    reason = _pooled_problem(y, scores, info.n_test, task, n_classes, values_checked)
+    reason = _pooled_problem(y, scores, info.n_test, task, n_classes, _values_checked)
     # y passed its check here: finite, so it holds one class exactly when every label equals the first
     if reason is None and y is not None and task != "regression" and math.isnan(auc) != (
             y.size == 0 or _all(y == y.flat[0])):
@@ -606,7 +650,7 @@ def pooled_values_sound(evaluations: Sequence[Any], task: str, n_classes: int) -
     :meth:`ArraySpec.problem`'s fast path (finite, its sum of squares far from overflowing) and passes its range
     and whole-number checks: then so does each array, a part of it (its min and max within the concatenation's,
     its size and largest value no larger). False says nothing: each evaluation is then judged whole. Shapes are
-    not judged here (:func:`evaluation_problem` with ``values_checked=True`` does it, with its reasons).
+    not judged here (:func:`evaluation_problem` with ``_values_checked=True`` does it, with its reasons).
     """
     ys, scores = [], []
     for ev in evaluations:

@@ -43,7 +43,7 @@ def _mean(values: np.ndarray) -> float:
 #: every step a fast path (:meth:`LinearModel.batch_gradient`, :meth:`LinearModel.evaluation_outputs`) writes out
 #: or goes around: a subclass that overrides any of them gets the general path, which calls them
 _STEPS = ("_split", "_logits", "_penalty", "_pack_grad", "_dlogits", "_batch_dlogits", "_kernel", "_loss_at",
-          "_outputs_at", "loss_grad", "loss", "grad", "grad_into", "batch_gradient", "epoch_gradient",
+          "_data_loss_at", "_outputs_at", "loss_grad", "loss", "grad", "grad_into", "batch_gradient", "epoch_gradient",
           "evaluation_outputs", "predict_scores", "predict")
 
 
@@ -158,7 +158,15 @@ class LinearModel:
         return g
 
     def _loss_at(self, theta: np.ndarray, Z: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None) -> float:
-        """The mean loss with the L2 penalty from the logits ``Z`` (n, C) of ``theta``; each model defines it."""
+        """The mean loss with the L2 penalty from the logits ``Z`` (n, C) of ``theta``: :meth:`_data_loss_at`, then
+        the penalty added.
+        """
+        return self._data_loss_at(Z, y, sample_weight) + self._penalty(theta)
+
+    def _data_loss_at(self, Z: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None) -> float:
+        """The mean loss (weighted by ``sample_weight``) from the logits ``Z`` (n, C), without the penalty; each model
+        defines it.
+        """
         raise NotImplementedError
 
     def _dlogits(self, Z: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None) -> np.ndarray:
@@ -255,10 +263,16 @@ class LinearModel:
         ``gradient(start, stop)`` is then ``batch_gradient(...)(order[start:stop])``, the same bits, on a view of the
         gathered rows: one gather a pass instead of one a step (the batches of
         :func:`~topofl.models.optimizers.epoch_orders` are consecutive slices of a pass's order). ``None`` for a
-        subclass that changes a step of the kernel (its :meth:`grad`, batch by batch, is then what runs).
+        subclass that changes a step of the kernel (its :meth:`grad`, batch by batch, is then what runs), and for
+        array subclasses (a masked array, a matrix), whose arithmetic stays the per-batch gathers'.
+
+        A batch is then a view at some offset into the pass's rows rather than a fresh copy: the same numbers in the
+        same layout, and the same bits on OpenBLAS (tested); a BLAS whose results depend on memory alignment (MKL
+        outside its conditional-numerical-reproducibility mode) may differ from per-batch copies in the last bits.
         """
-        if not _own_steps(type(self)):
-            return None
+        if not _own_steps(type(self)) or type(X) is not np.ndarray or type(y) is not np.ndarray or not (
+                sample_weight is None or type(sample_weight) is np.ndarray):
+            return None   # an array subclass (a masked array, a matrix) keeps the per-batch gathers' arithmetic
         kernel = self._kernel(theta, X, y, sample_weight)
         rows: list[np.ndarray] = [X, y]
         weights: list[np.ndarray | None] = [None]
@@ -303,8 +317,9 @@ class LinearModel:
         W, b, w = theta[:dc].reshape(d, c), theta[dc:], theta[:dc]
         g = np.empty(self.n_params)
         gW, gb, gw = g[:dc].reshape(d, c), g[dc:], g[:dc]
-        decay = np.empty(dc)
-        l2, dlogits = self.l2, self._batch_dlogits(y, sample_weight)
+        l2 = self.l2
+        decay = np.empty(dc, dtype=np.result_type(l2, theta))   # l2 · w in its own precision (a longdouble l2's)
+        dlogits = self._batch_dlogits(y, sample_weight) if type(X) is np.ndarray else self._dlogits
         matmul, divide, add, multiply, reduce = np.matmul, np.divide, np.add, np.multiply, np.add.reduce
 
         def kernel(Xb: np.ndarray, yb: np.ndarray, wb: np.ndarray | None) -> np.ndarray:
@@ -321,8 +336,9 @@ class LinearModel:
     def _batch_dlogits(self, y: np.ndarray, sample_weight: np.ndarray | None,
                        ) -> Callable[[np.ndarray, np.ndarray, np.ndarray | None], np.ndarray]:
         """``dlogits(Z, yb, wb)``: :meth:`_dlogits` of a batch's logits ``Z``, labels ``yb`` and weights ``wb`` — the
-        kernel's step (:meth:`batch_gradient`), which a model may write for it with the same bits (``Z`` is the
-        kernel's own array, free to be overwritten); ``y`` and ``sample_weight`` are the arrays the batches come from.
+        kernel's step (:meth:`batch_gradient`), which the library's models may write for it with the same bits (``Z``
+        is the kernel's own array, free to be overwritten); ``y`` and ``sample_weight`` are the arrays the batches
+        come from. A step of the kernel, listed in ``_STEPS``: a subclass that overrides it gets the general path.
         """
         return self._dlogits
 
@@ -338,7 +354,8 @@ class LinearModel:
             loss = self.loss(theta, X, y) - self._penalty(theta)
             return loss, scores, scores if self.task == "regression" else self.predict(theta, X)
         Z = self._logits(theta, X)
-        loss = self._loss_at(theta, Z, y, None) - self._penalty(theta)
+        penalty = self._penalty(theta)   # _loss_at's, added then taken off again (the bits of loss() − penalty)
+        loss = (self._data_loss_at(Z, y, None) + penalty) - penalty
         scores, pred = self._outputs_at(Z)
         return loss, scores, pred
 
@@ -362,12 +379,12 @@ class BinaryLogistic(LinearModel):
     task = "binary"
     n_outputs = 1
 
-    def _loss_at(self, theta, Z, y, sample_weight):
+    def _data_loss_at(self, Z, y, sample_weight):
         sp = _special()
         z = Z[:, 0]
         # -[y log σ(z) + (1 - y) log σ(-z)], computed stably
         per_sample = y * sp.log_expit(z) + (1.0 - y) * sp.log_expit(-z)
-        return -float(_mean(_weigh(per_sample, sample_weight))) + self._penalty(theta)
+        return -float(_mean(_weigh(per_sample, sample_weight)))
 
     def _dlogits(self, Z, y, sample_weight):
         return _weigh((_special().expit(Z[:, 0]) - y)[:, None], sample_weight)
@@ -376,8 +393,8 @@ class BinaryLogistic(LinearModel):
         """σ(Z) − y of a batch written over its logits ``Z`` (n, 1) — :meth:`_dlogits`'s element-wise steps on the
         column itself: the same bits without its layers. Weighted or not-float64 labels: :meth:`_dlogits`.
         """
-        if sample_weight is not None or not isinstance(y, np.ndarray) or y.dtype != np.float64 or y.ndim != 1:
-            return self._dlogits
+        if sample_weight is not None or type(y) is not np.ndarray or y.dtype != np.float64 or y.ndim != 1:
+            return self._dlogits   # weighted, or labels of another kind (a masked array keeps its own arithmetic)
         expit, subtract = _special().expit, np.subtract
 
         def dlogits(Z: np.ndarray, yb: np.ndarray, wb: np.ndarray | None) -> np.ndarray:
@@ -408,10 +425,10 @@ class SoftmaxRegression(LinearModel):
         check_int("n_classes", self.n_classes, 2)
         object.__setattr__(self, "n_outputs", self.n_classes)
 
-    def _loss_at(self, theta, Z, y, sample_weight):
+    def _data_loss_at(self, Z, y, sample_weight):
         idx = y.astype(np.int64)
         lse = _special().logsumexp(Z, axis=1)
-        return float(_mean(_weigh(lse - Z[np.arange(len(idx)), idx], sample_weight))) + self._penalty(theta)
+        return float(_mean(_weigh(lse - Z[np.arange(len(idx)), idx], sample_weight)))
 
     def _dlogits(self, Z, y, sample_weight):
         idx = y.astype(np.int64)
@@ -436,9 +453,9 @@ class LeastSquares(LinearModel):
     task = "regression"
     n_outputs = 1
 
-    def _loss_at(self, theta, Z, y, sample_weight):
+    def _data_loss_at(self, Z, y, sample_weight):
         r = Z[:, 0] - y
-        return 0.5 * float(r @ _weigh(r, sample_weight)) / len(r) + self._penalty(theta)
+        return 0.5 * float(r @ _weigh(r, sample_weight)) / len(r)
 
     def _dlogits(self, Z, y, sample_weight):
         return _weigh((Z[:, 0] - y)[:, None], sample_weight)
