@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import topofl.federation.runner as runner_module
 from linear_cases import linear_model, random_labels
-from topofl.federation.history import nanmean, nanstd
+from topofl.federation.history import nanmean, nanmean_std, nanstd
 from topofl.federation.local import sgd
 from topofl.federation.messages import ClientUpdate, ServerMessage, _n_bytes, _n_floats
 from topofl.federation.pool import ClientEvaluation
@@ -338,3 +338,7 @@ def test_the_summary_means_are_numpys_bit_for_bit(values):
         math.isnan(want_mean) and math.isnan(got_mean))
     assert np.float64(got_std).tobytes() == np.float64(want_std).tobytes() or (
         math.isnan(want_std) and math.isnan(got_std))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        both = nanmean_std(values)
+    assert np.asarray(both).tobytes() == np.asarray((got_mean, got_std)).tobytes()

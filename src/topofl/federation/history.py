@@ -27,13 +27,20 @@ def nanmean(values: Iterable[float]) -> float:
 
 def nanstd(values: Iterable[float]) -> float:
     """Population standard deviation ignoring NaN; NaN (not a warning) when nothing is left."""
+    return nanmean_std(values)[1]
+
+
+def nanmean_std(values: Iterable[float]) -> tuple[float, float]:
+    """``(nanmean(values), nanstd(values))`` from one pass over the values, with their bits."""
     v = _finite_part(values)
     if not v.size:
-        return float("nan")
-    # ``v.std()``'s steps (numpy's _var, ddof 0): the mean, the deviations squared in place, their mean, its root
-    x = np.subtract(v, np.add.reduce(v) / v.size)
+        return float("nan"), float("nan")
+    # ``v.mean()`` and ``v.std()``'s steps (numpy's _var, ddof 0): the mean, the deviations squared in place,
+    # their mean, its root
+    mean = np.add.reduce(v) / v.size
+    x = np.subtract(v, mean)
     np.square(x, out=x)
-    return float(np.sqrt(np.add.reduce(x) / v.size))
+    return float(mean), float(np.sqrt(np.add.reduce(x) / v.size))
 
 
 def regression_summary(rows: Iterable[dict[str, Any]]) -> dict[str, float]:

@@ -22,7 +22,7 @@ import numpy as np
 from topofl._validation import TrainingWarning, check_int, check_range
 from topofl.data.federation import Federation
 from topofl.federation.algorithm import Algorithm
-from topofl.federation.history import History, RoundSummary, nanmean, nanstd, regression_summary
+from topofl.federation.history import History, RoundSummary, nanmean, nanmean_std, regression_summary
 from topofl.federation.messages import ClientUpdate, ServerMessage, as_sent
 from topofl.federation.pool import ClientEvaluation, ClientPool, Failure, InProcessPool, client_rng  # noqa: F401 (re-export)
 from topofl.federation.secure import secure_config, secure_fit
@@ -370,12 +370,13 @@ def _summarise_round(
     if shared and len(shared) == len(evaluations):
         pool = pooled(model, np.concatenate([ev.y_true for ev in shared]), np.concatenate([ev.scores for ev in shared]))
     aucs = [r["auc"] for r in rows]
+    (auc, auc_std), (accuracy, accuracy_std) = nanmean_std(aucs), nanmean_std([r["accuracy"] for r in rows])
     return RoundSummary(
         round=rnd,
-        auc=nanmean(aucs),
-        auc_std=nanstd(aucs),
-        accuracy=nanmean(r["accuracy"] for r in rows),
-        accuracy_std=nanstd(r["accuracy"] for r in rows),
+        auc=auc,
+        auc_std=auc_std,
+        accuracy=accuracy,
+        accuracy_std=accuracy_std,
         loss=nanmean(r["loss"] for r in rows),
         pooled_auc=pool.get("pooled_auc", float("nan")),
         pooled_accuracy=pool.get("pooled_accuracy", float("nan")),
