@@ -264,8 +264,8 @@ def _old_code(m: pytest.MonkeyPatch) -> None:
     m.setattr(pool_module, "client_context", _old_client_context)
     m.setattr(pool_module.InProcessPool, "evaluate", _old_pool_evaluate)
     m.setattr(metrics_module, "auc_score", _old_auc_score)
-    m.setattr(runner_module, "evaluation_problem",
-              lambda ev, info, task, n_classes, _values_checked=False: _old_evaluation_problem(ev, info, task, n_classes))
+    m.setattr(runner_module, "_evaluation_problem",
+              lambda ev, info, task, n_classes, values_checked: _old_evaluation_problem(ev, info, task, n_classes))
     m.setattr(runner_module, "pooled_values_sound", lambda *args: False)
     m.setattr(ArraySpec, "problem", _old_array_problem)
 

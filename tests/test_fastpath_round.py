@@ -20,7 +20,15 @@ from topofl.federation.history import nanmean, nanmean_std, nanstd
 from topofl.federation.local import sgd
 from topofl.federation.messages import ClientUpdate, ServerMessage, _n_bytes, _n_floats
 from topofl.federation.pool import ClientEvaluation
-from topofl.federation.validation import ClientInfo, evaluation_problem, pooled_values_sound, screen_updates
+from topofl.federation.validation import (
+    ArraySpec,
+    ClientInfo,
+    ReplySchema,
+    _evaluation_problem,
+    evaluation_problem,
+    pooled_values_sound,
+    screen_updates,
+)
 from topofl.methods import build_server
 from topofl.models.linear import BinaryLogistic, LeastSquares, SoftmaxRegression
 from topofl.models.optimizers import epoch_batches, epoch_orders
@@ -33,6 +41,8 @@ from topofl.models.optimizers import epoch_batches, epoch_orders
        local_steps=st.sampled_from([0, 1, 5]), seed=st.integers(0, 2**32 - 1))
 def test_a_pass_gathered_once_gives_every_batch_gradient_bit_for_bit(task, weighted, n, d, batch, epochs,
                                                                      local_steps, seed):
+    """Views of a pass's gathered rows against a gather per batch, through the same kernel: the slicing, not the
+    arithmetic (which tests/test_fastpath_linear.py compares with the code before issue 25, whole runs included)."""
     rng = np.random.default_rng(seed)
     model = linear_model(task, d, 1e-3)
     X = rng.standard_normal((n, d))
@@ -214,6 +224,67 @@ def test_the_checks_warnings_are_not_silenced():
     assert len(valid) == 3 and any("overflow" in str(w.message) for w in caught)
 
 
+class _Clipped(ArraySpec):
+    def problem(self, name, value):
+        return super().problem(name, value) or (f"{name} exceeds the clip 2" if np.abs(value).max() > 2 else None)
+
+
+class _L1(ReplySchema):
+    def deviation(self, params):
+        return float(np.abs(params - self.centers[0]).sum()), float(np.abs(self.centers[0]).sum())
+
+
+@pytest.mark.parametrize("custom", ["array spec", "schema", "range", "whole numbers"])
+def test_a_schema_that_asks_more_of_a_model_gets_its_own_checks(custom):
+    """The on-sight pass of a model alone is for the library's plain schema only: a subclass's checks and deviation,
+    a range or whole numbers are judged as ever."""
+    base = type(build_server("fedavg", {}))
+
+    class Custom(base):   # type: ignore[misc, valid-type]
+        def params_spec(self, n):
+            spec = super().params_spec(n)
+            if custom == "array spec":
+                return _Clipped(spec.shape, dtypes=spec.dtypes)
+            if custom == "range":
+                return dataclasses.replace(spec, low=-2.0, high=2.0)
+            if custom == "whole numbers":
+                return dataclasses.replace(spec, integer=True)
+            return spec
+
+        if custom == "schema":
+            def reply_schema(self, client_id, message, info):
+                s = super().reply_schema(client_id, message, info)
+                return _L1(s.params, centers=s.centers)
+
+    algorithm = Custom(build_server("fedavg", {}).config)
+    algorithm.setup(BinaryLogistic(2), [0, 1, 2, 3], np.random.default_rng(0))
+    sent = np.array([1.0, 0.0, 0.0])
+    messages = {cid: ServerMessage(sent) for cid in range(4)}
+    infos = {cid: ClientInfo(cid, 30, 10) for cid in range(4)}
+    replies = [ClientUpdate(0, np.array([3.0, 0.0, 0.0]), 30), ClientUpdate(1, np.array([1.5, 0.5, 0.0]), 30),
+               ClientUpdate(2, np.array([1.0, 0.0, 0.0]), 30), ClientUpdate(3, np.array([40.0, 30.0, 20.0]), 30)]
+    valid, rejected = screen_updates(algorithm, replies, messages, infos)
+    reasons = dict(rejected)
+    if custom == "array spec":
+        assert reasons[0] == "params exceeds the clip 2" and 3 in reasons
+    elif custom == "range":
+        assert reasons[0].startswith("params must be in [-2, 2]")
+    elif custom == "whole numbers":
+        assert reasons[1].startswith("params must hold integers")
+    else:   # L1 deviation of client 3: 89 > 10 x max(1, 1, median of the others' L1 deviations)
+        assert reasons == {3: reasons[3]} and reasons[3].startswith("update norm 89 exceeds")
+
+
+def test_an_underflow_to_report_is_reported_as_by_the_full_checks():
+    algorithm, messages, infos, _ = _round(3, 2)
+    replies = [ClientUpdate(cid, np.full(7, 5e-324), 30) for cid in range(3)]
+    with np.errstate(under="raise"):
+        got = screen_updates(algorithm, replies, messages, infos)
+        algorithm.schema_per_params = lambda: False
+        want = screen_updates(algorithm, replies, messages, infos)
+    assert got[1] == want[1] and all("underflow" in r for _, r in got[1])
+
+
 def test_a_method_that_declares_its_replies_gets_a_schema_per_reply():
     for name, shared in (("fedavg", True), ("fedprox", True), ("scaffold", False), ("ifca", False),
                          ("ptopofl", False)):
@@ -284,6 +355,35 @@ def test_evaluations_judged_in_one_pass_fail_as_one_by_one(task, monkeypatch):
     assert seen_checked == {True, False}   # both paths were compared
 
 
+def test_oversized_pooled_arrays_are_not_copied_for_the_one_pass():
+    import tracemalloc
+
+    model, infos = BinaryLogistic(4), {cid: ClientInfo(cid, 30, 10) for cid in range(2)}
+    big = np.zeros(3_000_000)
+    evs = [ClientEvaluation(0, {"auc": float("nan"), "accuracy": 0.5, "loss": 0.3}, big, big),
+           ClientEvaluation(1, {"auc": 0.5, "accuracy": 0.5, "loss": 0.3}, np.array([0.0, 1.0] * 5), np.full(10, 0.5))]
+    tracemalloc.start()
+    failures: list[Any] = []
+    good = runner_module._screen_evaluations(evs, dict.fromkeys(range(2)), infos, model, 1, failures)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert [e.client_id for e in good] == [1] and "y_true must have shape (10,)" in failures[0].reason
+    assert peak < 4_000_000   # the 24 MB arrays were read where they lie
+
+
+def test_a_model_that_cannot_say_its_task_fails_each_evaluation_not_the_round():
+    class Broken:
+        @property
+        def task(self):
+            raise RuntimeError("no task")
+
+    infos = {0: ClientInfo(0, 30, 10)}
+    evs = [ClientEvaluation(0, {"auc": 0.5, "accuracy": 0.5, "loss": 0.3}, np.array([0.0, 1.0] * 5), np.full(10, 0.5))]
+    failures: list[Any] = []
+    assert runner_module._screen_evaluations(evs, {0: None}, infos, Broken(), 1, failures) == []
+    assert failures[0].reason == "invalid payload: malformed evaluation (RuntimeError: no task)"
+
+
 def test_evaluations_handed_over_as_any_iterable_are_all_judged():
     model, infos = BinaryLogistic(4), {cid: ClientInfo(cid, 30, 10) for cid in range(3)}
     rng = np.random.default_rng(0)
@@ -305,7 +405,7 @@ def test_values_found_sound_in_one_pass_are_sound_one_by_one(task, seed, k):
     if pooled_values_sound(evs, task, nc):
         for ev in evs:
             info = ClientInfo(0, 30, 10)
-            assert evaluation_problem(ev, info, task, nc, _values_checked=True) == evaluation_problem(ev, info, task, nc)
+            assert _evaluation_problem(ev, info, task, nc, True) == evaluation_problem(ev, info, task, nc)
 
 
 # ---- sizes and the summary's means ------------------------------------------------------------------------------
@@ -322,15 +422,16 @@ def test_a_payload_size_is_counted_as_before():
 
 @settings(max_examples=300, deadline=None)
 @given(values=st.lists(st.one_of(st.floats(allow_nan=True, allow_infinity=False, width=64),
-                                 st.integers(-10**6, 10**6)), max_size=60))
+                                 st.integers(-10**6, 10**6), st.sampled_from([5e-324, 1e-310, -2e-320])), max_size=60))
 def test_the_summary_means_are_numpys_bit_for_bit(values):
     v = np.asarray(values, dtype=float)
     v = v[~np.isnan(v)]
-    with warnings.catch_warnings(record=True) as numpys:   # numpy's own warnings, the same in both
+    # numpy's own warnings, the same in both (underflow reported too)
+    with warnings.catch_warnings(record=True) as numpys, np.errstate(all="warn"):
         warnings.simplefilter("always")
         want_mean = float(v.mean()) if v.size else float("nan")
         want_std = float(v.std()) if v.size else float("nan")
-    with warnings.catch_warnings(record=True) as ours:
+    with warnings.catch_warnings(record=True) as ours, np.errstate(all="warn"):
         warnings.simplefilter("always")
         got_mean, got_std = nanmean(values), nanstd(values)
     assert [str(w.message) for w in ours] == [str(w.message) for w in numpys]

@@ -12,7 +12,7 @@ ROUND_FIELDS = ("round", "client", "auc", "accuracy", "loss", "bytes_up", "bytes
                 "mse", "r2")
 
 
-def _finite_part(values: Iterable[float]) -> np.ndarray:
+def _without_nan(values: Iterable[float]) -> np.ndarray:
     v = np.asarray(list(values), dtype=float)
     finite: np.ndarray = v[~np.isnan(v)]
     return finite
@@ -20,27 +20,31 @@ def _finite_part(values: Iterable[float]) -> np.ndarray:
 
 def nanmean(values: Iterable[float]) -> float:
     """Mean ignoring NaN; NaN (not a warning) when nothing is left."""
-    v = _finite_part(values)
+    v = _without_nan(values)
     # ``v.mean()``'s own steps without its Python layers (every round's summary): the sum, then the division
     return float(np.add.reduce(v) / v.size) if v.size else float("nan")
 
 
 def nanstd(values: Iterable[float]) -> float:
     """Population standard deviation ignoring NaN; NaN (not a warning) when nothing is left."""
-    return nanmean_std(values)[1]
+    return _std(_without_nan(values))
 
 
 def nanmean_std(values: Iterable[float]) -> tuple[float, float]:
-    """``(nanmean(values), nanstd(values))`` from one pass over the values, with their bits."""
-    v = _finite_part(values)
+    """``(nanmean(values), nanstd(values))`` from one reading of the values, with their bits and warnings."""
+    v = _without_nan(values)
+    return (float(np.add.reduce(v) / v.size) if v.size else float("nan")), _std(v)
+
+
+def _std(v: np.ndarray) -> float:
+    """``float(v.std())`` of a float64 vector, to the bit and with its warnings' words (numpy's _var, ddof 0: the
+    mean as an array, the deviations squared in place, their mean, its root); NaN when empty.
+    """
     if not v.size:
-        return float("nan"), float("nan")
-    # ``v.mean()`` and ``v.std()``'s steps (numpy's _var, ddof 0): the mean, the deviations squared in place,
-    # their mean, its root
-    mean = np.add.reduce(v) / v.size
-    x = np.subtract(v, mean)
+        return float("nan")
+    x = np.subtract(v, np.true_divide(np.add.reduce(v, keepdims=True), v.size))
     np.square(x, out=x)
-    return float(mean), float(np.sqrt(np.add.reduce(x) / v.size))
+    return float(np.sqrt(np.add.reduce(x) / v.size))
 
 
 def regression_summary(rows: Iterable[dict[str, Any]]) -> dict[str, float]:

@@ -53,13 +53,15 @@ class ClientUpdate:
     extras: Mapping[str, np.ndarray] = field(default_factory=dict)
 
     def n_floats(self) -> int:
-        if self.descriptor is None and not self.extras and type(self.params) is np.ndarray:
+        if type(self.params) is np.ndarray and self.descriptor is None and type(self.extras) is dict \
+                and not self.extras:
             return self.params.size   # a model alone (most replies): _n_floats' count, without its layers
         return _n_floats(self.params, self.descriptor, *self.extras.values())
 
     def n_bytes(self) -> int:
         """The payload's bytes in the arrays' own dtypes (4 per float32 number, 8 per float64)."""
-        if self.descriptor is None and not self.extras and type(self.params) is np.ndarray:
+        if type(self.params) is np.ndarray and self.descriptor is None and type(self.extras) is dict \
+                and not self.extras:
             return self.params.nbytes
         return _n_bytes(self.params, self.descriptor, *self.extras.values())
 

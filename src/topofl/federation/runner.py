@@ -26,7 +26,7 @@ from topofl.federation.history import History, RoundSummary, nanmean, nanmean_st
 from topofl.federation.messages import ClientUpdate, ServerMessage, as_sent
 from topofl.federation.pool import ClientEvaluation, ClientPool, Failure, InProcessPool, client_rng  # noqa: F401 (re-export)
 from topofl.federation.secure import secure_config, secure_fit
-from topofl.federation.validation import ClientInfo, evaluation_problem, pooled_values_sound, screen_updates
+from topofl.federation.validation import ClientInfo, _evaluation_problem, pooled_values_sound, screen_updates
 from topofl.limits import MAX_ROUNDS, MAX_SEED
 from topofl.metrics import pooled
 from topofl.models.base import Model, param_dtype
@@ -280,12 +280,11 @@ def _screen_evaluations(
     """The evaluations fit to average: from clients that were asked, once each, and sound
     (:func:`~topofl.federation.validation.evaluation_problem`); the others become failures.
     """
-    task, n_classes = model.task, _n_classes(model)
     evaluations = list(evaluations)   # read twice below (a pool may hand over any iterable)
     try:   # the pooled predictions' values of the whole round in one pass (each evaluation's own checks below)
         # (of the runtimes' own evaluation objects only: a subclass could show this pass other arrays than the next)
         checked = (all(type(ev) is ClientEvaluation for ev in evaluations)
-                   and pooled_values_sound(evaluations, task, n_classes))
+                   and pooled_values_sound(evaluations, model.task, _n_classes(model)))
     except Exception:  # noqa: BLE001 - something unreadable: every evaluation is judged whole, below
         checked = False
     good, seen = [], set()
@@ -299,7 +298,7 @@ def _screen_evaluations(
             continue
         try:
             reason = ("a second evaluation from the same client" if cid in seen
-                      else evaluation_problem(ev, infos[int(cid)], task, n_classes, _values_checked=checked))
+                      else _evaluation_problem(ev, infos[int(cid)], model.task, _n_classes(model), checked))
         except Exception as exc:  # noqa: BLE001 - a malformed evaluation is refused, never a crash
             reason = f"malformed evaluation ({type(exc).__name__}: {exc})"[:300]
         seen.add(cid)

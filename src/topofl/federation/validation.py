@@ -289,6 +289,8 @@ class ReplySchema:
         asks nothing more of one (no range, no whole numbers, no extras, no descriptor); ``None`` otherwise.
         """
         p = self.params
+        if type(self) is not ReplySchema or type(p) is not ArraySpec:
+            return None   # a subclass's own checks (problem, deviation) are what run
         if (self.extras or self.descriptor is not None or "float64" not in p.dtypes or p.integer
                 or math.isfinite(p.low) or math.isfinite(p.high) or len(p.shape) != 1 or p.shape[0] is None):
             return None
@@ -481,6 +483,9 @@ def screen_updates(
     # messages are alive, so an id names one array), and its centers' norms found once
     shared: dict[int, ReplySchema] | None = {} if getattr(algorithm, "schema_per_params", _no)() else None
     norms: dict[int, dict[int, float]] = {}
+    # a model alone passes its checks on sight (_model_only) unless underflow is to be reported: the full checks'
+    # sum of squares would report it
+    quick = shared is not None and np.geterr()["under"] == "ignore"
     for u in updates:
         if not isinstance(u, ClientUpdate):
             outcomes.append((None, f"a reply must be a ClientUpdate; got {type(u).__name__}"))
@@ -513,7 +518,7 @@ def screen_updates(
                 plain_e = type(extras) is dict or isinstance(extras, Mapping)
                 u = ClientUpdate(cid, u.params, u.n_examples, u.descriptor, dict(metrics) if plain_m else metrics,
                                  dict(extras) if plain_e else extras)
-                if _model_only(schema, u, info) if shared is not None else False:
+                if quick and _model_only(schema, u, info):
                     reason = algorithm.reply_problem(u, message, info)   # its count and schema pass
                 else:
                     reason = (count_problem(u.n_examples, info.n_train) or schema.problem(u)
@@ -532,8 +537,9 @@ def screen_updates(
                 rejected.append(outcome)
                 continue
             u, schema, kept = outcome
-            try:
-                passed.append((u, *schema._deviation(u.params, kept)))
+            try:   # a schema subclass's own deviation, if it has one
+                passed.append((u, *(schema._deviation(u.params, kept) if type(schema) is ReplySchema
+                                    else schema.deviation(u.params))))
             except Exception as exc:  # noqa: BLE001 - refused, never a crash (as the checks above)
                 rejected.append((u.client_id, f"malformed reply ({type(exc).__name__}: {str(exc)[:200]})"))
     ratio, floor = float(cfg.max_update_ratio), float(cfg.update_norm_floor)
@@ -554,8 +560,7 @@ def screen_updates(
 
 
 # ---- evaluation replies -------------------------------------------------------------------------
-def evaluation_problem(evaluation: Any, info: ClientInfo, task: str, n_classes: int, *,
-                       _values_checked: bool = False) -> str | None:
+def evaluation_problem(evaluation: Any, info: ClientInfo, task: str, n_classes: int) -> str | None:
     """Why a client's evaluation must not be averaged in; ``None`` when it is sound.
 
     Metrics are exactly ``auc``, ``accuracy`` and ``loss`` (regression: and ``mse``, ``r2``).
@@ -564,9 +569,16 @@ def evaluation_problem(evaluation: Any, info: ClientInfo, task: str, n_classes: 
     says how many counted); with pooled predictions, AUC is NaN exactly when their labels hold one
     class. Regression: AUC and accuracy NaN, MSE finite and >= 0, R² <= 1 (NaN for a constant test
     target). Loss finite and >= 0. Pooled predictions, when sent, are labels and scores for the
-    declared number of test samples (scores in [0, 1] for classification). ``_values_checked`` (the round
-    loop's, not for callers): the pooled predictions' values are known to pass (:func:`pooled_values_sound`
-    of the round's evaluations), so only their kind, dtype and shape are checked here, with the same reasons.
+    declared number of test samples (scores in [0, 1] for classification).
+    """
+    return _evaluation_problem(evaluation, info, task, n_classes, False)
+
+
+def _evaluation_problem(evaluation: Any, info: ClientInfo, task: str, n_classes: int,
+                        values_checked: bool) -> str | None:
+    """:func:`evaluation_problem`; ``values_checked``: the pooled predictions' values are known to pass
+    (:func:`pooled_values_sound` of the round's evaluations, in the round loop), so only their kind, dtype and shape
+    are checked, with the same reasons.
     """
     m = getattr(evaluation, "metrics", None)
     if type(m) is not dict and not isinstance(m, Mapping):
@@ -580,7 +592,7 @@ def evaluation_problem(evaluation: Any, info: ClientInfo, task: str, n_classes: 
     if problem:
         return problem
     y, scores = getattr(evaluation, "y_true", None), getattr(evaluation, "scores", None)
-    reason = _pooled_problem(y, scores, info.n_test, task, n_classes, _values_checked)
+    reason = _pooled_problem(y, scores, info.n_test, task, n_classes, values_checked)
     # y passed its check here: finite, so it holds one class exactly when every label equals the first
     if reason is None and y is not None and task != "regression" and math.isnan(auc) != (
             y.size == 0 or _all(y == y.flat[0])):
@@ -650,13 +662,18 @@ def pooled_values_sound(evaluations: Sequence[Any], task: str, n_classes: int) -
     :meth:`ArraySpec.problem`'s fast path (finite, its sum of squares far from overflowing) and passes its range
     and whole-number checks: then so does each array, a part of it (its min and max within the concatenation's,
     its size and largest value no larger). False says nothing: each evaluation is then judged whole. Shapes are
-    not judged here (:func:`evaluation_problem` with ``_values_checked=True`` does it, with its reasons).
+    not judged here (``_evaluation_problem`` with ``values_checked=True`` does it, with its reasons).
     """
-    ys, scores = [], []
+    if np.geterr()["under"] != "ignore":
+        return False   # the full checks' sums of squares would report an underflow
+    ys, scores, total = [], [], 0
     for ev in evaluations:
         y, s = getattr(ev, "y_true", None), getattr(ev, "scores", None)
         if type(y) is not np.ndarray or type(s) is not np.ndarray or y.dtype is not _F64 or s.dtype is not _F64:
             return False
+        total += max(y.size, s.size)
+        if total > _SQUARES_SIZE:
+            return False   # no copy of more than the fast checks may judge (a client's oversized arrays included)
         ys.append(y.ravel())
         scores.append(s.ravel())
     y_spec, s_spec = _pooled_specs(1, task, n_classes)   # the value checks hold for every size alike
