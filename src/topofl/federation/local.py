@@ -120,6 +120,12 @@ def sgd(  # noqa: PLR0913 - the local-training keywords every method passes, by 
         for epoch, (order, take) in enumerate(epoch_orders(n, bs, epochs, local_steps, rng)):
             if begin is not None:   # the rows of the batches taken (a step budget may stop within the pass)
                 begin(order if take * bs >= n else order[:take * bs])
+                if plain and extra_grad is None:   # the common case, at its leanest: the same steps as below
+                    for start in range(0, take * bs, bs):   # (a slice stops at the pass's end by itself)
+                        g = sliced(start, start + bs)   # type: ignore[misc]
+                        subtract(theta, multiply(rate, g, out=g), out=theta)
+                    _check_pass(theta, optimizer, epoch, lr, local_steps, epochs, bs)
+                    continue
             for i in range(take):
                 start = i * bs
                 g = sliced(start, min(start + bs, n)) if sliced is not None else gradient(order[start:start + bs])
@@ -129,11 +135,16 @@ def sgd(  # noqa: PLR0913 - the local-training keywords every method passes, by 
                     subtract(theta, multiply(rate, g, out=g), out=theta)
                 else:
                     step(theta, g)
-            if not math.isfinite(float(theta @ theta)):  # NaN or inf in θ makes it NaN or inf; so may an overflow
-                budget = {"local_steps": local_steps} if local_steps > 0 else {"epochs": epochs}
-                ensure_finite(f"local {optimizer.spec.name} (pass {epoch + 1})", theta, lr=lr, **budget,
-                              batch_size=bs)
+            _check_pass(theta, optimizer, epoch, lr, local_steps, epochs, bs)
     return theta
+
+
+def _check_pass(theta: np.ndarray, optimizer: LocalOptimizer, epoch: int, lr: float, local_steps: int, epochs: int,
+                bs: int) -> None:
+    """After a pass: ``FloatingPointError`` naming the optimiser, the pass and the step sizes if θ diverged."""
+    if not math.isfinite(float(theta @ theta)):  # NaN or inf in θ makes it NaN or inf; so may an overflow
+        budget = {"local_steps": local_steps} if local_steps > 0 else {"epochs": epochs}
+        ensure_finite(f"local {optimizer.spec.name} (pass {epoch + 1})", theta, lr=lr, **budget, batch_size=bs)
 
 
 BatchGrad = Callable[[np.ndarray], np.ndarray]

@@ -22,6 +22,7 @@ from topofl.limits import MAX_CLIENT_EXAMPLES
 EVALUATION_METRICS = ("auc", "accuracy", "loss")
 #: what a regression client's evaluation carries besides (:func:`topofl.metrics.regression_scores`)
 REGRESSION_METRICS = ("mse", "r2")
+_WITH_REGRESSION = EVALUATION_METRICS + REGRESSION_METRICS
 
 
 # ---- the declaration a client makes when it joins --------------------------------------------
@@ -583,7 +584,7 @@ def _evaluation_problem(evaluation: Any, info: ClientInfo, task: str, n_classes:
     m = getattr(evaluation, "metrics", None)
     if type(m) is not dict and not isinstance(m, Mapping):
         return f"metrics must be a mapping; got {type(m).__name__}"
-    expected = EVALUATION_METRICS + (REGRESSION_METRICS if task == "regression" else ())
+    expected = _WITH_REGRESSION if task == "regression" else EVALUATION_METRICS
     values = _metric_values(m, expected)
     if isinstance(values, str):
         return values
@@ -607,7 +608,8 @@ def _metric_values(m: Mapping[Any, Any], expected: tuple[str, ...]) -> dict[str,
     missing = [k for k in expected if k not in m]
     if missing:
         return f"missing metric(s) {', '.join(missing)}"
-    extra = [k for k in m if k not in expected]
+    # a plain dict holding every expected key and no more entries holds nothing else (its keys are distinct)
+    extra = [] if type(m) is dict and len(m) == len(expected) else [k for k in m if k not in expected]
     if extra:
         return f"unexpected metric {extra[0]!r}"
     values = {}
