@@ -20,6 +20,7 @@ import topofl
 import topofl.federation.algorithm as algorithm_module
 import topofl.federation.pool as pool_module
 import topofl.federation.runner as runner_module
+import topofl.federation.validation as validation_module
 import topofl.metrics as metrics_module
 from linear_cases import linear_model, random_labels
 from topofl.data.federation import Federation
@@ -41,7 +42,7 @@ from topofl.models.linear import BinaryLogistic, LeastSquares, LinearModel, Soft
 from topofl.models.optimizers import LocalOptimizer, OptimizerSpec, epoch_batches
 
 #: what issue 25's fast paths added to the linear models (removed for the runs on the old code)
-NEW_MODEL_METHODS = ("batch_gradient", "epoch_gradient", "evaluation_outputs")
+NEW_MODEL_METHODS = ("batch_gradient", "epoch_gradient", "epoch_sgd", "_kernel_arrays", "evaluation_outputs")
 
 
 # ---- the code before the fast paths, verbatim -------------------------------------------------------
@@ -267,6 +268,8 @@ def _old_code(m: pytest.MonkeyPatch) -> None:
     m.setattr(runner_module, "_evaluation_problem",
               lambda ev, info, task, n_classes, values_checked: _old_evaluation_problem(ev, info, task, n_classes))
     m.setattr(runner_module, "pooled_values_sound", lambda *args: False)
+    m.setattr(runner_module, "sound_round_pooled", lambda *args: None)
+    m.setattr(validation_module, "_models_alone", lambda *args: None)
     m.setattr(ArraySpec, "problem", _old_array_problem)
 
 

@@ -1,7 +1,9 @@
 """Issue 25's later fast paths of the round give what the step-by-step code gives: each pass's rows gathered once
-for the linear kernel (:meth:`LinearModel.epoch_gradient`), one schema per array sent in the server's screening,
-the pooled predictions' values judged in one pass, a payload's size and the round summary's means without their
-layers. Each is compared with the path it goes around, bit for bit or reason for reason."""
+for the linear kernel (:meth:`LinearModel.epoch_gradient`) and its steps in one frame (``epoch_sgd``), one schema per
+array sent in the server's screening and a round of models alone judged at once, the pooled predictions' values
+judged in one pass and a whole round of evaluations at once, a payload's size, the round summary's means without
+their layers, the aggregation's stack, the config checks of defaults and the job's config built once. Each is
+compared with the path it goes around, bit for bit or reason for reason."""
 from __future__ import annotations
 
 import dataclasses
@@ -15,8 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import topofl.federation.runner as runner_module
+import topofl.federation.validation as validation_module
 from linear_cases import linear_model, random_labels
-from topofl.federation.history import nanmean, nanmean_std, nanstd
+from topofl.federation.history import nanmean, nanmean_std, nanmean_std_columns, nanstd
 from topofl.federation.local import sgd
 from topofl.federation.messages import ClientUpdate, ServerMessage, _n_bytes, _n_floats
 from topofl.federation.pool import ClientEvaluation
@@ -345,11 +348,12 @@ def test_evaluations_judged_in_one_pass_fail_as_one_by_one(task, monkeypatch):
         asked = {cid: object() for cid in range(12)}
         seen_checked.add(pooled_values_sound(evs, task, c if task != "regression" else 0))
         fail_one_pass: list[Any] = []
-        good = runner_module._screen_evaluations(evs, asked, infos, model, 1, fail_one_pass)
+        good, _ = runner_module._screen_evaluations(evs, asked, infos, model, 1, fail_one_pass)
         with monkeypatch.context() as m:
             m.setattr(runner_module, "pooled_values_sound", lambda *args: False)
+            m.setattr(runner_module, "sound_round_pooled", lambda *args: None)
             fail_each: list[Any] = []
-            good_each = runner_module._screen_evaluations(evs, asked, infos, model, 1, fail_each)
+            good_each, _ = runner_module._screen_evaluations(evs, asked, infos, model, 1, fail_each)
         assert good == good_each
         assert fail_one_pass == fail_each
     assert seen_checked == {True, False}   # both paths were compared
@@ -364,7 +368,7 @@ def test_oversized_pooled_arrays_are_not_copied_for_the_one_pass():
            ClientEvaluation(1, {"auc": 0.5, "accuracy": 0.5, "loss": 0.3}, np.array([0.0, 1.0] * 5), np.full(10, 0.5))]
     tracemalloc.start()
     failures: list[Any] = []
-    good = runner_module._screen_evaluations(evs, dict.fromkeys(range(2)), infos, model, 1, failures)
+    good, _ = runner_module._screen_evaluations(evs, dict.fromkeys(range(2)), infos, model, 1, failures)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert [e.client_id for e in good] == [1] and "y_true must have shape (10,)" in failures[0].reason
@@ -380,7 +384,7 @@ def test_a_model_that_cannot_say_its_task_fails_each_evaluation_not_the_round():
     infos = {0: ClientInfo(0, 30, 10)}
     evs = [ClientEvaluation(0, {"auc": 0.5, "accuracy": 0.5, "loss": 0.3}, np.array([0.0, 1.0] * 5), np.full(10, 0.5))]
     failures: list[Any] = []
-    assert runner_module._screen_evaluations(evs, {0: None}, infos, Broken(), 1, failures) == []
+    assert runner_module._screen_evaluations(evs, {0: None}, infos, Broken(), 1, failures) == ([], None)
     assert failures[0].reason == "invalid payload: malformed evaluation (RuntimeError: no task)"
 
 
@@ -390,7 +394,7 @@ def test_evaluations_handed_over_as_any_iterable_are_all_judged():
     evs = [ClientEvaluation(cid, {"auc": 0.5, "accuracy": 0.5, "loss": 0.3}, np.array([0.0, 1.0] * 5), rng.random(10))
            for cid in range(3)]
     failures: list[Any] = []
-    good = runner_module._screen_evaluations(iter(evs), dict.fromkeys(range(3)), infos, model, 1, failures)
+    good, _ = runner_module._screen_evaluations(iter(evs), dict.fromkeys(range(3)), infos, model, 1, failures)
     assert good == evs and failures == []
 
 
@@ -443,3 +447,499 @@ def test_the_summary_means_are_numpys_bit_for_bit(values):
         warnings.simplefilter("ignore")
         both = nanmean_std(values)
     assert np.asarray(both).tobytes() == np.asarray((got_mean, got_std)).tobytes()
+
+
+@settings(max_examples=150, deadline=None)
+@given(columns=st.integers(1, 4).flatmap(lambda k: st.integers(0, 40).flatmap(lambda n: st.lists(
+    st.lists(st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=64), st.sampled_from([0.0, 0.5, 1.0])),
+             min_size=n, max_size=n), min_size=k, max_size=k))))
+def test_the_columns_means_are_each_columns_bit_for_bit(columns):
+    with warnings.catch_warnings(record=True) as each, np.errstate(all="warn"):
+        warnings.simplefilter("always")
+        want = [nanmean_std(c) for c in columns]
+    with warnings.catch_warnings(record=True) as together, np.errstate(all="warn"):
+        warnings.simplefilter("always")
+        got = nanmean_std_columns(*columns)
+    assert np.asarray(got).tobytes() == np.asarray(want).tobytes()
+    assert [str(w.message) for w in together] == [str(w.message) for w in each]
+
+
+def test_columns_of_metrics_take_the_matrix_pass_with_numpys_bits():
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 7, 8, 9, 100, 129, 1000, 4099):
+        cols = [list(rng.random(n)), list(rng.random(n) * 1e3), [float(x) for x in rng.integers(0, 2, n)]]
+        got = nanmean_std_columns(*cols)
+        want = [(float(np.mean(c)), float(np.std(c))) for c in cols]
+        assert np.asarray(got).tobytes() == np.asarray(want).tobytes(), n
+
+
+# ---- a round of models alone, judged at once -------------------------------------------------------------------
+def _models_round(rng: np.random.Generator, k: int, d: int) -> tuple[Any, dict[int, ServerMessage],
+                                                                     dict[int, ClientInfo], list[Any]]:
+    algorithm = build_server("fedavg", {})
+    algorithm.setup(BinaryLogistic(d - 1), list(range(k)), rng)
+    sent = rng.standard_normal(d) * rng.choice([0.0, 1e-3, 1.0, 1e3])
+    message = ServerMessage(sent)
+    messages = {cid: message for cid in range(k)}
+    infos = {cid: ClientInfo(cid, 20 + cid, 10) for cid in range(k)}
+    replies = []
+    for cid in range(k):
+        scale = rng.choice([1e-6, 0.1, 1.0, 10.0, 1e4, 1e150])   # 1e150: beyond the squares' test (the full checks)
+        replies.append(ClientUpdate(cid, sent + rng.standard_normal(d) * scale, 20 + cid))
+    return algorithm, messages, infos, replies
+
+
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), k=st.integers(1, 40), d=st.integers(2, 30))
+def test_a_round_of_models_alone_gets_the_reply_by_reply_verdicts(seed, k, d):
+    """The round at once (_models_alone) against the reply-by-reply path: the same replies kept, in order, with the
+    same arrays, and the same refusals with the same reasons (the norm bound's numbers printed to 4 digits, so the
+    deviations must agree to the bit where a reason is near its limit: compared exactly below)."""
+    algorithm, messages, infos, replies = _models_round(np.random.default_rng(seed), k, d)
+    taken, measured = [], []
+    original, norm_bound = validation_module._models_alone, validation_module._norm_bound
+
+    def spy(*args):
+        out = original(*args)
+        taken.append(out is not None)
+        return out
+
+    def deviations(algorithm, passed, rejected):   # each path's (client, deviation, reference) to the bit
+        measured.append(np.array([(u.client_id, dev, ref) for u, dev, ref in passed]).tobytes())
+        return norm_bound(algorithm, passed, rejected)
+
+    validation_module._models_alone, validation_module._norm_bound = spy, deviations
+    try:
+        valid, rejected = screen_updates(algorithm, replies, messages, infos)
+        validation_module._models_alone = lambda *args: None
+        valid_each, rejected_each = screen_updates(algorithm, replies, messages, infos)
+    finally:
+        validation_module._models_alone, validation_module._norm_bound = original, norm_bound
+    assert len(measured) == 2 and measured[0] == measured[1]
+    assert rejected == rejected_each
+    assert [(u.client_id, u.n_examples, u.params.tobytes()) for u in valid] == \
+        [(u.client_id, u.n_examples, u.params.tobytes()) for u in valid_each]
+    assert all(type(u) is ClientUpdate and u.metrics == {} and u.extras == {} and u.descriptor is None for u in valid)
+    assert all(u is not r for u, r in zip(valid, replies, strict=False))   # snapshots, as the other path's
+    big = max(float(np.max(np.abs(r.params))) for r in replies)
+    assert taken == [big * big * d <= np.finfo(np.float64).max / 1024]   # taken exactly when its test holds
+
+
+def test_the_round_at_once_deviations_are_the_reply_by_reply_bits():
+    rng = np.random.default_rng(11)
+    for d in (1, 2, 3, 15, 16, 17, 31, 32, 33, 64, 100, 1000):
+        schema = ReplySchema(ArraySpec((d,)), centers=rng.standard_normal((1, d)))
+        rows = rng.standard_normal((9, d)) * 3
+        stack = np.subtract(np.array(list(rows)), schema.centers[0])
+        for row, diff in zip(rows, stack, strict=True):
+            assert math.sqrt(float(np.dot(diff, diff))) == schema.deviation(row)[0]
+
+
+@pytest.mark.parametrize("change", ["two arrays sent", "a float32 reply", "a descriptor", "a metric", "an extra",
+                                    "a count of another kind", "a wrong count", "twice the same client",
+                                    "a stranger", "not a reply", "a non-finite model", "a longer model",
+                                    "a generator of replies", "underflow to report", "a reply check of its own"])
+def test_a_round_not_all_models_alone_is_judged_reply_by_reply(change, monkeypatch):
+    rng = np.random.default_rng(5)
+    algorithm, messages, infos, replies = _models_round(rng, 6, 5)
+    r = replies[2]
+    if change == "two arrays sent":
+        messages[2] = ServerMessage(messages[2].params.copy())
+    elif change == "a float32 reply":
+        replies[2] = ClientUpdate(2, r.params.astype(np.float32), r.n_examples)
+    elif change == "a descriptor":
+        replies[2] = ClientUpdate(2, r.params, r.n_examples, descriptor=np.zeros(3))
+    elif change == "a metric":
+        replies[2] = ClientUpdate(2, r.params, r.n_examples, metrics={"x": 1.0})
+    elif change == "an extra":
+        replies[2] = ClientUpdate(2, r.params, r.n_examples, extras={"c": r.params})
+    elif change == "a count of another kind":
+        replies[2] = ClientUpdate(2, r.params, np.int64(r.n_examples))
+    elif change == "a wrong count":
+        replies[2] = ClientUpdate(2, r.params, r.n_examples + 1)
+    elif change == "twice the same client":
+        replies.append(replies[2])
+    elif change == "a stranger":
+        replies.append(ClientUpdate(99, r.params, 20))
+    elif change == "not a reply":
+        replies.append("a reply")
+    elif change == "a non-finite model":
+        replies[2] = ClientUpdate(2, np.full(5, np.nan), r.n_examples)
+    elif change == "a longer model":
+        replies[2] = ClientUpdate(2, np.zeros(6), r.n_examples)
+    elif change == "underflow to report":
+        monkeypatch.setattr(np, "geterr", lambda: {"divide": "warn", "over": "warn", "under": "warn",
+                                                   "invalid": "warn"})
+    elif change == "a reply check of its own":
+        algorithm.reply_problem = lambda u, m, i: "no" if u.client_id == 2 else None
+    taken = []
+    original = validation_module._models_alone
+    monkeypatch.setattr(validation_module, "_models_alone", lambda *a: taken.append(1) or original(*a))
+    given = (u for u in replies) if change == "a generator of replies" else replies
+    valid, rejected = screen_updates(algorithm, given, messages, infos)
+    monkeypatch.setattr(validation_module, "_models_alone", lambda *a: None)
+    valid_each, rejected_each = screen_updates(algorithm, list(replies), messages, infos)
+    assert rejected == rejected_each
+    assert [u.client_id for u in valid] == [u.client_id for u in valid_each]
+    if change in ("underflow to report", "a reply check of its own", "a generator of replies"):
+        assert not taken   # not even tried
+    else:
+        assert taken and (change == "two arrays sent" or rejected)
+
+
+# ---- a round of evaluations, judged at once ---------------------------------------------------------------------
+@settings(max_examples=150, deadline=None)
+@given(task=st.sampled_from(["binary", "multiclass"]), seed=st.integers(0, 2**32 - 1), k=st.integers(1, 12),
+       change=st.sampled_from(["none", "auc of one class", "nan auc of two", "accuracy", "loss", "int metric",
+                               "extra metric", "labels", "scores", "shape", "float32", "client", "twice", "n_test"]))
+def test_a_round_of_evaluations_at_once_fails_as_one_by_one(task, seed, k, change):
+    rng = np.random.default_rng(seed)
+    c = 3 if task == "multiclass" else 2
+    model = BinaryLogistic(4) if task == "binary" else SoftmaxRegression(4, n_classes=3)
+    infos = {cid: ClientInfo(cid, 30, int(rng.integers(1, 12))) for cid in range(k)}
+    evs = []
+    for cid in range(k):
+        n = infos[cid].n_test
+        y = rng.integers(0, c, n).astype(float) if rng.random() < 0.8 else np.full(n, float(rng.integers(0, c)))
+        s = rng.random((n, c)) if task == "multiclass" else rng.random(n)
+        auc = float("nan") if np.all(y == y[0]) else float(rng.random())
+        evs.append(ClientEvaluation(cid, {"auc": auc, "accuracy": float(rng.random()), "loss": float(rng.random())},
+                                    y, s))
+    j = int(rng.integers(0, k))
+    e = evs[j]
+    m = dict(e.metrics)
+    if change == "auc of one class":
+        evs[j] = ClientEvaluation(j, {**m, "auc": 0.5}, np.zeros(e.y_true.size), e.scores)
+    elif change == "nan auc of two":
+        y = e.y_true.copy()
+        y[0] = 0.0
+        y[-1] = 1.0 if y.size > 1 else 0.0
+        evs[j] = ClientEvaluation(j, {**m, "auc": float("nan")}, y, e.scores)
+    elif change == "accuracy":
+        evs[j] = ClientEvaluation(j, {**m, "accuracy": 1.5}, e.y_true, e.scores)
+    elif change == "loss":
+        evs[j] = ClientEvaluation(j, {**m, "loss": float("inf")}, e.y_true, e.scores)
+    elif change == "int metric":
+        evs[j] = ClientEvaluation(j, {**m, "accuracy": 1}, e.y_true, e.scores)
+    elif change == "extra metric":
+        evs[j] = ClientEvaluation(j, {**m, "mse": 0.1}, e.y_true, e.scores)
+    elif change == "labels":
+        evs[j] = ClientEvaluation(j, m, e.y_true + 0.5, e.scores)
+    elif change == "scores":
+        evs[j] = ClientEvaluation(j, m, e.y_true, e.scores * 3.0)
+    elif change == "shape":
+        evs[j] = ClientEvaluation(j, m, e.y_true, e.scores.ravel()[:-1] if e.scores.size > 1 else e.scores[None])
+    elif change == "float32":
+        evs[j] = ClientEvaluation(j, m, e.y_true, e.scores.astype(np.float32))
+    elif change == "client":
+        evs[j] = ClientEvaluation(j + 100, m, e.y_true, e.scores)
+    elif change == "twice":
+        evs.append(evs[j])
+    elif change == "n_test":
+        infos[j] = ClientInfo(j, 30, infos[j].n_test + 1)
+    asked = dict.fromkeys(range(k))
+    fail_at_once: list[Any] = []
+    good, joined = runner_module._screen_evaluations(evs, asked, infos, model, 1, fail_at_once)
+    original = runner_module.sound_round_pooled
+    runner_module.sound_round_pooled = lambda *args: None
+    try:
+        fail_each: list[Any] = []
+        good_each, none = runner_module._screen_evaluations(evs, asked, infos, model, 1, fail_each)
+    finally:
+        runner_module.sound_round_pooled = original
+    assert none is None
+    assert good == good_each and fail_at_once == fail_each
+    if joined is not None:   # taken only when nothing is refused; the pooled arrays are the concatenations
+        assert not fail_each
+        assert joined[0].tobytes() == np.concatenate([e.y_true for e in evs]).tobytes()
+        assert joined[1].tobytes() == np.concatenate([e.scores for e in evs]).tobytes()
+    elif change == "none":
+        raise AssertionError("a sound round was judged one by one")
+
+
+def test_the_summary_of_joined_arrays_is_the_summary_of_the_evaluations():
+    from topofl.federation.history import History
+
+    rng = np.random.default_rng(2)
+    model, k = BinaryLogistic(4), 5
+    infos = {cid: ClientInfo(cid, 30, 10) for cid in range(k)}
+    evs = [ClientEvaluation(cid, {"auc": 0.5, "accuracy": 0.5, "loss": 0.3}, rng.integers(0, 2, 10).astype(float),
+                            rng.random(10)) for cid in range(k)]
+    evs = [ClientEvaluation(e.client_id, {**e.metrics, "auc": float("nan")} if np.all(e.y_true == e.y_true[0])
+                            else e.metrics, e.y_true, e.scores) for e in evs]
+    good, joined = runner_module._screen_evaluations(evs, dict.fromkeys(range(k)), infos, model, 1, [])
+    assert joined is not None and good == evs
+    sizes = {cid: (5, 40) for cid in range(k)}
+    a = runner_module._summarise_round(History("fedavg", 0), model, good, 1, sizes, sizes, joined)
+    b = runner_module._summarise_round(History("fedavg", 0), model, good, 1, sizes, sizes)
+    assert np.asarray(list(a.as_dict().values()), dtype=float).tobytes() == \
+        np.asarray(list(b.as_dict().values()), dtype=float).tobytes()
+
+
+# ---- local training: a pass's steps in one frame ----------------------------------------------------------------
+@settings(max_examples=80, deadline=None)
+@given(task=st.sampled_from(["binary", "multiclass", "regression"]), n=st.integers(1, 70), d=st.integers(1, 6),
+       batch=st.integers(1, 40), epochs=st.integers(1, 3), local_steps=st.sampled_from([0, 1, 5, 9]),
+       seed=st.integers(0, 2**32 - 1), lr=st.sampled_from([0.1, 0.05, 3.0]))
+def test_a_pass_in_one_frame_gives_the_kernels_steps_bit_for_bit(task, n, d, batch, epochs, local_steps, seed, lr):
+    rng = np.random.default_rng(seed)
+    model = linear_model(task, d, 1e-3)
+    X, y = rng.standard_normal((n, d)), random_labels(task, rng, n)
+    theta = rng.standard_normal(model.n_params)
+    kw = dict(epochs=epochs, lr=lr, batch_size=batch, local_steps=local_steps)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            lean = sgd(model, theta, X, y, rng=np.random.default_rng(seed), **kw)
+        except FloatingPointError as exc:
+            lean = str(exc)
+        cls = type(model)
+        saved = cls.epoch_sgd
+        try:
+            cls.epoch_sgd = lambda self, *a: None   # the gathered kernel, step by step in local.sgd
+            try:
+                stepwise = sgd(model, theta, X, y, rng=np.random.default_rng(seed), **kw)
+            except FloatingPointError as exc:
+                stepwise = str(exc)
+        finally:
+            cls.epoch_sgd = saved
+    if isinstance(lean, str):
+        assert lean == stepwise
+    else:
+        assert lean.tobytes() == stepwise.tobytes()
+
+
+def test_a_pass_in_one_frame_only_for_plain_sgd_of_the_librarys_models():
+    model = BinaryLogistic(3)
+    X, y = np.ones((5, 3)), np.ones(5)
+    assert model.epoch_sgd(np.zeros(4), X, y, 2, 0.1) is not None
+    assert model.epoch_sgd(np.zeros(4), np.asmatrix(X), y, 2, 0.1) is None
+    assert model.epoch_sgd(np.zeros(4), X, np.ma.masked_array(y), 2, 0.1) is None
+
+    class Mine(BinaryLogistic):
+        def _dlogits(self, Z, y, sample_weight):
+            return super()._dlogits(Z, y, sample_weight) * 2.0
+
+    assert Mine(3).epoch_sgd(np.zeros(4), X, y, 2, 0.1) is None
+    with pytest.raises(ValueError, match="theta must be a float64 vector of shape"):
+        model.epoch_sgd(np.zeros(5), X, y, 2, 0.1)
+    with pytest.raises(ValueError, match="theta must be a float64 vector of shape"):
+        model.epoch_sgd(np.zeros(4, dtype=np.float32), X, y, 2, 0.1)
+
+
+# ---- the aggregation's stack and shares; a reply's size ---------------------------------------------------------
+def test_the_aggregations_stack_is_vstacks_bit_for_bit():
+    from topofl.algorithms.base import weighted_sum
+
+    rng = np.random.default_rng(4)
+    for k in (1, 2, 8, 100):
+        for d in (1, 21, 1000):
+            w = rng.random(k)
+            for vectors in ([rng.standard_normal(d) for _ in range(k)],
+                            [rng.standard_normal(d).astype(np.float32) for _ in range(k)],
+                            [rng.standard_normal((1, d)) for _ in range(k)]):   # 2-d rows: np.vstack itself
+                want = w @ np.vstack(vectors, dtype=np.float64)
+                assert weighted_sum(vectors, w).tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("weights", [[1.0, -1.0, 3.0], [1.0, np.nan], [], [[1.0, 2.0]], [0.0, 0.0], [np.inf, 1.0]])
+def test_shares_of_bad_weights_are_refused_as_before(weights):
+    from topofl.robustness.aggregators import cap_shares
+
+    with pytest.raises(ValueError, match="aggregation weights must be non-negative with a positive finite sum"):
+        cap_shares(np.asarray(weights, dtype=float))
+
+
+def test_a_replys_size_is_read_as_before():
+    p = np.arange(7.0)
+    replies = [ClientUpdate(0, p, 3), ClientUpdate(1, p.astype(np.float32), 3), ClientUpdate(2, p, 3, np.zeros(4)),
+               ClientUpdate(3, p, 3, extras={"c": np.zeros((2, 3))}), ClientUpdate(4, p.reshape(7, 1), 3)]
+    assert runner_module._reply_sizes(replies) == {u.client_id: (u.n_floats(), u.n_bytes()) for u in replies}
+
+
+# ---- set-up: a config's defaults, the job's config, the range checks -------------------------------------------
+def test_every_registered_configs_defaults_pass_their_bounds():
+    """What lets a config skip the check of a field that holds its declared default (checked when its class was
+    made): every such default passes its bounds."""
+    import dataclasses as dc
+
+    from topofl.config import _checked_defaults
+    from topofl.methods import available, get
+
+    checked = 0
+    for family in ("server", "peer"):
+        for name in available(family):
+            cls = get(name).config
+            defaults = _checked_defaults(cls)
+            bounds_of = cls.field_bounds()
+            for field_name, (default, bounds) in defaults.items():
+                assert bounds is bounds_of[field_name]
+                bounds.check(field_name, default)
+                checked += 1
+            # every bounded field with a default is among them: the library's defaults all pass
+            assert set(defaults) == {f.name for f in dc.fields(cls) if f.default is not dc.MISSING} & set(bounds_of)
+    assert checked > 100
+
+
+def test_a_value_given_is_checked_even_when_it_equals_the_default():
+    cfg = build_server("fedavg", {}).config
+    assert build_server("fedavg", {"lr": float(cfg.lr)}).config == cfg   # an equal value, checked and kept
+    with pytest.raises(ValueError, match="lr"):
+        build_server("fedavg", {"lr": -cfg.lr})
+    with pytest.raises(ValueError, match="must be finite"):
+        build_server("fedavg", {"lr": float("nan")})
+
+
+def test_a_job_builds_its_method_from_the_config_it_validated(monkeypatch):
+    import topofl
+    from topofl.config import Config
+    from topofl.job import Job
+    from topofl.methods import build
+
+    calls = []
+    from_dict = Config.from_dict.__func__   # type: ignore[attr-defined]
+    monkeypatch.setattr(Config, "from_dict", classmethod(lambda cls, v: calls.append(cls) or from_dict(cls, v)))
+    fed = topofl.make_scenario("healthcare", 0, n_clients=8)
+    topofl.simulate(fed, "fedavg", rounds=1, lr=0.05)
+    assert len(calls) == 1   # once, when the job was made
+    job = Job(method="fedavg", data=fed, hyperparameters={"lr": 0.05})
+    assert job.method_config.lr == 0.05 and job == job.with_()   # not a field: no part of the job's identity
+    with pytest.raises(ValueError, match="fedavg needs a GlobalModelConfig; got"):
+        build("fedavg", config=build_server("fedprox", {}).config)
+
+
+@pytest.mark.parametrize("value", [True, float("nan"), float("inf"), -float("inf"), np.float64("nan"), "1", None,
+                                   np.float32(0.5), np.int64(3), 2, 0.5, 10**400])
+def test_a_range_check_answers_as_before(value):
+    from topofl._validation import check_range, show
+
+    def before(name, v, low=None, high=None, *, low_open=False, high_open=False):
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+            raise ValueError(f"{name} must be a number; got {show(v)}")
+        if not isinstance(v, (int, np.integer)) and not np.isfinite(v):
+            raise ValueError(f"{name} must be finite; got {show(v)}")
+        ok = True
+        if low is not None:
+            ok &= v > low if low_open else v >= low
+        if high is not None:
+            ok &= v < high if high_open else v <= high
+        if not ok:
+            raise ValueError("out of range")
+
+    for bounds in ({}, {"low": 0.0, "high": 1.0, "low_open": True}, {"low": 1}):
+        outcomes = []
+        for check in (before, check_range):
+            try:
+                check("x", value, **bounds)
+                outcomes.append(None)
+            except ValueError as exc:
+                outcomes.append(str(exc) if "out of range" not in str(exc) else "range")
+            except Exception as exc:  # noqa: BLE001 - the same exception either way
+                outcomes.append(type(exc).__name__)
+        if outcomes[1] is not None and outcomes[1].startswith("x must be in"):
+            outcomes[1] = "range"
+        assert outcomes[0] == outcomes[1], (value, bounds)
+
+
+
+# ---- the review's findings (helper-44), each seen failing first ------------------------------------------------
+def test_a_jobs_hyperparameters_changed_after_it_was_made_are_the_ones_run():
+    from topofl.job import Job
+
+    job = Job(method="fedavg", rounds=1, hyperparameters={"lr": 0.1})
+    job.hyperparameters["lr"] = 0.5   # a plain dict: a user may change it
+    assert job.method_config.lr == 0.5
+    job.hyperparameters["local_epochs"] = 0
+    with pytest.raises(ValueError, match="local_epochs must be in"):
+        _ = job.method_config
+
+
+def test_the_aggregations_stack_refuses_what_vstack_refused():
+    from topofl.algorithms.base import weighted_average, weighted_sum
+
+    for vectors in ([np.array([1 + 2j, 3.0])], [np.array(["1.5", "2"]), np.array(["3", "4"])],
+                    [np.array([1.0, None], dtype=object)], [np.array([1, 2], dtype="m8[s]")]):
+        with pytest.raises(TypeError):
+            weighted_average(vectors, np.ones(len(vectors)))
+    with pytest.raises(ValueError, match="need at least one array"):
+        weighted_sum([], np.array([]))
+
+
+def test_a_schema_that_cannot_be_read_refuses_the_replies_as_before():
+    from topofl.algorithms.fedavg import FedAvg
+
+    class MyFedAvg(FedAvg):
+        def params_spec(self, n):
+            return ArraySpec((n,), low=None)   # type: ignore[arg-type]
+
+    a = MyFedAvg()
+    a.setup(BinaryLogistic(3), [0, 1], np.random.default_rng(0))
+    m = ServerMessage(np.zeros(4))
+    infos = {c: ClientInfo(c, 10, 5) for c in (0, 1)}
+    valid, rejected = screen_updates(a, [ClientUpdate(c, np.full(4, 0.1), 10) for c in (0, 1)], {0: m, 1: m}, infos)
+    assert valid == [] and [r for _, r in rejected] == ["malformed reply (TypeError: must be real number, not "
+                                                        "NoneType)"] * 2
+
+
+def test_a_default_outside_the_bounds_a_class_resolves_is_checked():
+    from dataclasses import dataclass
+
+    from topofl.config import Config, hp
+
+    @dataclass(frozen=True)
+    class A(Config):
+        x: float = hp(1.0, "x", low=0.0, high=10.0)
+
+    @dataclass(frozen=True)
+    class B1(A):
+        x: float = 5.0
+
+    @dataclass(frozen=True)
+    class B2(A):
+        x: float = hp(1.0, "x", low=0.0, high=2.0)
+
+    @dataclass(frozen=True)
+    class C(B1, B2):
+        pass
+
+    with pytest.raises(ValueError, match=r"x must be in \[0.0, 2.0\]"):
+        C()
+    with pytest.raises(ValueError, match=r"x must be in \[0.0, 2.0\]"):
+        C(x=5.0)
+
+    @dataclass(frozen=True)
+    class Strict(A):
+        @classmethod
+        def field_bounds(cls):
+            from topofl.config import Bounds
+
+            return {"x": Bounds(low=0.0, high=0.5)}
+
+    with pytest.raises(ValueError, match="x must be in"):
+        Strict()
+
+
+def test_the_columns_means_warn_as_each_columns_under_any_error_setting():
+    cols = ([1e-200, 3e-200], [5e-324, 0.0], [0.5, 0.25])
+    for under in ("warn", "raise"):
+        outcomes = []
+        for means in (lambda: nanmean_std_columns(*cols), lambda: [nanmean_std(c) for c in cols]):
+            with warnings.catch_warnings(record=True) as seen, np.errstate(under=under):
+                warnings.simplefilter("always")
+                try:
+                    outcomes.append((np.asarray(means()).tobytes(), [str(w.message) for w in seen]))
+                except FloatingPointError as exc:
+                    outcomes.append(str(exc))
+        assert outcomes[0] == outcomes[1], under
+
+
+def test_a_summary_of_no_evaluations_does_not_ask_the_models_task():
+    from topofl.federation.history import History
+
+    class Broken:
+        @property
+        def task(self):
+            raise RuntimeError("no task")
+
+    summary = runner_module._summarise_round(History("m", 0), Broken(), [], 1, {}, {})
+    assert math.isnan(summary.auc) and summary.n_clients_auc == 0

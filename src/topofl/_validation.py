@@ -5,6 +5,7 @@ so that bad input never turns into a silent NaN or a crash deep inside numpy.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -93,10 +94,15 @@ def check_range(
 
     The message names the field, the value and the allowed interval.
     """
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ValueError(f"{name} must be a number; got {show(value)}")
-    if not isinstance(value, (int, np.integer)) and not np.isfinite(value):  # Python ints of any size are finite
-        raise ValueError(f"{name} must be finite; got {show(value)}")
+    kind = type(value)
+    if kind is float:   # the common case, without the general checks' calls: finite is all a float must be
+        if not math.isfinite(value):
+            raise ValueError(f"{name} must be finite; got {show(value)}")
+    elif kind is not int:   # a Python int (not a bool, whose type is bool) is a finite number
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise ValueError(f"{name} must be a number; got {show(value)}")
+        if not isinstance(value, (int, np.integer)) and not np.isfinite(value):  # Python ints of any size are finite
+            raise ValueError(f"{name} must be finite; got {show(value)}")
     ok = True
     if low is not None:
         ok &= value > low if low_open else value >= low

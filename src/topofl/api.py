@@ -112,8 +112,9 @@ def run(
     if job.family == "paper":
         raise ValueError(f"{job.method} is the authors' paper-era protocol: "
                          "run it with topofl experiment paper-protocol")
-    if algorithm is None:
-        algorithm = (build_server if job.family == "server" else build_peer)(job.method, job.hyperparameters)
+    if algorithm is None:   # from the config the job validated when it was made
+        algorithm = (build_server if job.family == "server" else build_peer)(job.method, job.hyperparameters,
+                                                                             config=job.method_config)
     data = load_job_data(job)
     if job.family == "server":
         result = _run_server(job, algorithm, data, on_round, progress)

@@ -224,6 +224,32 @@ def hp(
 
 #: :meth:`Config.field_bounds` of every config class, computed once
 _BOUNDS: dict[type, dict[str, Bounds]] = {}
+#: each config class's defaults that pass the bounds the class resolves, by field (:func:`_checked_defaults`)
+_DEFAULTS: dict[type, dict[str, tuple[Any, Bounds]]] = {}
+#: each config class's fields by name (:meth:`Config.from_dict`), found once
+_FIELDS: dict[type, dict[str, dataclasses.Field[Any]]] = {}
+
+
+def _checked_defaults(cls: Any) -> dict[str, tuple[Any, Bounds]]:
+    """``{name: (default, bounds)}`` of the fields of the config class ``cls`` whose declared default passes the
+    bounds the class resolves for it (:meth:`Config.field_bounds`: a class that inherits one field from two bases,
+    or narrows a bound, may resolve other bounds than those its default was declared with), checked once per class.
+    """
+    cached = _DEFAULTS.get(cls)
+    if cached is None:
+        cached = {}
+        bounds_of = cls.field_bounds()
+        for f in dataclasses.fields(cls):
+            bounds = bounds_of.get(f.name)
+            if bounds is None or f.default is dataclasses.MISSING:
+                continue
+            try:
+                bounds.check(f.name, f.default)
+            except Exception:  # noqa: BLE001 - a default outside them: every value of the field is checked
+                continue
+            cached[f.name] = (f.default, bounds)
+        _DEFAULTS[cls] = cached
+    return cached
 
 
 def _inherited_bounds(cls: type, name: str) -> Bounds | None:
@@ -267,8 +293,14 @@ class Config:
                                  f"field's bounds ({bounds.describe()})")
 
     def __post_init__(self) -> None:
+        # a field holding its declared default itself (that very object: immutable, as a dataclass's defaults are),
+        # which passed these very bounds (_checked_defaults, once per class): only the other values are checked
+        checked = _checked_defaults(type(self))
         for name, bounds in type(self).field_bounds().items():
-            bounds.check(name, getattr(self, name))
+            value = getattr(self, name)
+            known = checked.get(name)
+            if known is None or value is not known[0] or bounds is not known[1]:
+                bounds.check(name, value)
 
     @classmethod
     def field_bounds(cls) -> dict[str, Bounds]:
@@ -313,7 +345,9 @@ class Config:
     @classmethod
     def from_dict(cls: type[C], values: Mapping[str, Any]) -> C:
         """Build from a mapping, rejecting unknown names with the list of known ones."""
-        known = {f.name: f for f in dataclasses.fields(cls)}
+        known = _FIELDS.get(cls)
+        if known is None:
+            known = _FIELDS[cls] = {f.name: f for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - set(known))
         if unknown:
             raise ValueError(

@@ -142,7 +142,10 @@ class Job:
         if not self.method.startswith("paper:"):  # the method's hyper-parameters, validated as it will build them
             from topofl.methods import get
 
-            get(self.method).config.from_dict(dict(self.hyperparameters))
+            # kept (not a field: no part of the job's identity) for the run to build the method from, with the
+            # hyper-parameters it was built from (a plain dict: a user may change it later)
+            given = dict(self.hyperparameters)
+            object.__setattr__(self, "_method_config", (get(self.method).config.from_dict(given), given))
         for name in ("experiment", "label"):
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f"{name} must be a string; got {getattr(self, name)!r}")
@@ -155,6 +158,25 @@ class Job:
                 parse_attack(self.attack)
             except ValueError as exc:
                 raise ValueError(f"attack={self.attack!r}: {exc}") from None
+
+    @property
+    def method_config(self) -> Any:
+        """The method's config of :attr:`hyperparameters` (validated: ``ValueError`` for an unknown name or a value out
+        of range) — the one built when the job was made while they are unchanged; ``None`` for the authors'
+        paper-era protocols.
+        """
+        if self.method.startswith("paper:"):
+            return None
+        kept = self.__dict__.get("_method_config")
+        try:
+            unchanged = kept is not None and dict(self.hyperparameters) == kept[1]
+        except Exception:  # noqa: BLE001 - values that cannot be compared (arrays): built anew
+            unchanged = False
+        if unchanged and kept is not None:
+            return kept[0]
+        from topofl.methods import get
+
+        return get(self.method).config.from_dict(dict(self.hyperparameters))
 
     @property
     def family(self) -> str:

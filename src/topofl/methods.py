@@ -138,31 +138,38 @@ def canonical(name: str) -> str:
     return get(name).name
 
 
-def build(name: str, hyperparameters: Mapping[str, Any] | None = None) -> AnyMethod:
-    """Instantiate ``name`` with a validated config built from ``hyperparameters``."""
+def build(name: str, hyperparameters: Mapping[str, Any] | None = None, *, config: Any = None) -> AnyMethod:
+    """Instantiate ``name`` with a validated config built from ``hyperparameters``, or with ``config``, one already
+    built (:attr:`topofl.job.Job.method_config`; ``ValueError`` unless of the method's config class).
+    """
     m = get(name)
-    return m.cls(m.config.from_dict(dict(hyperparameters or {})))  # type: ignore[arg-type]
+    if config is None:
+        config = m.config.from_dict(dict(hyperparameters or {}))
+    elif type(config) is not m.config:
+        raise ValueError(f"{name} needs a {m.config.__name__}; got {type(config).__name__}")
+    return m.cls(config)
 
 
-def build_server(name: str, hyperparameters: Mapping[str, Any] | None = None) -> Algorithm:
+def build_server(name: str, hyperparameters: Mapping[str, Any] | None = None, *, config: Any = None) -> Algorithm:
     """Like :func:`build` for a server-based method; ``ValueError`` for a peer method."""
-    method = build_family(name, "server", hyperparameters)
+    method = build_family(name, "server", hyperparameters, config=config)
     assert isinstance(method, Algorithm)
     return method
 
 
-def build_peer(name: str, hyperparameters: Mapping[str, Any] | None = None) -> PeerAlgorithm:
+def build_peer(name: str, hyperparameters: Mapping[str, Any] | None = None, *, config: Any = None) -> PeerAlgorithm:
     """Like :func:`build` for a decentralised method; ``ValueError`` for a server-based one."""
-    method = build_family(name, "peer", hyperparameters)
+    method = build_family(name, "peer", hyperparameters, config=config)
     assert isinstance(method, PeerAlgorithm)
     return method
 
 
-def build_family(name: str, wanted: str, hyperparameters: Mapping[str, Any] | None = None) -> AnyMethod:
+def build_family(name: str, wanted: str, hyperparameters: Mapping[str, Any] | None = None, *,
+                 config: Any = None) -> AnyMethod:
     """:func:`build`, refusing a method of the other family with a message naming both."""
     m = get(name)
     if m.family != wanted:
         kind = {"server": "server-based", "peer": "decentralised (peer-to-peer)"}
         raise ValueError(f"{name!r} is a {kind[m.family]} method; this needs a {kind[wanted]} one: "
                          f"{', '.join(available(wanted))}")
-    return build(name, hyperparameters)
+    return build(name, hyperparameters, config=config)

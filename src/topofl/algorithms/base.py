@@ -432,7 +432,12 @@ def weighted_sum(vectors: list[np.ndarray], w: np.ndarray, stack_limit: float | 
     """
     limit = _STACK_LIMIT if stack_limit is None else stack_limit
     if len(vectors) * (vectors[0].size if vectors else 0) <= limit:
-        out: np.ndarray = w @ np.vstack(vectors, dtype=np.float64)
+        # the stack: np.vstack's, made as one array of the vectors when they are plain 1-d arrays of one size of real
+        # numbers (np.array casts anything; vstack refuses what float64 is not of the same kind as)
+        size = vectors[0].shape if vectors else ()
+        plain = len(size) == 1 and all(type(v) is np.ndarray and v.shape == size and v.dtype.kind in "biuf"
+                                       for v in vectors)
+        out: np.ndarray = w @ (np.array(vectors, dtype=np.float64) if plain else np.vstack(vectors, dtype=np.float64))
         return out
     # block by block (a block of the sum stays in cache while every reply adds to it): each reply is
     # read once, and each element sees the same additions in the same order as a reply-by-reply sum

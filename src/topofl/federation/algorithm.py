@@ -188,6 +188,14 @@ class Algorithm(ABC):
         """
         return type(self).reply_schema is Algorithm.reply_schema and "reply_schema" not in vars(self)
 
+    def replies_are_models(self) -> bool:
+        """Whether a sound reply is a model alone, judged by nothing but this class's own :meth:`reply_schema`
+        (:meth:`schema_per_params`) and :meth:`reply_problem` (no check of its own): then
+        :func:`~topofl.federation.validation.screen_updates` may judge a round of such replies at once.
+        """
+        return (self.schema_per_params() and type(self).reply_problem is Algorithm.reply_problem
+                and "reply_problem" not in vars(self))
+
     def params_spec(self, n: int) -> ArraySpec:
         """A reply's model: ``n`` finite numbers in float64 or the model's own dtype
         (:func:`~topofl.models.base.reply_dtypes`: a PyTorch model replies in float32), with the

@@ -36,6 +36,28 @@ def nanmean_std(values: Iterable[float]) -> tuple[float, float]:
     return (float(np.add.reduce(v) / v.size) if v.size else float("nan")), _std(v)
 
 
+def nanmean_std_columns(*columns: Iterable[float]) -> list[tuple[float, float]]:
+    """``[nanmean_std(c) for c in columns]``, to the bit: the columns in one matrix, each row reduced as
+    :func:`nanmean_std` reduces its vector (a row of a C-ordered matrix is summed as a vector is), when they are
+    of one length, not empty, and every value is finite and small enough (|x| <= 1e100) that no sum or square can
+    overflow, with underflow ignored — then no value is left out and no warning can arise; otherwise column by
+    column.
+    """
+    lists = [list(c) for c in columns]
+    # (only where underflow is ignored, numpy's default: elsewhere its warnings would name other operations)
+    A = (np.asarray(lists, dtype=float) if lists and len({len(c) for c in lists}) == 1
+         and np.geterr()["under"] == "ignore" else None)
+    if A is None or A.ndim != 2 or not A.shape[1] or not float(np.maximum.reduce(np.abs(A), axis=None)) <= 1e100:
+        return [nanmean_std(c) for c in lists]
+    n = A.shape[1]
+    sums = np.add.reduce(A, axis=1, keepdims=True)
+    means = sums[:, 0] / n
+    x = np.subtract(A, np.true_divide(sums, n))
+    np.square(x, out=x)
+    spreads = np.sqrt(np.add.reduce(x, axis=1) / n)
+    return [(float(m), float(s)) for m, s in zip(means, spreads, strict=True)]
+
+
 def _std(v: np.ndarray) -> float:
     """``float(v.std())`` of a float64 vector, to the bit and with its warnings' words (numpy's _var, ddof 0: the
     mean as an array, the deviations squared in place, their mean, its root); NaN when empty.

@@ -103,6 +103,18 @@ def sgd(  # noqa: PLR0913 - the local-training keywords every method passes, by 
     theta = np.array(theta, dtype=np.float64, copy=True)
     n = X.shape[0]
     bs = max(1, min(batch_size, n))
+    # plain SGD (LocalOptimizer.step's θ −= lr·g; only the library's own optimiser: a subclass's or a patched step
+    # is called) without weights or extra terms: a model's own passes (epoch_sgd) run every step of a pass
+    lean_sgd = getattr(model, "epoch_sgd", None)
+    if (lean_sgd is not None and sample_weight is None and extra_grad is None and optimizer.spec.name == "sgd"
+            and type(optimizer).step is LocalOptimizer.step and "step" not in vars(optimizer)):
+        run = lean_sgd(theta, X, y, bs, optimizer.spec.lr)
+        if run is not None:
+            with np.errstate(over="ignore", invalid="ignore"):  # divergence is reported below, by name
+                for epoch, (order, take) in enumerate(epoch_orders(n, bs, epochs, local_steps, rng)):
+                    run(order, take * bs)
+                    _check_pass(theta, optimizer, epoch, lr, local_steps, epochs, bs)
+            return theta
     kernel = getattr(model, "epoch_gradient", None)
     passes = kernel(theta, X, y, weighted.get("sample_weight")) if kernel is not None else None
     if passes is None:
@@ -120,12 +132,6 @@ def sgd(  # noqa: PLR0913 - the local-training keywords every method passes, by 
         for epoch, (order, take) in enumerate(epoch_orders(n, bs, epochs, local_steps, rng)):
             if begin is not None:   # the rows of the batches taken (a step budget may stop within the pass)
                 begin(order if take * bs >= n else order[:take * bs])
-                if plain and extra_grad is None:   # the common case, at its leanest: the same steps as below
-                    for start in range(0, take * bs, bs):   # (a slice stops at the pass's end by itself)
-                        g = sliced(start, start + bs)   # type: ignore[misc]
-                        subtract(theta, multiply(rate, g, out=g), out=theta)
-                    _check_pass(theta, optimizer, epoch, lr, local_steps, epochs, bs)
-                    continue
             for i in range(take):
                 start = i * bs
                 g = sliced(start, min(start + bs, n)) if sliced is not None else gradient(order[start:start + bs])

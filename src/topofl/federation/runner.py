@@ -22,11 +22,17 @@ import numpy as np
 from topofl._validation import TrainingWarning, check_int, check_range
 from topofl.data.federation import Federation
 from topofl.federation.algorithm import Algorithm
-from topofl.federation.history import History, RoundSummary, nanmean, nanmean_std, regression_summary
+from topofl.federation.history import History, RoundSummary, nanmean_std_columns, regression_summary
 from topofl.federation.messages import ClientUpdate, ServerMessage, as_sent
 from topofl.federation.pool import ClientEvaluation, ClientPool, Failure, InProcessPool, client_rng  # noqa: F401 (re-export)
 from topofl.federation.secure import secure_config, secure_fit
-from topofl.federation.validation import ClientInfo, _evaluation_problem, pooled_values_sound, screen_updates
+from topofl.federation.validation import (
+    ClientInfo,
+    _evaluation_problem,
+    pooled_values_sound,
+    screen_updates,
+    sound_round_pooled,
+)
 from topofl.limits import MAX_ROUNDS, MAX_SEED
 from topofl.metrics import pooled
 from topofl.models.base import Model, param_dtype
@@ -167,8 +173,8 @@ def run_rounds(  # noqa: PLR0913 (public keyword options of the round loop that 
             else:
                 up, down, failures = _fit(pool, algorithm, history, rnd, messages, min_replies, watch)
             del messages   # not kept: the replies are released before evaluation and the next round
-            evaluations = _evaluate(pool, algorithm, model, history, ids, rnd, failures)
-            summary = _summarise_round(history, model, evaluations, rnd, up, down)
+            evaluations, joined = _evaluate(pool, algorithm, model, history, ids, rnd, failures)
+            summary = _summarise_round(history, model, evaluations, rnd, up, down, joined)
             history.rounds.append(summary)
             log.debug("round %d: auc=%.4f acc=%.4f", rnd, summary.auc, summary.accuracy)
             watch(summary)
@@ -215,10 +221,25 @@ def _fit(pool: ClientPool, algorithm: Algorithm, history: History, rnd: int, mes
     failures.extend(Failure(rnd, cid, "fit", f"invalid payload: {reason}") for cid, reason in rejected)
     if rejected and not valid and all(r.startswith("update norm") for _, r in rejected):
         watch.all_refused(rnd, len(rejected))
-    up = {u.client_id: (u.n_floats(), u.n_bytes()) for u in valid}
+    up = _reply_sizes(valid)
     down = _message_sizes(messages)
     _aggregate(algorithm, history, rnd, valid, min_replies)
     return up, down, failures
+
+
+def _reply_sizes(replies: list[ClientUpdate]) -> dict[int, tuple[int, int]]:
+    """Each reply's (numbers, bytes): ``(u.n_floats(), u.n_bytes())``, read off the array itself for a reply that is a
+    model alone (what those methods count for it).
+    """
+    sizes = {}
+    for u in replies:
+        p = u.params
+        if type(u) is ClientUpdate and type(p) is np.ndarray and u.descriptor is None and type(u.extras) is dict \
+                and not u.extras:
+            sizes[u.client_id] = (p.size, p.nbytes)
+        else:
+            sizes[u.client_id] = (u.n_floats(), u.n_bytes())
+    return sizes
 
 
 def _message_sizes(messages: Mapping[int, ServerMessage]) -> dict[int, tuple[int, int]]:
@@ -253,20 +274,25 @@ def _aggregate(algorithm: Algorithm, history: History, rnd: int, valid: list[Cli
     history.server_logs.append({"round": rnd, **log_entry})
 
 
+#: a round's pooled test labels and scores, every client's concatenated in order
+Pooled = tuple[np.ndarray, np.ndarray]
+
+
 def _evaluate(pool: ClientPool, algorithm: Algorithm, model: Model, history: History, ids: list[int], rnd: int,
-              failures: list[Failure]) -> list[ClientEvaluation]:
-    """Every client's evaluation with the model it would use, screened; the round's ``failures`` (fit and
-    evaluate) are logged and recorded in ``history``.
+              failures: list[Failure]) -> tuple[list[ClientEvaluation], Pooled | None]:
+    """Every client's evaluation with the model it would use, screened, and the round's pooled labels and scores
+    when the screening joined them (:func:`_screen_evaluations`); the round's ``failures`` (fit and evaluate) are
+    logged and recorded in ``history``.
     """
     eval_messages = as_sent({cid: algorithm.message_for(cid) for cid in ids}, param_dtype(model))
     evaluations, eval_failures = pool.evaluate(rnd, eval_messages)
-    evaluations = _screen_evaluations(evaluations, eval_messages, pool.infos, model, rnd, eval_failures)
+    evaluations, joined = _screen_evaluations(evaluations, eval_messages, pool.infos, model, rnd, eval_failures)
     failures.extend(eval_failures)
     for f in failures:
         log.warning("round %d: client %s (node %s) failed in %s: %s", f.round, f.client, f.node_id, f.stage,
                     f.reason)
     history.failures.extend(failures)
-    return evaluations
+    return evaluations, joined
 
 
 def _n_classes(model: Model) -> int:
@@ -276,11 +302,19 @@ def _n_classes(model: Model) -> int:
 def _screen_evaluations(
     evaluations: list[ClientEvaluation], asked: Mapping[int, object], infos: dict[int, ClientInfo], model: Model,
     rnd: int, failures: list[Failure],
-) -> list[ClientEvaluation]:
+) -> tuple[list[ClientEvaluation], Pooled | None]:
     """The evaluations fit to average: from clients that were asked, once each, and sound
-    (:func:`~topofl.federation.validation.evaluation_problem`); the others become failures.
+    (:func:`~topofl.federation.validation.evaluation_problem`); the others become failures. With them, the round's
+    pooled labels and scores when every evaluation passed at once
+    (:func:`~topofl.federation.validation.sound_round_pooled`), else ``None``.
     """
     evaluations = list(evaluations)   # read twice below (a pool may hand over any iterable)
+    try:   # the whole round at once, when nothing in it is to be refused (most rounds)
+        joined = sound_round_pooled(evaluations, ClientEvaluation, asked, infos, model.task, _n_classes(model))
+        if joined is not None:
+            return evaluations, joined
+    except Exception:  # noqa: BLE001 - something unreadable: judged one by one below, with its reason
+        pass
     try:   # the pooled predictions' values of the whole round in one pass (each evaluation's own checks below)
         # (of the runtimes' own evaluation objects only: a subclass could show this pass other arrays than the next)
         checked = (all(type(ev) is ClientEvaluation for ev in evaluations)
@@ -306,7 +340,7 @@ def _screen_evaluations(
             failures.append(Failure(rnd, int(cid), "evaluate", f"invalid payload: {reason}"))
         else:
             good.append(ev)
-    return good
+    return good, None
 
 
 class _DivergenceWatch:
@@ -350,10 +384,11 @@ class _DivergenceWatch:
 
 def _summarise_round(
     history: History, model: Model, evaluations: list[ClientEvaluation], rnd: int, up: Mapping[int, tuple[int, int]],
-    down: Mapping[int, tuple[int, int]],
+    down: Mapping[int, tuple[int, int]], joined: Pooled | None = None,
 ) -> RoundSummary:
     """Per-client rows (each client scored on its own test split) and the round's summary; ``up`` and
-    ``down`` give each client's payload as (numbers, bytes).
+    ``down`` give each client's payload as (numbers, bytes); ``joined``: the evaluations' labels and scores already
+    concatenated (by the screening), else they are concatenated here.
     """
     rows = []
     for ev in evaluations:
@@ -364,19 +399,24 @@ def _summarise_round(
             "floats_up": f_up, "floats_down": f_down,
         })
     history.records.extend(rows)
-    shared = [ev for ev in evaluations if ev.scores is not None and ev.y_true is not None]
     pool = {}
-    if shared and len(shared) == len(evaluations):
-        pool = pooled(model, np.concatenate([ev.y_true for ev in shared]), np.concatenate([ev.scores for ev in shared]))
+    if joined is not None:
+        pool = pooled(model, *joined)
+    else:
+        shared = [ev for ev in evaluations if ev.scores is not None and ev.y_true is not None]
+        if shared and len(shared) == len(evaluations):
+            pool = pooled(model, np.concatenate([ev.y_true for ev in shared]),
+                          np.concatenate([ev.scores for ev in shared]))
     aucs = [r["auc"] for r in rows]
-    (auc, auc_std), (accuracy, accuracy_std) = nanmean_std(aucs), nanmean_std([r["accuracy"] for r in rows])
+    (auc, auc_std), (accuracy, accuracy_std), (loss, _) = nanmean_std_columns(
+        aucs, [r["accuracy"] for r in rows], [r["loss"] for r in rows])
     return RoundSummary(
         round=rnd,
         auc=auc,
         auc_std=auc_std,
         accuracy=accuracy,
         accuracy_std=accuracy_std,
-        loss=nanmean(r["loss"] for r in rows),
+        loss=loss,   # nanmean's (the mean of nanmean_std)
         pooled_auc=pool.get("pooled_auc", float("nan")),
         pooled_accuracy=pool.get("pooled_accuracy", float("nan")),
         n_clients_auc=sum(1 for a in aucs if not math.isnan(a)),   # np.isnan's count: each a checked number

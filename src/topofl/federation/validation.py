@@ -283,12 +283,19 @@ class ReplySchema:
                 return reason
         return _metrics_problem(update.metrics, self.metrics)
 
-    @functools.cached_property
+    @property
     def model_only_shape(self) -> tuple[int] | None:
         """The shape of a reply that is a model alone which :meth:`problem` passes on sight when its numbers' sum of
         squares is finite — a float64 vector of this shape, with no descriptor, extras or metrics —, when this schema
         asks nothing more of one (no range, no whole numbers, no extras, no descriptor); ``None`` otherwise.
         """
+        known = self.__dict__.get("_model_only_shape", _UNKNOWN)   # worked out once per schema
+        if known is _UNKNOWN:
+            known = self._find_model_only_shape()
+            object.__setattr__(self, "_model_only_shape", known)   # (frozen: its fields never change)
+        return known  # type: ignore[no-any-return]
+
+    def _find_model_only_shape(self) -> tuple[int] | None:
         p = self.params
         if type(self) is not ReplySchema or type(p) is not ArraySpec:
             return None   # a subclass's own checks (problem, deviation) are what run
@@ -328,6 +335,7 @@ class ReplySchema:
 
 
 _CHUNK = 1 << 20
+_UNKNOWN = object()
 _CHUNK32 = 1 << 18   # float32 blocks: 1 MB, in cache
 _F64 = np.dtype(np.float64)
 
@@ -476,17 +484,24 @@ def screen_updates(
     left out when the algorithm ``screens_independently`` (differential privacy: one client's
     inclusion must not depend on the others' replies).
     """
-    cfg = algorithm.config
-    seen: set[int] = set()
-    # each reply's outcome in order: a rejection (client, reason), or a reply to measure (reply, schema, kept norms)
-    outcomes: list[tuple[int | None, str] | tuple[ClientUpdate, ReplySchema, dict[int, float] | None]] = []
     # the library's own schema depends on nothing but the parameters sent: one per array sent this round (the
     # messages are alive, so an id names one array), and its centers' norms found once
     shared: dict[int, ReplySchema] | None = {} if getattr(algorithm, "schema_per_params", _no)() else None
+    quick = np.geterr()["under"] == "ignore"
+    if quick and shared is not None and type(updates) is list and getattr(algorithm, "replies_are_models", _no)():
+        try:
+            screened = _models_alone(algorithm, updates, messages, infos, shared)
+        except Exception:  # noqa: BLE001 - something unreadable: the replies are judged one by one, with the reason
+            screened = None
+        if screened is not None:
+            return screened
+    seen: set[int] = set()
+    # each reply's outcome in order: a rejection (client, reason), or a reply to measure (reply, schema, kept norms)
+    outcomes: list[tuple[int | None, str] | tuple[ClientUpdate, ReplySchema, dict[int, float] | None]] = []
     norms: dict[int, dict[int, float]] = {}
     # a model alone passes its checks on sight (_model_only) unless underflow is to be reported: the full checks'
     # sum of squares would report it
-    quick = shared is not None and np.geterr()["under"] == "ignore"
+    quick = quick and shared is not None
     for u in updates:
         if not isinstance(u, ClientUpdate):
             outcomes.append((None, f"a reply must be a ClientUpdate; got {type(u).__name__}"))
@@ -543,6 +558,15 @@ def screen_updates(
                                     else schema.deviation(u.params))))
             except Exception as exc:  # noqa: BLE001 - refused, never a crash (as the checks above)
                 rejected.append((u.client_id, f"malformed reply ({type(exc).__name__}: {str(exc)[:200]})"))
+    return _norm_bound(algorithm, passed, rejected), rejected
+
+
+def _norm_bound(algorithm: ScreenedAlgorithm, passed: list[tuple[ClientUpdate, float, float]],
+                rejected: list[tuple[int | None, str]]) -> list[ClientUpdate]:
+    """The replies of ``passed`` — ``(reply, deviation, reference norm)``, in order — within
+    :func:`screen_updates`' norm bound; the others are added to ``rejected`` with the reason.
+    """
+    cfg = algorithm.config
     ratio, floor = float(cfg.max_update_ratio), float(cfg.update_norm_floor)
     deviations = [d for _, d, _ in passed]
     alone = bool(getattr(algorithm, "screens_independently", lambda: False)())
@@ -557,7 +581,64 @@ def screen_updates(
             )))
         else:
             valid.append(u)
-    return valid, rejected
+    return valid
+
+
+def _models_alone(algorithm: ScreenedAlgorithm, updates: list[Any], messages: Mapping[int, ServerMessage],
+                  infos: Mapping[int, ClientInfo], shared: dict[int, ReplySchema],
+                  ) -> tuple[list[ClientUpdate], list[tuple[int | None, str]]] | None:
+    """:func:`screen_updates` of a round in which every reply is a model alone (:attr:`ReplySchema.model_only_shape`)
+    from a distinct client that was sent the same array as the others, with the count it declared — the whole round's
+    checks at once: its models stacked, their extremes found once (each model's lie within them: if the stack's
+    numbers pass :func:`_model_only`'s test, so do each model's), their deviations from the model sent row by row,
+    each the dot product :func:`_distance` takes. The same outcome as the reply-by-reply path, reason for reason;
+    ``None`` when a reply is anything else (or the stack would exceed what the test judges): that path then judges
+    the round. For an algorithm whose replies are models alone (``replies_are_models``), with underflow ignored;
+    the schema it makes is kept in ``shared`` (by the id of the array sent) for that path.
+    """
+    if not updates:
+        return None
+    first = updates[0]
+    if type(first) is not ClientUpdate or type(first.client_id) is not int:
+        return None
+    message = messages.get(first.client_id)
+    info = infos.get(first.client_id)
+    if message is None or info is None:
+        return None
+    sent = message.params
+    schema = shared[id(sent)] = algorithm.reply_schema(first.client_id, message, info)
+    shape = schema.model_only_shape
+    centers = schema.centers
+    if (shape is None or not shape[0] or schema.scale is not None or type(centers) is not np.ndarray
+            or centers.shape != (1, shape[0]) or centers.dtype is not _F64 or len(updates) * shape[0] > _SQUARES_SIZE):
+        return None
+    seen: set[int] = set()
+    rows, snapshots = [], []
+    for u in updates:
+        if type(u) is not ClientUpdate:
+            return None
+        cid, p, n = u.client_id, u.params, u.n_examples
+        info = infos.get(cid) if type(cid) is int else None
+        message = messages.get(cid) if info is not None else None
+        if (info is None or message is None or message.params is not sent or cid in seen or type(p) is not np.ndarray
+                or p.dtype is not _F64 or p.shape != shape or u.descriptor is not None or type(n) is not int
+                or n != info.n_train or type(u.metrics) is not dict or u.metrics or type(u.extras) is not dict
+                or u.extras):
+            return None
+        seen.add(cid)
+        rows.append(p)
+        snapshots.append(ClientUpdate(cid, p, n, None, {}, {}))
+    stack = np.array(rows)   # one copy (the rows checked to be float64 vectors of one shape)
+    if not _squares_fit(*_extremes(stack), rows[0]):   # each model's size, the stack's extremes
+        return None
+    center = centers[0]
+    dot, sqrt = np.dot, math.sqrt
+    with np.errstate(over="ignore", invalid="ignore"):   # as _deviation's: an overflow gives inf, which is refused
+        stack = np.subtract(stack, center, out=stack)
+        reference = float(np.sqrt(dot(center, center)))
+        passed = [(u, sqrt(float(dot(d, d))), reference) for u, d in zip(snapshots, stack, strict=True)]
+    rejected: list[tuple[int | None, str]] = []
+    return _norm_bound(algorithm, passed, rejected), rejected
 
 
 # ---- evaluation replies -------------------------------------------------------------------------
@@ -678,17 +759,67 @@ def pooled_values_sound(evaluations: Sequence[Any], task: str, n_classes: int) -
             return False   # no copy of more than the fast checks may judge (a client's oversized arrays included)
         ys.append(y.ravel())
         scores.append(s.ravel())
+    return bool(ys) and _joined_values_sound(np.concatenate(ys), np.concatenate(scores), task, n_classes)
+
+
+def _joined_values_sound(labels: np.ndarray, scores: np.ndarray, task: str, n_classes: int) -> bool:
+    """:func:`pooled_values_sound`'s test of a round's pooled labels and scores, each concatenated into one vector."""
     y_spec, s_spec = _pooled_specs(1, task, n_classes)   # the value checks hold for every size alike
-    for spec, parts in ((y_spec, ys), (s_spec, scores)):
-        if not parts:
-            return False
-        joined = np.concatenate(parts)
+    for spec, joined in ((y_spec, labels), (s_spec, scores)):
         if joined.size == 0 or not _fast_dtype(joined):
             return False
         lo, hi = _extremes(joined)
         if not _squares_fit(lo, hi, joined) or spec._range_problem("", joined, lo, hi) is not None:
             return False
     return True
+
+
+def sound_round_pooled(evaluations: Sequence[Any], kind: type[Any], asked: Mapping[int, object],
+                       infos: Mapping[int, ClientInfo], task: str,
+                       n_classes: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The round's pooled labels and scores (each client's concatenated, in order) when every evaluation of a
+    classification round passes the round loop's screening at once — each a ``kind`` (the runtime's own evaluation
+    class, exactly) from a distinct client that was asked, and sound by :func:`evaluation_problem`, judged together:
+    exactly ``auc``, ``accuracy`` and ``loss`` as floats in range, pooled labels and scores of the declared sizes
+    whose values pass as one concatenation (:func:`pooled_values_sound`), and each client's AUC NaN exactly when its
+    labels hold one class (their min equal to their max: the labels are finite). ``None`` says nothing: each
+    evaluation is then judged on its own, with its reason. A round's checks in ~1.5 µs an evaluation instead of ~8.
+    """
+    if task not in ("binary", "multiclass") or not evaluations or np.geterr()["under"] != "ignore":
+        return None
+    c = max(n_classes, 2)
+    seen: set[int] = set()
+    ys, scores, starts = [], [], []
+    at, isnan, finite = 0, math.isnan, math.isfinite
+    for ev in evaluations:
+        if type(ev) is not kind:
+            return None
+        cid, m, y, s = ev.client_id, ev.metrics, ev.y_true, ev.scores
+        info = infos.get(cid) if type(cid) is int and cid in asked and cid not in seen else None
+        if info is None or type(m) is not dict or len(m) != 3:
+            return None
+        seen.add(cid)
+        auc, acc, loss = m.get("auc"), m.get("accuracy"), m.get("loss")
+        n = info.n_test
+        if (type(auc) is not float or type(acc) is not float or type(loss) is not float
+                or not (finite(loss) and loss >= 0 and 0.0 <= acc <= 1.0 and (isnan(auc) or 0.0 <= auc <= 1.0))
+                or type(y) is not np.ndarray or type(s) is not np.ndarray or y.dtype is not _F64
+                or s.dtype is not _F64 or n < 1 or y.shape != (n,)
+                or s.shape != ((n,) if task == "binary" else (n, c))):
+            return None
+        ys.append(y)
+        scores.append(s)
+        starts.append(at)
+        at += n
+    if at * (c if task == "multiclass" else 1) > _SQUARES_SIZE:
+        return None
+    labels, pooled = np.concatenate(ys), np.concatenate(scores)
+    if not _joined_values_sound(labels, pooled.ravel(), task, n_classes):
+        return None
+    one_class = np.minimum.reduceat(labels, starts) == np.maximum.reduceat(labels, starts)
+    if not all(isnan(ev.metrics["auc"]) == bool(single) for ev, single in zip(evaluations, one_class, strict=True)):
+        return None
+    return labels, pooled
 
 
 @functools.lru_cache(maxsize=4096)

@@ -99,8 +99,8 @@ def cap_shares(weights: np.ndarray, max_share: float = 1.0) -> np.ndarray:
     """
     w = np.asarray(weights, dtype=np.float64)
     check_range("max_share", max_share, 0.0, 1.0, low_open=True)
-    total = w.sum()
-    if w.ndim != 1 or w.size == 0 or not np.isfinite(total) or total <= 0 or (w < 0).any():
+    total = np.add.reduce(w, axis=None)   # w.sum()'s reduction, without its layers (every round)
+    if w.ndim != 1 or w.size == 0 or not math.isfinite(total) or total <= 0 or np.minimum.reduce(w) < 0:
         raise ValueError(f"aggregation weights must be non-negative with a positive finite sum; got {w.tolist()}")
     s: np.ndarray = w / total
     if max_share >= 1.0 or s.max() <= max_share:
