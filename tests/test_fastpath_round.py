@@ -943,3 +943,49 @@ def test_a_summary_of_no_evaluations_does_not_ask_the_models_task():
 
     summary = runner_module._summarise_round(History("m", 0), Broken(), [], 1, {}, {})
     assert math.isnan(summary.auc) and summary.n_clients_auc == 0
+
+
+
+# ---- the second review's findings (helper-45), each seen failing first -----------------------------------------
+def test_a_rounds_loss_is_the_mean_alone_as_before():
+    from topofl.federation.history import History
+
+    evs = [ClientEvaluation(c, {"auc": float("nan"), "accuracy": float("nan"), "loss": v, "mse": 0.1, "r2": 0.5},
+                            None, None) for c, v in enumerate([1e-200, 2e-200, 1e200])]
+    for setting in ({"under": "warn"}, {"over": "raise"}, {"under": "raise"}):
+        with warnings.catch_warnings(record=True) as seen, np.errstate(**setting):
+            warnings.simplefilter("always")
+            summary = runner_module._summarise_round(History("m", 0), LeastSquares(3), evs, 1, {}, {})
+        assert summary.loss == nanmean([1e-200, 2e-200, 1e200]) and not seen, setting
+
+
+@pytest.mark.parametrize("changed", [2.0, True, -0.0])
+def test_a_hyperparameter_replaced_by_an_equal_value_is_judged_anew(changed):
+    from topofl.job import Job
+
+    first = {2.0: 2, True: 1, -0.0: 0.0}[changed]
+    name = "local_epochs" if changed == 2.0 and type(changed) is float else "lr" if changed is True else "l2"
+    job = Job(method="fedavg", hyperparameters={name: first}, rounds=1)
+    job.hyperparameters[name] = changed
+    try:
+        want = build_server("fedavg", dict(job.hyperparameters)).config
+    except ValueError as exc:
+        with pytest.raises(ValueError, match=str(exc)[:20]):
+            _ = job.method_config
+        return
+    got = job.method_config
+    assert got == want and np.float64(getattr(got, name)).tobytes() == np.float64(getattr(want, name)).tobytes()
+
+
+@pytest.mark.parametrize("columns", [([1e200, 1.0], ["x", 1.0]), ([1.0, 2.0], [np.longdouble("1e400"), 1.0]),
+                                     ([[1.0], [2.0, 3.0]], [[3.0], [4.0]]), ([1, 2], [True, 0.5])])
+def test_columns_that_are_not_plain_floats_are_each_columns(columns):
+    outcomes = []
+    for means in (lambda: nanmean_std_columns(*columns), lambda: [nanmean_std(c) for c in columns]):
+        with warnings.catch_warnings(record=True) as seen, np.errstate(over="raise"):
+            warnings.simplefilter("always")
+            try:
+                outcomes.append((np.asarray(means()).tobytes(), [str(w.message) for w in seen]))
+            except Exception as exc:  # noqa: BLE001 - the same exception, in the same words
+                outcomes.append((type(exc).__name__, str(exc), [str(w.message) for w in seen]))
+    assert outcomes[0] == outcomes[1]

@@ -168,12 +168,11 @@ class Job:
         if self.method.startswith("paper:"):
             return None
         kept = self.__dict__.get("_method_config")
-        try:
-            unchanged = kept is not None and dict(self.hyperparameters) == kept[1]
-        except Exception:  # noqa: BLE001 - values that cannot be compared (arrays): built anew
-            unchanged = False
-        if unchanged and kept is not None:
-            return kept[0]
+        if kept is not None:
+            given, before = self.hyperparameters, kept[1]
+            # the very same values (not merely equal ones: 2.0 for 2, True for 1, -0.0 for 0.0 are judged anew)
+            if given.keys() == before.keys() and all(given[k] is v for k, v in before.items()):
+                return kept[0]
         from topofl.methods import get
 
         return get(self.method).config.from_dict(dict(self.hyperparameters))

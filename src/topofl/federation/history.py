@@ -39,14 +39,17 @@ def nanmean_std(values: Iterable[float]) -> tuple[float, float]:
 def nanmean_std_columns(*columns: Iterable[float]) -> list[tuple[float, float]]:
     """``[nanmean_std(c) for c in columns]``, to the bit: the columns in one matrix, each row reduced as
     :func:`nanmean_std` reduces its vector (a row of a C-ordered matrix is summed as a vector is), when they are
-    of one length, not empty, and every value is finite and small enough (|x| <= 1e100) that no sum or square can
+    Python floats, of one length, not empty, and every value is finite and small enough (|x| <= 1e100) that no sum
+    or square can
     overflow, with underflow ignored — then no value is left out and no warning can arise; otherwise column by
     column.
     """
     lists = [list(c) for c in columns]
-    # (only where underflow is ignored, numpy's default: elsewhere its warnings would name other operations)
-    A = (np.asarray(lists, dtype=float) if lists and len({len(c) for c in lists}) == 1
-         and np.geterr()["under"] == "ignore" else None)
+    # (plain floats only: nothing to convert, so no conversion can warn or fail; and only where underflow is ignored,
+    # numpy's default: elsewhere its warnings would name other operations)
+    plain = (bool(lists) and len({len(c) for c in lists}) == 1 and np.geterr()["under"] == "ignore"
+             and all(type(x) is float for c in lists for x in c))
+    A = np.array(lists) if plain else None
     if A is None or A.ndim != 2 or not A.shape[1] or not float(np.maximum.reduce(np.abs(A), axis=None)) <= 1e100:
         return [nanmean_std(c) for c in lists]
     n = A.shape[1]

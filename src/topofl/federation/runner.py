@@ -22,7 +22,7 @@ import numpy as np
 from topofl._validation import TrainingWarning, check_int, check_range
 from topofl.data.federation import Federation
 from topofl.federation.algorithm import Algorithm
-from topofl.federation.history import History, RoundSummary, nanmean_std_columns, regression_summary
+from topofl.federation.history import History, RoundSummary, nanmean, nanmean_std_columns, regression_summary
 from topofl.federation.messages import ClientUpdate, ServerMessage, as_sent
 from topofl.federation.pool import ClientEvaluation, ClientPool, Failure, InProcessPool, client_rng  # noqa: F401 (re-export)
 from topofl.federation.secure import secure_config, secure_fit
@@ -408,15 +408,14 @@ def _summarise_round(
             pool = pooled(model, np.concatenate([ev.y_true for ev in shared]),
                           np.concatenate([ev.scores for ev in shared]))
     aucs = [r["auc"] for r in rows]
-    (auc, auc_std), (accuracy, accuracy_std), (loss, _) = nanmean_std_columns(
-        aucs, [r["accuracy"] for r in rows], [r["loss"] for r in rows])
+    (auc, auc_std), (accuracy, accuracy_std) = nanmean_std_columns(aucs, [r["accuracy"] for r in rows])
     return RoundSummary(
         round=rnd,
         auc=auc,
         auc_std=auc_std,
         accuracy=accuracy,
         accuracy_std=accuracy_std,
-        loss=loss,   # nanmean's (the mean of nanmean_std)
+        loss=nanmean(r["loss"] for r in rows),
         pooled_auc=pool.get("pooled_auc", float("nan")),
         pooled_accuracy=pool.get("pooled_accuracy", float("nan")),
         n_clients_auc=sum(1 for a in aucs if not math.isnan(a)),   # np.isnan's count: each a checked number
