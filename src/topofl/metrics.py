@@ -55,13 +55,13 @@ def _binary_auc(pos: np.ndarray, scores: np.ndarray) -> float:
     n = scores.shape[0]
     order = scores.argsort()
     ordered = scores[order]
-    if np.isnan(ordered[-1]):  # NaNs sort last
+    if ordered[-1] != ordered[-1]:  # NaNs sort last
         return float("nan")
     distinct = ordered[1:] != ordered[:-1]
     hits = pos[order]
-    count = np.count_nonzero(hits)
+    count = _count(hits)
     if _AND(distinct, axis=None):  # no ties: the positives' sorted positions plus one
-        rank_sum = float(int(np.add.reduce(np.flatnonzero(hits), axis=None)) + count)
+        rank_sum = float(int(np.add.reduce(hits.nonzero()[0], axis=None)) + count)
     else:
         starts = np.flatnonzero(np.concatenate(([True], distinct)))  # each run of ties
         ends = np.append(starts[1:], n)
@@ -75,6 +75,11 @@ def _binary_auc(pos: np.ndarray, scores: np.ndarray) -> float:
 _AND = np.logical_and.reduce
 
 
+def _count(flags: np.ndarray) -> int:
+    """``np.count_nonzero(flags)`` of a boolean array, without its Python layers: the sum of its ones (exact)."""
+    return int(np.add.reduce(flags, axis=None, dtype=np.intp))
+
+
 def _one_class(y: np.ndarray) -> bool:
     """``np.unique(y).size < 2`` (NaNs count as one value, as there): every entry equal to the first, or all NaN."""
     if not isinstance(y, np.ndarray) or y.dtype.kind not in "biuf":
@@ -82,7 +87,7 @@ def _one_class(y: np.ndarray) -> bool:
     if y.size == 0:
         return True
     first = y.flat[0]
-    return bool((y == first).all()) or bool(first != first and np.isnan(y).all())
+    return bool(_AND(y == first, axis=None)) or bool(first != first and np.isnan(y).all())
 
 
 def auc_score(task: str, y: np.ndarray, scores: np.ndarray) -> float:
@@ -122,7 +127,7 @@ def _share(hits: np.ndarray) -> float:
     """``float(np.mean(hits))`` of booleans, to the bit: the count of hits (exact) over the number of entries."""
     if not isinstance(hits, np.ndarray) or hits.dtype != np.bool_ or hits.size == 0:
         return float(np.mean(hits))
-    return float(np.count_nonzero(hits) / hits.size)
+    return float(_count(hits) / hits.size)
 
 
 def evaluate(model: Model, theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple[dict[str, float], np.ndarray]:
