@@ -75,6 +75,48 @@ def test_the_library_scan_is_kept_until_a_module_is_imported(monkeypatch: pytest
     assert th._controller[1] is not scans[0]
 
 
+def test_a_block_sets_only_the_pools_and_variables_that_differ_and_restores_as_threadpoolctl(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lean limits (issue 25): a pool already at the number is not set, one that is not is set; afterwards every
+    pool and thread variable is back where it was — also one the block itself changed, as threadpoolctl's own
+    limiter restores every pool — and a variable that was unset is unset again."""
+    if th.usable_cpus() < 2:
+        pytest.skip("needs two CPUs to see a change of the BLAS threads")
+    import os
+
+    with th.limited_threads(1):
+        pools = th._controller[1].lib_controllers
+    originals = [pool.get_num_threads() for pool in pools]
+    calls: list[int] = []
+    for pool in pools:
+        monkeypatch.setattr(pool, "set_num_threads",
+                            lambda n, _set=pool.set_num_threads: (calls.append(n), _set(n))[1])
+    variable, unset = th.THREAD_VARIABLES[0], th.THREAD_VARIABLES[1]
+    monkeypatch.setenv(variable, "1")
+    monkeypatch.delenv(unset, raising=False)
+    try:
+        for pool in pools:   # the process's pools at 1 for the test (put back below)
+            pool.set_num_threads(1)
+        calls.clear()
+        with th.limited_threads(1):
+            pass
+        assert calls == []                      # every pool already at 1: nothing set, nothing restored
+        with th.limited_threads(1):
+            pools[0].set_num_threads(2)         # the block changes a pool and a variable itself
+            os.environ[variable] = "7"
+            assert os.environ[unset] == "1"
+        assert _blas_threads() == {1} and os.environ[variable] == "1" and unset not in os.environ
+        calls.clear()
+        with th.limited_threads(2):
+            assert _blas_threads() == {2}
+            assert all(os.environ[v] == "2" for v in th.THREAD_VARIABLES)
+        assert set(calls) == {1, 2}              # set, then put back (pools sharing one library: set once)
+        assert _blas_threads() == {1} and os.environ[variable] == "1" and unset not in os.environ
+    finally:
+        for pool, n in zip(pools, originals, strict=True):
+            pool.set_num_threads(n)
+
+
 def test_simulate_runs_with_the_threads_asked_for_and_restores_them() -> None:
     torch = pytest.importorskip("torch")
     import numpy as np
