@@ -43,7 +43,7 @@ from topofl.models.optimizers import LocalOptimizer, OptimizerSpec, epoch_batche
 
 #: what issue 25's fast paths added to the linear models (removed for the runs on the old code)
 NEW_MODEL_METHODS = ("batch_gradient", "epoch_gradient", "epoch_sgd", "_kernel_arrays", "_check_theta",
-                     "evaluation_outputs")
+                     "evaluation_outputs", "joined_evaluation_outputs")
 
 
 # ---- the code before the fast paths, verbatim -------------------------------------------------------

@@ -1019,3 +1019,118 @@ def test_a_global_model_is_sent_as_one_message_and_a_method_of_its_own_messages_
         assert [m.config["client"] for m in messages.values()] == fed.client_ids
     wrapped = attacked(own, AttackConfig("sign_flip", fraction=0.5), [0, 1])
     assert [m.config["client"] for m in wrapped.messages_for(fed.client_ids).values()] == fed.client_ids
+
+
+# ---- a round's evaluations at once (the in-process pool, every client scoring the model sent) ----------------------
+def _bits(a: Any) -> Any:
+    """A result as comparable bits: floats by their bytes, arrays by dtype, shape and bytes."""
+    if isinstance(a, dict):
+        return [(k, _bits(v)) for k, v in a.items()]
+    if isinstance(a, (list, tuple)):
+        return [_bits(x) for x in a]
+    if isinstance(a, np.ndarray):
+        return (a.dtype.str, a.shape, a.tobytes())
+    if isinstance(a, float):
+        return (type(a), np.float64(a).tobytes())
+    return (type(a), a)
+
+
+@settings(max_examples=150, deadline=None)
+@given(sizes=st.lists(st.integers(1, 40), min_size=2, max_size=6), d=st.integers(1, 5),
+       scale=st.sampled_from([0.0, 0.01, 1.0, 30.0, 1e3]), l2=st.sampled_from([0.0, 1e-3, 0.37]),
+       kinds=st.lists(st.sampled_from(["mixed", "zeros", "ones", "tied"]), min_size=6, max_size=6),
+       seed=st.integers(0, 2**32 - 1))
+def test_a_rounds_evaluations_at_once_are_each_clients_bit_for_bit(sizes, d, scale, l2, kinds, seed):
+    """evaluate_clients against evaluate split by split: metrics (their types and bits) and scores, on splits of
+    one class, of tied scores (repeated rows) and of logits large enough to saturate."""
+    from topofl.metrics import evaluate, evaluate_clients
+
+    rng = np.random.default_rng(seed)
+    model = BinaryLogistic(d, l2)
+    theta = rng.standard_normal(model.n_params) * scale
+    splits = []
+    for n, kind in zip(sizes, kinds, strict=False):
+        X = rng.standard_normal((n, d))
+        if kind == "tied":
+            X = np.repeat(X[:1], n, axis=0)
+        y = {"mixed": (rng.random(n) > 0.5).astype(float), "zeros": np.zeros(n), "ones": np.ones(n),
+             "tied": (rng.random(n) > 0.5).astype(float)}[kind]
+        splits.append((X, y))
+    assert model.joined_evaluation_outputs(theta, [X for X, _ in splits], [y for _, y in splits]) is not None
+    with warnings.catch_warnings(record=True) as seen_one:
+        warnings.simplefilter("always")
+        one_by_one = [evaluate(model, theta, X, y) for X, y in splits]
+    with warnings.catch_warnings(record=True) as seen_joined:
+        warnings.simplefilter("always")
+        joined = evaluate_clients(model, theta, splits)
+    assert _bits(joined) == _bits(one_by_one)
+    assert [str(w.message) for w in seen_joined] == [str(w.message) for w in seen_one]
+
+
+@pytest.mark.parametrize("change", ["inf theta", "nan theta", "nan label", "float32 rows", "one split", "subclass",
+                                    "softmax", "wrong width"])
+def test_evaluations_at_once_fall_back_to_each_clients_where_they_could_differ(change):
+    """Where the joined steps could warn otherwise or compute otherwise, each split is evaluated on its own: the same
+    results and the same warnings as one call per split."""
+    from topofl.metrics import evaluate, evaluate_clients
+
+    @dataclasses.dataclass(frozen=True)
+    class Halved(BinaryLogistic):
+        def _data_loss_at(self, Z, y, sample_weight):
+            return 0.5 * super()._data_loss_at(Z, y, sample_weight)
+
+    rng = np.random.default_rng(3)
+    model = {"subclass": Halved(3, 1e-3), "softmax": SoftmaxRegression(3, 1e-3, n_classes=3)}.get(
+        change, BinaryLogistic(3, 1e-3))
+    theta = rng.standard_normal(model.n_params)
+    splits = [(rng.standard_normal((n, 3)), (rng.random(n) > 0.5).astype(float)) for n in (5, 9, 4)]
+    if change == "softmax":
+        splits = [(X, rng.integers(0, 3, X.shape[0]).astype(float)) for X, _ in splits]
+    if change == "inf theta":
+        theta[0] = np.inf
+    elif change == "nan theta":
+        theta[1] = np.nan
+    elif change == "nan label":
+        splits[1][1][0] = np.nan
+    elif change == "float32 rows":
+        splits[2] = (splits[2][0].astype(np.float32), splits[2][1])
+    elif change == "one split":
+        splits = splits[:1]
+    elif change == "wrong width":
+        splits[0] = (rng.standard_normal((5, 4)), splits[0][1])
+    joined = getattr(model, "joined_evaluation_outputs", None)
+    if joined is not None and change != "one split":
+        assert joined(theta, [X for X, _ in splits], [y for _, y in splits]) is None
+    if change == "wrong width":
+        with pytest.raises(ValueError) as one:
+            [evaluate(model, theta, X, y) for X, y in splits]
+        with pytest.raises(ValueError) as together:
+            evaluate_clients(model, theta, splits)
+        assert str(together.value) == str(one.value)
+        return
+    with warnings.catch_warnings(record=True) as seen_one:
+        warnings.simplefilter("always")
+        one_by_one = [evaluate(model, theta, X, y) for X, y in splits]
+    with warnings.catch_warnings(record=True) as seen_joined:
+        warnings.simplefilter("always")
+        together = evaluate_clients(model, theta, splits)
+    assert _bits(together) == _bits(one_by_one)
+    assert [str(w.message) for w in seen_joined] == [str(w.message) for w in seen_one]
+
+
+def test_the_pool_evaluates_at_once_only_where_every_client_scores_the_model_sent(monkeypatch):
+    """FedAvg's round goes through evaluate_clients once; a personalised method (its own client_params), an attacked
+    run (the wrapper's) and messages of different arrays are evaluated client by client."""
+    import topofl
+    import topofl.federation.pool as pool_module
+
+    calls = []
+    real = pool_module.evaluate_clients
+    monkeypatch.setattr(pool_module, "evaluate_clients", lambda *a: calls.append(len(a[2])) or real(*a))
+    fed = topofl.make_scenario("healthcare", 0, n_clients=6)
+    topofl.simulate(fed, "fedavg", rounds=2, seed=0)
+    assert calls == [6, 6]
+    for method, options in [("ditto", {}), ("fedavg", {"attack": "sign_flip:fraction=0.34"}), ("ifca", {})]:
+        calls.clear()
+        topofl.simulate(fed, method, rounds=2, seed=0, **options)
+        assert calls == [], method

@@ -150,6 +150,35 @@ def evaluate(model: Model, theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> t
     return {**classification_scores(model.task, y, scores, model.predict(theta, X)), "loss": loss}, scores
 
 
+def evaluate_clients(model: Model, theta: np.ndarray,
+                     splits: list[tuple[np.ndarray, np.ndarray]]) -> list[tuple[dict[str, float], np.ndarray]]:
+    """``[evaluate(model, theta, X, y) for X, y in splits]`` — a round's evaluations in process, every client with the
+    same ``theta`` — to the bit: for a model that gives the splits' outputs joined
+    (:meth:`~topofl.models.linear.BinaryLogistic.joined_evaluation_outputs`), the element-wise steps of the loss, the
+    scores, the predictions, the hits and the positives are taken once over all the splits and each split's metrics
+    from its own part of them (its loss its own sum, its AUC and accuracy :func:`auc_score`'s and :func:`_share`'s
+    steps on its part); each split's scores are a view of the round's. Otherwise, or for one split, one call each.
+    """
+    joined = getattr(model, "joined_evaluation_outputs", None) if len(splits) > 1 else None
+    out = joined(theta, [X for X, _ in splits], [y for _, y in splits]) if joined is not None else None
+    if out is None or model.task != "binary":
+        return [evaluate(model, theta, X, y) for X, y in splits]
+    labels = out.labels
+    hits, positive = out.pred == labels, labels == 1
+    # _one_class of each split's finite labels (the joined outputs are only given for finite ones): its least equal to
+    # its greatest
+    starts = [start for start, _ in out.bounds]
+    one_class = (np.minimum.reduceat(labels, starts) == np.maximum.reduceat(labels, starts)).tolist()
+    results = []
+    for (start, stop), loss, single in zip(out.bounds, out.losses, one_class, strict=True):
+        scores = out.scores[start:stop]
+        # classification_scores' auc (auc_score: one class, else _binary_auc of the positives) and accuracy (_share)
+        auc = float("nan") if single else _binary_auc(positive[start:stop], scores)
+        results.append(({"auc": auc, "accuracy": float(_count(hits[start:stop]) / (stop - start)), "loss": loss},
+                        scores))
+    return results
+
+
 def pooled(model: Model, y: np.ndarray, scores: np.ndarray) -> dict[str, float]:
     """Pooled AUC and accuracy over all clients' test predictions concatenated."""
     return pooled_scores(model.task, y, scores)

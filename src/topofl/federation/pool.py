@@ -16,7 +16,7 @@ from topofl.data.federation import ClientData, Federation
 from topofl.federation.algorithm import Algorithm, ClientContext, client_rng
 from topofl.federation.messages import ClientUpdate, ServerMessage
 from topofl.federation.validation import ClientInfo, declared_infos
-from topofl.metrics import evaluate
+from topofl.metrics import evaluate, evaluate_clients
 from topofl.models.base import Model
 
 __all__ = ["ClientEvaluation", "ClientPool", "Failure", "InProcessPool", "client_context", "client_rng",
@@ -122,6 +122,20 @@ class InProcessPool(ClientPool):
         ]
         return updates, []
 
+    def _one_model(self, messages: dict[int, ServerMessage]) -> np.ndarray | None:
+        """The parameters every message carries (one array: a global model's round) when the algorithm's clients
+        evaluate the parameters sent on their own features (:meth:`Algorithm.client_params` and
+        :meth:`Algorithm.client_features` as the base class has them) — what :func:`evaluate_client` then scores for
+        each; else ``None``.
+        """
+        kind = type(self.algorithm)
+        if (len(messages) < 2 or kind.client_params is not Algorithm.client_params
+                or kind.client_features is not Algorithm.client_features):
+            return None
+        sent = iter(messages.values())
+        theta = next(sent).params
+        return theta if all(m.params is theta for m in sent) else None
+
     def secure(self, rnd: int, stage: str, requests: dict[int, Any]) -> tuple[list[Any], list[Failure]]:
         """A client that refuses a request (``ValueError``: out of order, unsound) leaves the round: a
         :class:`Failure`, as a vanished node would be; any other exception propagates (a bug).
@@ -159,6 +173,13 @@ class InProcessPool(ClientPool):
 
     def evaluate(self, rnd: int, messages: dict[int, ServerMessage]) -> tuple[list[ClientEvaluation], list[Failure]]:
         data = {c.client_id: c for c in self.federation.at_round(rnd)}
+        theta = self._one_model(messages)
+        if theta is not None:   # every client scores the model sent, as sent: the round's evaluations at once
+            ids = sorted(messages)
+            clients = [data[cid] for cid in ids]
+            results = evaluate_clients(self.model, theta, [(c.X_test, c.y_test) for c in clients])
+            return [ClientEvaluation(cid, metrics, c.y_test, scores)
+                    for cid, c, (metrics, scores) in zip(ids, clients, results, strict=True)], []
         out: list[ClientEvaluation] = []
         for cid in sorted(messages):
             ctx = client_context(data[cid], self.states[cid], self.model, rnd, self.seed)

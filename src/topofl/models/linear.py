@@ -15,7 +15,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -46,7 +46,7 @@ def _mean(values: np.ndarray) -> float:
 _STEPS = ("_split", "_logits", "_penalty", "_pack_grad", "_dlogits", "_batch_dlogits", "_kernel", "_loss_at",
           "_data_loss_at", "_outputs_at", "loss_grad", "loss", "grad", "grad_into", "batch_gradient", "epoch_gradient",
           "epoch_sgd", "_kernel_arrays", "_check_theta",
-          "evaluation_outputs", "predict_scores", "predict")
+          "evaluation_outputs", "predict_scores", "predict", "joined_evaluation_outputs")
 
 
 def _library_class(cls: type) -> type:
@@ -75,6 +75,21 @@ def _overrides(cls: type, name: str) -> bool:
     if known is None:
         known = _OVERRIDES[(cls, name)] = getattr(cls, name) is not getattr(_library_class(cls), name)
     return known
+
+
+_ALL = np.logical_and.reduce
+
+
+class JoinedOutputs(NamedTuple):
+    """:meth:`BinaryLogistic.joined_evaluation_outputs`: each split's loss, the splits' scores, predictions and labels
+    end to end, and each split's ``(start, stop)`` in them.
+    """
+
+    losses: list[float]
+    scores: np.ndarray
+    pred: np.ndarray
+    labels: np.ndarray
+    bounds: list[tuple[int, int]]
 
 
 def _weigh(values: np.ndarray, sample_weight: np.ndarray | None) -> np.ndarray:
@@ -450,6 +465,44 @@ class BinaryLogistic(LinearModel):
     def _outputs_at(self, Z):
         scores = _special().expit(Z[:, 0])
         return scores, (scores >= 0.5).astype(np.float64)
+
+    def joined_evaluation_outputs(self, theta: np.ndarray, Xs: list[np.ndarray],
+                                  ys: list[np.ndarray]) -> JoinedOutputs | None:
+        """:meth:`evaluation_outputs` of the test splits ``(Xs[k], ys[k])`` with one ``theta`` (a round's evaluations
+        in process, every client with the model sent): each split's logits its own product (:meth:`_logits`), each
+        element-wise step of the loss, the scores and the predictions taken once over the splits' logits together,
+        each split's loss its own sum — the same bits as one call per split, whose element-wise steps see the same
+        numbers (the tests compare them). ``None`` — then one call per split — for a model whose steps are not the
+        library's, a split that is not a float64 matrix of this model's features with float64 labels, or logits or
+        labels that are not all finite (where those steps warn: once per split, as one call per split would).
+        """
+        if not _own_steps(type(self)) or not Xs or len(Xs) != len(ys):
+            return None
+        d = self.n_features
+        for X, y in zip(Xs, ys, strict=True):
+            if (type(X) is not np.ndarray or type(y) is not np.ndarray or X.dtype != np.float64
+                    or y.dtype != np.float64 or X.ndim != 2 or X.shape[1] != d or not X.shape[0]
+                    or y.shape != (X.shape[0],)):
+                return None
+        W, b = self._split(theta)
+        Z = np.concatenate([X @ W + b for X in Xs])   # each split's logits, _logits' X @ W + b
+        y = np.concatenate(ys)
+        z = Z[:, 0]
+        if not (_ALL(np.isfinite(z), axis=None) and _ALL(np.isfinite(y), axis=None)):
+            return None
+        penalty = self._penalty(theta)
+        sp = _special()
+        per_sample = y * sp.log_expit(z) + (1.0 - y) * sp.log_expit(-z)   # _data_loss_at's steps
+        scores = sp.expit(z)                                              # _outputs_at's
+        pred = (scores >= 0.5).astype(np.float64)
+        bounds, losses, at, reduce = [], [], 0, np.add.reduce
+        for X in Xs:
+            n = X.shape[0]
+            # evaluation_outputs: (_data_loss_at + penalty) − penalty, _data_loss_at being −_mean of its split's terms
+            losses.append((-float(reduce(per_sample[at:at + n], axis=None) / n) + penalty) - penalty)
+            bounds.append((at, at + n))
+            at += n
+        return JoinedOutputs(losses, scores, pred, y, bounds)
 
     def predict_scores(self, theta, X):
         return _special().expit(self._logits(theta, X)[:, 0])
