@@ -1134,3 +1134,25 @@ def test_the_pool_evaluates_at_once_only_where_every_client_scores_the_model_sen
         calls.clear()
         topofl.simulate(fed, method, rounds=2, seed=0, **options)
         assert calls == [], method
+
+
+def test_evaluations_at_once_of_labels_other_than_0_and_1_are_each_clients():
+    """Labels a binary model does not expect (0 and 2; 0.5 and 1; one class of 2s): each split's AUC as auc_score
+    gives it — NaN with its warning where a split has no positive or no negative — and its accuracy and loss."""
+    from topofl.metrics import evaluate, evaluate_clients
+
+    rng = np.random.default_rng(11)
+    model = BinaryLogistic(2, 1e-3)
+    theta = rng.standard_normal(model.n_params)
+    labels = [np.array([0.0, 2.0, 2.0, 0.0]), np.array([0.5, 1.0, 1.0]), np.array([2.0, 2.0]),
+              np.array([1.0, 0.0, 1.0, 1.0, 0.0])]
+    splits = [(rng.standard_normal((y.size, 2)), y) for y in labels]
+    with warnings.catch_warnings(record=True) as seen_one:
+        warnings.simplefilter("always")
+        one_by_one = [evaluate(model, theta, X, y) for X, y in splits]
+    with warnings.catch_warnings(record=True) as seen_joined:
+        warnings.simplefilter("always")
+        together = evaluate_clients(model, theta, splits)
+    assert _bits(together) == _bits(one_by_one)
+    assert [str(w.message) for w in seen_joined] == [str(w.message) for w in seen_one]
+    assert math.isnan(together[0][0]["auc"]) and not math.isnan(together[3][0]["auc"])
