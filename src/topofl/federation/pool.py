@@ -160,15 +160,21 @@ class InProcessPool(ClientPool):
         models, states = {}, {}
         # clients that use the same array (FedAvg's global model) share one copy
         copies: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        kind = type(self.algorithm)
+        # the base class's client_params (the parameters sent) and client_feature_state (none) need no context
+        as_sent = (kind.client_params is Algorithm.client_params
+                   and kind.client_feature_state is Algorithm.client_feature_state)
         for cid in sorted(messages):
-            ctx = client_context(data[cid], self.states[cid], self.model, rnd, self.seed)
-            params = self.algorithm.client_params(ctx, messages[cid])
+            if as_sent:
+                params, state = messages[cid].params, {}
+            else:
+                ctx = client_context(data[cid], self.states[cid], self.model, rnd, self.seed)
+                params, state = self.algorithm.client_params(ctx, messages[cid]), self.algorithm.client_feature_state(ctx)
             if id(params) not in copies:
                 copy = np.array(params, copy=True)   # in the dtype it came in (float32 for a torch model)
                 copy.flags.writeable = False
                 copies[id(params)] = (params, copy)
-            models[cid] = copies[id(params)][1]
-            states[cid] = self.algorithm.client_feature_state(ctx)
+            models[cid], states[cid] = copies[id(params)][1], state
         return models, states
 
     def evaluate(self, rnd: int, messages: dict[int, ServerMessage]) -> tuple[list[ClientEvaluation], list[Failure]]:

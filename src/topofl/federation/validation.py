@@ -38,6 +38,8 @@ class ClientInfo:
 
 
 def _declared_int(field_name: str, value: Any, low: int, high: int) -> int:
+    if type(value) is int and low <= value <= high:
+        return value   # a plain int in range (every in-process declaration): what the checks below return
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise ValueError(f"{field_name} must be an integer; got {value!r}")
     if not low <= int(value) <= high:
