@@ -169,7 +169,8 @@ class InProcessPool(ClientPool):
                 params, state = messages[cid].params, {}
             else:
                 ctx = client_context(data[cid], self.states[cid], self.model, rnd, self.seed)
-                params, state = self.algorithm.client_params(ctx, messages[cid]), self.algorithm.client_feature_state(ctx)
+                params = self.algorithm.client_params(ctx, messages[cid])
+                state = self.algorithm.client_feature_state(ctx)
             if id(params) not in copies:
                 copy = np.array(params, copy=True)   # in the dtype it came in (float32 for a torch model)
                 copy.flags.writeable = False
