@@ -991,36 +991,6 @@ def test_columns_that_are_not_plain_floats_are_each_columns(columns):
     assert outcomes[0] == outcomes[1]
 
 
-# ---- one message for every client of a global model ---------------------------------------------------------------
-def test_a_global_model_is_sent_as_one_message_and_a_method_of_its_own_messages_keeps_them():
-    """FedAvg's clients share one message (issue 25): the global model, as message_for gives each; a subclass that
-    writes its own message_for, and an attack's wrapper around FedAvg, send what message_for says, client by client."""
-    import topofl
-    from topofl.algorithms.fedavg import FedAvg
-    from topofl.robustness.attacks import AttackConfig, attacked
-
-    fed = topofl.make_scenario("healthcare", 0, n_clients=6)
-    algorithm = build_server("fedavg", {})
-    algorithm.setup(algorithm.build_model("linear", fed.task, fed.n_features, fed.n_classes), fed.client_ids,
-                    np.random.default_rng(0))
-    for messages in (algorithm.configure_fit(1, fed.client_ids), algorithm.messages_for(fed.client_ids)):
-        assert list(messages) == fed.client_ids
-        assert len({id(m) for m in messages.values()}) == 1
-        one = next(iter(messages.values()))
-        assert one == algorithm.message_for(0) and one.params is algorithm.global_params
-
-    class Tagged(FedAvg):
-        def message_for(self, client_id):
-            return ServerMessage(self.global_params, config={"client": client_id})
-
-    own = Tagged(algorithm.config)
-    own.setup(algorithm.model, fed.client_ids, np.random.default_rng(0))
-    for messages in (own.configure_fit(1, fed.client_ids), own.messages_for(fed.client_ids)):
-        assert [m.config["client"] for m in messages.values()] == fed.client_ids
-    wrapped = attacked(own, AttackConfig("sign_flip", fraction=0.5), [0, 1])
-    assert [m.config["client"] for m in wrapped.messages_for(fed.client_ids).values()] == fed.client_ids
-
-
 # ---- a round's evaluations at once (the in-process pool, every client scoring the model sent) ----------------------
 def _bits(a: Any) -> Any:
     """A result as comparable bits: floats by their bytes, arrays by dtype, shape and bytes."""

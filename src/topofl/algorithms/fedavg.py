@@ -73,18 +73,10 @@ class GlobalModelAlgorithm(Algorithm):
         self._dp_rng = dp_server_rng(rng) if dp is not None else None
 
     def configure_fit(self, rnd: int, selected: list[int]) -> dict[int, ServerMessage]:
-        return self.messages_for(selected)
+        return {cid: self.message_for(cid) for cid in selected}
 
     def message_for(self, client_id: int) -> ServerMessage:
         return ServerMessage(self.global_params)
-
-    def messages_for(self, client_ids: list[int]) -> dict[int, ServerMessage]:
-        """One message, the global model's, shared by every client (a method that sends each client its own
-        :meth:`message_for` gets one each).
-        """
-        if type(self).message_for is not GlobalModelAlgorithm.message_for:
-            return super().messages_for(client_ids)
-        return dict.fromkeys(client_ids, ServerMessage(self.global_params))
 
     def server_params(self) -> np.ndarray:
         """The global model."""

@@ -147,12 +147,6 @@ class Algorithm(ABC):
     def message_for(self, client_id: int) -> ServerMessage:
         """The message the server would send ``client_id`` now."""
 
-    def messages_for(self, client_ids: list[int]) -> dict[int, ServerMessage]:
-        """``{cid: message_for(cid)}`` for ``client_ids``, in their order: what the server would send each of them now
-        (the round's evaluation, the final models). A method that sends every client one message may share it.
-        """
-        return {cid: self.message_for(cid) for cid in client_ids}
-
     def secure_plan(self, rnd: int, updates: list[ClientUpdate]) -> Any:
         """Under secure aggregation (:mod:`topofl.federation.secure`): a
         :class:`~topofl.federation.secure.SecurePlan` of round ``rnd`` — which clients are summed

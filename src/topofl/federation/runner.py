@@ -191,7 +191,7 @@ def run_rounds(  # noqa: PLR0913 (public keyword options of the round loop that 
     history.model = model
     history.server_params = algorithm.server_params()
     history.client_models, history.client_feature_states = pool.final_models(
-        rounds, as_sent(algorithm.messages_for(ids), param_dtype(model)))
+        rounds, as_sent({cid: algorithm.message_for(cid) for cid in ids}, param_dtype(model)))
     history.keep_final_client_metrics()
     return history
 
@@ -284,7 +284,7 @@ def _evaluate(pool: ClientPool, algorithm: Algorithm, model: Model, history: His
     when the screening joined them (:func:`_screen_evaluations`); the round's ``failures`` (fit and evaluate) are
     logged and recorded in ``history``.
     """
-    eval_messages = as_sent(algorithm.messages_for(ids), param_dtype(model))
+    eval_messages = as_sent({cid: algorithm.message_for(cid) for cid in ids}, param_dtype(model))
     evaluations, eval_failures = pool.evaluate(rnd, eval_messages)
     evaluations, joined = _screen_evaluations(evaluations, eval_messages, pool.infos, model, rnd, eval_failures)
     failures.extend(eval_failures)

@@ -301,9 +301,6 @@ class AttackedAlgorithm(Algorithm):
     def message_for(self, client_id: int) -> ServerMessage:
         return self.inner.message_for(client_id)
 
-    def messages_for(self, client_ids: list[int]) -> dict[int, ServerMessage]:
-        return self.inner.messages_for(client_ids)
-
     def server_params(self) -> np.ndarray | None:
         return self.inner.server_params()
 
