@@ -75,46 +75,74 @@ def test_the_library_scan_is_kept_until_a_module_is_imported(monkeypatch: pytest
     assert th._controller[1] is not scans[0]
 
 
-def test_a_block_sets_only_the_pools_and_variables_that_differ_and_restores_as_threadpoolctl(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """The lean limits (issue 25): a pool already at the number is not set, one that is not is set; afterwards every
-    pool and thread variable is back where it was — also one the block itself changed, as threadpoolctl's own
-    limiter restores every pool — and a variable that was unset is unset again."""
-    if th.usable_cpus() < 2:
-        pytest.skip("needs two CPUs to see a change of the BLAS threads")
+class _SharedNumber:
+    """Fake pools of one shared thread number (an OpenMP-threaded OpenBLAS and the libgomp it uses: setting one
+    sets the other), recording each set with the pool's name."""
+
+    def __init__(self, n: int, calls: list[tuple[str, int]]) -> None:
+        self.n, self.calls = n, calls
+
+    def pool(self, name: str) -> object:
+        shared = self
+
+        class Pool:
+            def get_num_threads(self) -> int:
+                return shared.n
+
+            def set_num_threads(self, n: int) -> None:
+                shared.calls.append((name, n))
+                shared.n = n
+
+        return Pool()
+
+
+def _fake_pools(monkeypatch: pytest.MonkeyPatch, n: int) -> tuple[_SharedNumber, list[tuple[str, int]]]:
+    calls: list[tuple[str, int]] = []
+    shared = _SharedNumber(n, calls)
+    controller = type("Controller", (), {"lib_controllers": [shared.pool("openblas"), shared.pool("gomp")]})()
+    monkeypatch.setattr(th, "_controller", (len(sys.modules), controller))
+    return shared, calls
+
+
+def test_pools_that_share_one_number_are_put_back_to_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review of issue 25 (helper-46): every pool's number is read before any is set — an OpenMP OpenBLAS shares
+    its number with libgomp, so reading the second after setting the first would put it back to the block's."""
+    shared, _ = _fake_pools(monkeypatch, 2)
+    with th.limited_threads(1):
+        assert shared.n == 1
+    assert shared.n == 2
+
+
+def test_a_block_sets_every_pool_and_puts_every_pool_back_as_threadpoolctl(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review of issue 25 (helper-46): as threadpoolctl's limiter, a block sets every pool — also one already at the
+    number: a pthreads OpenBLAS obeys the thread that set it first, so skipping the call would change whose limits
+    hold — and puts every pool back to its number from before the block."""
+    shared, calls = _fake_pools(monkeypatch, 1)
+    with th.limited_threads(1):
+        assert calls == [("openblas", 1), ("gomp", 1)]
+    assert calls == [("openblas", 1), ("gomp", 1), ("openblas", 1), ("gomp", 1)]
+
+
+def test_thread_variables_already_at_the_number_are_left_and_all_are_put_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The thread variables (issue 25): one that already says the number is not written; afterwards every variable
+    is back where it was — also one the block itself changed — and one that was unset is unset again."""
     import os
 
-    with th.limited_threads(1):
-        pools = th._controller[1].lib_controllers
-    originals = [pool.get_num_threads() for pool in pools]
-    calls: list[int] = []
-    for pool in pools:
-        monkeypatch.setattr(pool, "set_num_threads",
-                            lambda n, _set=pool.set_num_threads: (calls.append(n), _set(n))[1])
+    _fake_pools(monkeypatch, 1)
     variable, unset = th.THREAD_VARIABLES[0], th.THREAD_VARIABLES[1]
     monkeypatch.setenv(variable, "1")
     monkeypatch.delenv(unset, raising=False)
-    try:
-        for pool in pools:   # the process's pools at 1 for the test (put back below)
-            pool.set_num_threads(1)
-        calls.clear()
-        with th.limited_threads(1):
-            pass
-        assert calls == []                      # every pool already at 1: nothing set, nothing restored
-        with th.limited_threads(1):
-            pools[0].set_num_threads(2)         # the block changes a pool and a variable itself
-            os.environ[variable] = "7"
-            assert os.environ[unset] == "1"
-        assert _blas_threads() == {1} and os.environ[variable] == "1" and unset not in os.environ
-        calls.clear()
-        with th.limited_threads(2):
-            assert _blas_threads() == {2}
-            assert all(os.environ[v] == "2" for v in th.THREAD_VARIABLES)
-        assert set(calls) == {1, 2}              # set, then put back (pools sharing one library: set once)
-        assert _blas_threads() == {1} and os.environ[variable] == "1" and unset not in os.environ
-    finally:
-        for pool, n in zip(pools, originals, strict=True):
-            pool.set_num_threads(n)
+    writes: list[str] = []
+    environ = type(os.environ)
+    real = environ.__setitem__
+    monkeypatch.setattr(environ, "__setitem__", lambda self, k, v: (writes.append(k), real(self, k, v))[1])
+    with th.limited_threads(1):
+        assert variable not in writes and os.environ[unset] == "1"
+        os.environ[variable] = "7"
+    assert os.environ[variable] == "1" and unset not in os.environ
+    with th.limited_threads(2):
+        assert all(os.environ[v] == "2" for v in th.THREAD_VARIABLES)
+    assert os.environ[variable] == "1" and unset not in os.environ
 
 
 def test_simulate_runs_with_the_threads_asked_for_and_restores_them() -> None:

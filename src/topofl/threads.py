@@ -136,12 +136,13 @@ def _threadpool_limits(threads: int) -> _PoolLimits | None:
     """Set the BLAS/OpenMP pools loaded now to ``threads`` (``None`` without threadpoolctl); what it returns puts
     the earlier numbers back.
 
-    threadpoolctl's ``limit(limits=threads)`` acts on every pool it finds (``blas`` and ``openmp``), with each
-    pool's own ``set_num_threads``; this reads each pool's number and sets only those that differ (a run that keeps
-    the process's number, the common case, sets none: about 20 µs less a run). The scan of the process's libraries
-    (about 0.65 ms, twice per :func:`limited_threads` before) is kept while no module has been imported since: a
-    native library comes with the import of the module that loads it (numpy's, SciPy's, torch's pools), and one
-    loaded by other means still starts with the thread variables.
+    What threadpoolctl's ``limit(limits=threads)`` does — every pool's number read first (pools can share one: an
+    OpenMP-threaded OpenBLAS and its libgomp), then every pool set (also one already at the number: a pthreads
+    OpenBLAS obeys the thread that set it first) — with each pool's own ``get_num_threads`` and ``set_num_threads``
+    instead of its ``info()`` records. The scan of the process's libraries (about 0.65 ms, twice per
+    :func:`limited_threads` before) is kept while no module has been imported since: a native library comes with the
+    import of the module that loads it (numpy's, SciPy's, torch's pools), and one loaded by other means still starts
+    with the thread variables.
     """
     global _controller
     try:
@@ -151,12 +152,10 @@ def _threadpool_limits(threads: int) -> _PoolLimits | None:
     loaded = len(sys.modules)
     if _controller is None or _controller[0] != loaded:
         _controller = (loaded, ThreadpoolController())
-    before = []
-    for pool in _controller[1].lib_controllers:
-        n = pool.get_num_threads()
-        if n != threads:
-            pool.set_num_threads(threads)
-        before.append((pool, n))
+    pools = list(_controller[1].lib_controllers)
+    before = [(pool, pool.get_num_threads()) for pool in pools]
+    for pool in pools:
+        pool.set_num_threads(threads)
     return _PoolLimits(before)
 
 
@@ -169,10 +168,9 @@ class _PoolLimits:
         self.before = before
 
     def restore_original_limits(self) -> None:
-        """Each pool back to its number from before (as threadpoolctl's limiter does; a pool already there is left)."""
+        """Every pool back to its number from before, as threadpoolctl's limiter puts them back."""
         for pool, n in self.before:
-            if n is not None and pool.get_num_threads() != n:
-                pool.set_num_threads(n)
+            pool.set_num_threads(n)
 
 
 def set_threads(threads: int | None = None, *, torch: bool = False) -> int:
