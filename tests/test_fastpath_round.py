@@ -1126,3 +1126,86 @@ def test_evaluations_at_once_of_labels_other_than_0_and_1_are_each_clients():
     assert _bits(together) == _bits(one_by_one)
     assert [str(w.message) for w in seen_joined] == [str(w.message) for w in seen_one]
     assert math.isnan(together[0][0]["auc"]) and not math.isnan(together[3][0]["auc"])
+
+
+# ---- review of issue 25 (helper-46): evaluations at once only where nothing could differ -----------------------
+def _each_and_together(model, theta, splits, action="always", raise_all=False):
+    """One call per split and evaluate_clients, each under the same warning filter (and numpy error setting):
+    their results (bits) or exceptions, and their warnings with where they were raised."""
+    from topofl.metrics import evaluate, evaluate_clients
+
+    outcomes = []
+    for run in (lambda: [evaluate(model, theta, X, y) for X, y in splits], lambda: evaluate_clients(model, theta, splits)):
+        with warnings.catch_warnings(record=True) as seen, np.errstate(all="raise" if raise_all else None):
+            warnings.simplefilter(action)
+            try:
+                result: Any = _bits(run())
+            except Exception as exc:  # noqa: BLE001 - the same exception, in the same words
+                result = (type(exc).__name__, str(exc))
+        outcomes.append((result, [(str(w.message), w.filename, w.lineno) for w in seen]))
+    return outcomes
+
+
+@pytest.mark.parametrize("case", ["penalty overflows", "penalty underflows", "logits overflow", "labels overflow",
+                                  "raise"])
+def test_evaluations_at_once_warn_and_raise_as_each_clients(case):
+    """Every warning (its words and the line raising it) and every exception as one call per split gives them, in
+    its order: a penalty that overflows or underflows warns once per client, logits whose sum overflows warn once
+    per client and only once, and under np.seterr(all="raise") the first client's error is the one raised."""
+    rng = np.random.default_rng(0)
+    splits = [(rng.standard_normal((4, 2)) * 10, np.array([0.0, 1.0, 0.0, 1.0])) for _ in range(3)]
+    model, theta, raise_all = BinaryLogistic(2, 1e-3), np.array([0.3, -0.2, 0.1]), False
+    if case == "penalty overflows":
+        theta = np.array([1e300, 1e300, 0.0])
+    elif case == "penalty underflows":
+        theta = np.array([1e-200, 1e-200, 0.0])
+    elif case == "logits overflow":
+        model, theta = BinaryLogistic(1, 0.0), np.array([1.0, 1e308])
+        splits = [(np.array([[1e308], [0.0]]), np.array([0.0, 1.0])), (np.array([[0.5], [-1.0]]), np.array([1.0, 0.0])),
+                  (np.array([[1e308], [1.0]]), np.array([1.0, 0.0]))]
+    else:   # logits of ±1e300 and labels of 1e10: the loss's products overflow, client by client
+        model, theta, X = BinaryLogistic(1, 0.0), np.array([1.0, 0.0]), np.array([[-1e300], [1e300]])
+        splits = [(X, np.array([1e10, 0.0])), (X, np.array([1e10, 1.0])), (X, np.array([1e10, 0.0]))]
+        if case == "raise":   # the first client's error: its AUC's 0/0 (no positive)
+            raise_all, splits[0] = True, (np.array([[0.1], [0.2]]), np.array([0.0, 2.0]))
+    with np.errstate(under="warn" if case == "penalty underflows" else None):
+        for action in ("always", "default"):
+            each, together = _each_and_together(model, theta, splits, action, raise_all)
+            assert together == each
+
+
+def test_evaluations_at_once_respect_a_model_with_its_own_outputs():
+    """metrics.evaluate asks a model's ``outputs`` first: a BinaryLogistic subclass that gives its own is evaluated
+    split by split, with its outputs."""
+    @dataclasses.dataclass(frozen=True)
+    class Tempered(BinaryLogistic):
+        def outputs(self, theta, X, y):
+            return self.evaluation_outputs(theta / 2.0, X, y)
+
+    rng = np.random.default_rng(5)
+    splits = [(rng.standard_normal((6, 2)), (rng.random(6) > 0.5).astype(float)) for _ in range(3)]
+    each, together = _each_and_together(Tempered(2, 1e-3), rng.standard_normal(3), splits)
+    assert together == each
+
+
+@pytest.mark.parametrize("name", ["client_params", "client_features", "client_feature_state"])
+def test_a_client_method_set_on_the_instance_is_the_one_that_runs(name):
+    """Review of issue 25 (helper-46): the pool's evaluations at once and its final models without contexts apply
+    only where the algorithm's client methods are the base class's — on the instance as on the class."""
+    import topofl
+    from topofl.methods import build_server
+
+    fed = topofl.make_scenario("healthcare", 0, n_clients=6)
+    algorithm = build_server("fedavg", {})
+    marker = {"scale": np.ones(1)}
+    replacement = {"client_params": lambda ctx, message: np.zeros_like(message.params),
+                   "client_features": lambda ctx, X: np.zeros_like(X),
+                   "client_feature_state": lambda ctx: marker}[name]
+    setattr(algorithm, name, replacement)
+    result = topofl.simulate(fed, algorithm, rounds=2, seed=0)
+    if name == "client_feature_state":
+        assert all(state is marker for state in result.client_feature_states.values())
+    else:   # every client scores a constant logit: no AUC but 0.5
+        assert result.final["auc"] == 0.5
+    if name == "client_params":
+        assert all(not model.any() for model in result.client_models.values())

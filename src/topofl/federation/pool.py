@@ -63,6 +63,14 @@ def evaluate_client(algorithm: Algorithm, ctx: ClientContext,
     return evaluate(ctx.model, theta, algorithm.client_features(ctx, ctx.data.X_test), ctx.data.y_test)
 
 
+def _base_methods(algorithm: Algorithm, *names: str) -> bool:
+    """Whether ``algorithm``'s methods ``names`` are :class:`Algorithm`'s own: neither its class nor the instance
+    replaces them.
+    """
+    kind, own = type(algorithm), vars(algorithm)
+    return all(getattr(kind, name) is getattr(Algorithm, name) and name not in own for name in names)
+
+
 class ClientPool(ABC):
     """The clients of a run, wherever they live.
 
@@ -128,9 +136,7 @@ class InProcessPool(ClientPool):
         :meth:`Algorithm.client_features` as the base class has them) — what :func:`evaluate_client` then scores for
         each; else ``None``.
         """
-        kind = type(self.algorithm)
-        if (len(messages) < 2 or kind.client_params is not Algorithm.client_params
-                or kind.client_features is not Algorithm.client_features):
+        if len(messages) < 2 or not _base_methods(self.algorithm, "client_params", "client_features"):
             return None
         sent = iter(messages.values())
         theta = next(sent).params
@@ -160,10 +166,8 @@ class InProcessPool(ClientPool):
         models, states = {}, {}
         # clients that use the same array (FedAvg's global model) share one copy
         copies: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        kind = type(self.algorithm)
         # the base class's client_params (the parameters sent) and client_feature_state (none) need no context
-        as_sent = (kind.client_params is Algorithm.client_params
-                   and kind.client_feature_state is Algorithm.client_feature_state)
+        as_sent = _base_methods(self.algorithm, "client_params", "client_feature_state")
         for cid in sorted(messages):
             if as_sent:
                 params, state = messages[cid].params, {}

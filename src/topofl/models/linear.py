@@ -473,8 +473,9 @@ class BinaryLogistic(LinearModel):
         element-wise step of the loss, the scores and the predictions taken once over the splits' logits together,
         each split's loss its own sum — the same bits as one call per split, whose element-wise steps see the same
         numbers (the tests compare them). ``None`` — then one call per split — for a model whose steps are not the
-        library's, a split that is not a float64 matrix of this model's features with float64 labels, or logits or
-        labels that are not all finite (where those steps warn: once per split, as one call per split would).
+        library's, a split that is not a float64 matrix of this model's features with float64 labels, logits or
+        labels that are not all finite, or any floating-point event in these steps (which one call per split would
+        report once per split, in its order).
         """
         if not _own_steps(type(self)) or not Xs or len(Xs) != len(ys):
             return None
@@ -485,23 +486,29 @@ class BinaryLogistic(LinearModel):
                     or y.shape != (X.shape[0],)):
                 return None
         W, b = self._split(theta)
-        Z = np.concatenate([X @ W + b for X in Xs])   # each split's logits, _logits' X @ W + b
-        y = np.concatenate(ys)
-        z = Z[:, 0]
-        if not (_ALL(np.isfinite(z), axis=None) and _ALL(np.isfinite(y), axis=None)):
-            return None
-        penalty = self._penalty(theta)
         sp = _special()
-        per_sample = y * sp.log_expit(z) + (1.0 - y) * sp.log_expit(-z)   # _data_loss_at's steps
-        scores = sp.expit(z)                                              # _outputs_at's
-        pred = (scores >= 0.5).astype(np.float64)
-        bounds, losses, at, reduce = [], [], 0, np.add.reduce
-        for X in Xs:
-            n = X.shape[0]
-            # evaluation_outputs: (_data_loss_at + penalty) − penalty, _data_loss_at being −_mean of its split's terms
-            losses.append((-float(reduce(per_sample[at:at + n], axis=None) / n) + penalty) - penalty)
-            bounds.append((at, at + n))
-            at += n
+        try:
+            # any floating-point event (an overflow, an underflow, an invalid value) would warn or raise once per
+            # split there, in its order: then the splits go one by one, which says it as before
+            with np.errstate(all="raise"):
+                Z = np.concatenate([X @ W + b for X in Xs])   # each split's logits, _logits' X @ W + b
+                y = np.concatenate(ys)
+                z = Z[:, 0]
+                if not (_ALL(np.isfinite(z), axis=None) and _ALL(np.isfinite(y), axis=None)):
+                    return None
+                penalty = self._penalty(theta)
+                per_sample = y * sp.log_expit(z) + (1.0 - y) * sp.log_expit(-z)   # _data_loss_at's steps
+                scores = sp.expit(z)                                              # _outputs_at's
+                pred = (scores >= 0.5).astype(np.float64)
+                bounds, losses, at, reduce = [], [], 0, np.add.reduce
+                for X in Xs:
+                    n = X.shape[0]
+                    # evaluation_outputs: (_data_loss_at + penalty) − penalty, _data_loss_at being −_mean of its terms
+                    losses.append((-float(reduce(per_sample[at:at + n], axis=None) / n) + penalty) - penalty)
+                    bounds.append((at, at + n))
+                    at += n
+        except FloatingPointError:
+            return None
         return JoinedOutputs(losses, scores, pred, y, bounds)
 
     def predict_scores(self, theta, X):
