@@ -1005,6 +1005,23 @@ def _bits(a: Any) -> Any:
     return (type(a), a)
 
 
+def _each_and_together(model, theta, splits, action="always", raise_all=False):
+    """One call per split and evaluate_clients, each under the same warning filter (and numpy error setting):
+    their results (bits) or exceptions, and their warnings with where they were raised."""
+    from topofl.metrics import evaluate, evaluate_clients
+
+    outcomes = []
+    for run in (lambda: [evaluate(model, theta, X, y) for X, y in splits], lambda: evaluate_clients(model, theta, splits)):
+        with warnings.catch_warnings(record=True) as seen, np.errstate(all="raise" if raise_all else None):
+            warnings.simplefilter(action)
+            try:
+                result: Any = _bits(run())
+            except Exception as exc:  # noqa: BLE001 - the same exception, in the same words
+                result = (type(exc).__name__, str(exc))
+        outcomes.append((result, [(str(w.message), w.filename, w.lineno) for w in seen]))
+    return outcomes
+
+
 @settings(max_examples=150, deadline=None)
 @given(sizes=st.lists(st.integers(1, 40), min_size=2, max_size=6), d=st.integers(1, 5),
        scale=st.sampled_from([0.0, 0.01, 1.0, 30.0, 1e3]), l2=st.sampled_from([0.0, 1e-3, 0.37]),
@@ -1013,7 +1030,6 @@ def _bits(a: Any) -> Any:
 def test_a_rounds_evaluations_at_once_are_each_clients_bit_for_bit(sizes, d, scale, l2, kinds, seed):
     """evaluate_clients against evaluate split by split: metrics (their types and bits) and scores, on splits of
     one class, of tied scores (repeated rows) and of logits large enough to saturate."""
-    from topofl.metrics import evaluate, evaluate_clients
 
     rng = np.random.default_rng(seed)
     model = BinaryLogistic(d, l2)
@@ -1027,14 +1043,8 @@ def test_a_rounds_evaluations_at_once_are_each_clients_bit_for_bit(sizes, d, sca
              "tied": (rng.random(n) > 0.5).astype(float)}[kind]
         splits.append((X, y))
     assert model.joined_evaluation_outputs(theta, [X for X, _ in splits], [y for _, y in splits]) is not None
-    with warnings.catch_warnings(record=True) as seen_one:
-        warnings.simplefilter("always")
-        one_by_one = [evaluate(model, theta, X, y) for X, y in splits]
-    with warnings.catch_warnings(record=True) as seen_joined:
-        warnings.simplefilter("always")
-        joined = evaluate_clients(model, theta, splits)
-    assert _bits(joined) == _bits(one_by_one)
-    assert [str(w.message) for w in seen_joined] == [str(w.message) for w in seen_one]
+    each, together = _each_and_together(model, theta, splits)
+    assert together == each
 
 
 @pytest.mark.parametrize("change", ["inf theta", "nan theta", "nan label", "float32 rows", "one split", "subclass",
@@ -1042,7 +1052,6 @@ def test_a_rounds_evaluations_at_once_are_each_clients_bit_for_bit(sizes, d, sca
 def test_evaluations_at_once_fall_back_to_each_clients_where_they_could_differ(change):
     """Where the joined steps could warn otherwise or compute otherwise, each split is evaluated on its own: the same
     results and the same warnings as one call per split."""
-    from topofl.metrics import evaluate, evaluate_clients
 
     @dataclasses.dataclass(frozen=True)
     class Halved(BinaryLogistic):
@@ -1071,21 +1080,10 @@ def test_evaluations_at_once_fall_back_to_each_clients_where_they_could_differ(c
     joined = getattr(model, "joined_evaluation_outputs", None)
     if joined is not None and change != "one split":
         assert joined(theta, [X for X, _ in splits], [y for _, y in splits]) is None
+    each, together = _each_and_together(model, theta, splits)
+    assert together == each
     if change == "wrong width":
-        with pytest.raises(ValueError) as one:
-            [evaluate(model, theta, X, y) for X, y in splits]
-        with pytest.raises(ValueError) as together:
-            evaluate_clients(model, theta, splits)
-        assert str(together.value) == str(one.value)
-        return
-    with warnings.catch_warnings(record=True) as seen_one:
-        warnings.simplefilter("always")
-        one_by_one = [evaluate(model, theta, X, y) for X, y in splits]
-    with warnings.catch_warnings(record=True) as seen_joined:
-        warnings.simplefilter("always")
-        together = evaluate_clients(model, theta, splits)
-    assert _bits(together) == _bits(one_by_one)
-    assert [str(w.message) for w in seen_joined] == [str(w.message) for w in seen_one]
+        assert each[0][0] == "ValueError"   # the one-by-one error, raised by both
 
 
 def test_the_pool_evaluates_at_once_only_where_every_client_scores_the_model_sent(monkeypatch):
@@ -1109,7 +1107,7 @@ def test_the_pool_evaluates_at_once_only_where_every_client_scores_the_model_sen
 def test_evaluations_at_once_of_labels_other_than_0_and_1_are_each_clients():
     """Labels a binary model does not expect (0 and 2; 0.5 and 1; one class of 2s): each split's AUC as auc_score
     gives it — NaN with its warning where a split has no positive or no negative — and its accuracy and loss."""
-    from topofl.metrics import evaluate, evaluate_clients
+    from topofl.metrics import evaluate_clients
 
     rng = np.random.default_rng(11)
     model = BinaryLogistic(2, 1e-3)
@@ -1117,35 +1115,13 @@ def test_evaluations_at_once_of_labels_other_than_0_and_1_are_each_clients():
     labels = [np.array([0.0, 2.0, 2.0, 0.0]), np.array([0.5, 1.0, 1.0]), np.array([2.0, 2.0]),
               np.array([1.0, 0.0, 1.0, 1.0, 0.0])]
     splits = [(rng.standard_normal((y.size, 2)), y) for y in labels]
-    with warnings.catch_warnings(record=True) as seen_one:
-        warnings.simplefilter("always")
-        one_by_one = [evaluate(model, theta, X, y) for X, y in splits]
-    with warnings.catch_warnings(record=True) as seen_joined:
-        warnings.simplefilter("always")
-        together = evaluate_clients(model, theta, splits)
-    assert _bits(together) == _bits(one_by_one)
-    assert [str(w.message) for w in seen_joined] == [str(w.message) for w in seen_one]
-    assert math.isnan(together[0][0]["auc"]) and not math.isnan(together[3][0]["auc"])
+    each, together = _each_and_together(model, theta, splits)
+    assert together == each
+    together_aucs = evaluate_clients(model, theta, splits)
+    assert math.isnan(together_aucs[0][0]["auc"]) and not math.isnan(together_aucs[3][0]["auc"])
 
 
 # ---- review of issue 25 (helper-46): evaluations at once only where nothing could differ -----------------------
-def _each_and_together(model, theta, splits, action="always", raise_all=False):
-    """One call per split and evaluate_clients, each under the same warning filter (and numpy error setting):
-    their results (bits) or exceptions, and their warnings with where they were raised."""
-    from topofl.metrics import evaluate, evaluate_clients
-
-    outcomes = []
-    for run in (lambda: [evaluate(model, theta, X, y) for X, y in splits], lambda: evaluate_clients(model, theta, splits)):
-        with warnings.catch_warnings(record=True) as seen, np.errstate(all="raise" if raise_all else None):
-            warnings.simplefilter(action)
-            try:
-                result: Any = _bits(run())
-            except Exception as exc:  # noqa: BLE001 - the same exception, in the same words
-                result = (type(exc).__name__, str(exc))
-        outcomes.append((result, [(str(w.message), w.filename, w.lineno) for w in seen]))
-    return outcomes
-
-
 @pytest.mark.parametrize("case", ["penalty overflows", "penalty underflows", "logits overflow", "labels overflow",
                                   "raise"])
 def test_evaluations_at_once_warn_and_raise_as_each_clients(case):
