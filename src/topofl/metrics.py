@@ -159,10 +159,11 @@ def evaluate_clients(model: Model, theta: np.ndarray,
     from its own part of them (its loss its own sum, its AUC and accuracy :func:`auc_score`'s and :func:`_share`'s
     steps on its part); each split's scores are a view of the round's. Otherwise, or for one split, one call each.
     """
-    # (a model with its own ``outputs`` is asked for them, as evaluate asks)
-    joined = (getattr(model, "joined_evaluation_outputs", None)
+    # the model's own class's method (an object that hands lookups to an inner model keeps its own evaluation); a
+    # model with its own ``outputs`` is asked for them, as evaluate asks
+    joined = (getattr(type(model), "joined_evaluation_outputs", None)
               if len(splits) > 1 and getattr(model, "outputs", None) is None else None)
-    out = joined(theta, [X for X, _ in splits], [y for _, y in splits]) if joined is not None else None
+    out = joined(model, theta, [X for X, _ in splits], [y for _, y in splits]) if joined is not None else None
     if out is None or model.task != "binary":
         return [evaluate(model, theta, X, y) for X, y in splits]
     labels = out.labels

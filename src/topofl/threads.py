@@ -244,7 +244,9 @@ def limited_threads(threads: int | None = None, *, model: Any = None, name: str 
     BLAS/OpenMP pools loaded now (threadpoolctl) and torch's intra-op pool when torch is loaded or
     ``model`` needs it (:func:`needs_torch`; torch is then loaded here), and sets the thread
     variables for the block, so that a BLAS loaded within it starts with the same number (and
-    keeps it: a library's pool cannot be unloaded).
+    keeps it: a library's pool cannot be unloaded). A variable that ``os.environ`` already shows at the
+    number is not written again, and each is put back as ``os.environ`` showed it (Python's view of the
+    environment, which ``os.putenv`` leaves behind).
 
     Raises
     ------
