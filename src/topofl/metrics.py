@@ -162,9 +162,9 @@ def evaluate_clients(model: Model, theta: np.ndarray,
     # the model's own class's method (an object that hands lookups to an inner model keeps its own evaluation); a
     # model with its own ``outputs`` is asked for them, as evaluate asks
     joined = (getattr(type(model), "joined_evaluation_outputs", None)
-              if len(splits) > 1 and getattr(model, "outputs", None) is None else None)
+              if len(splits) > 1 and getattr(model, "outputs", None) is None and model.task == "binary" else None)
     out = joined(model, theta, [X for X, _ in splits], [y for _, y in splits]) if joined is not None else None
-    if out is None or model.task != "binary":
+    if out is None:
         return [evaluate(model, theta, X, y) for X, y in splits]
     labels = out.labels
     hits, positive = out.pred == labels, labels == 1
