@@ -120,9 +120,10 @@ def accumulation_error(fed, name: str, epochs: int, seed: int = 0) -> float:
     return float(np.abs(f32 - f64).max() / np.abs(f64).max())
 
 
-def time_topofl(fed, name: str, method: str, epochs: int, rounds: int, seed: int = 0) -> list[float]:
+def time_topofl(fed, name: str, method: str, epochs: int, rounds: int, threads: int, seed: int = 0) -> list[float]:
+    # ``threads``: the bare loop's number (topofl.simulate's own default is half the CPUs, at most 4)
     stamps = timed_rounds(topofl.simulate, fed, method, rounds=rounds + 1, seed=seed, model=name, lr=LR,
-                          batch_size=BATCH, l2=L2, local_epochs=epochs)
+                          batch_size=BATCH, l2=L2, local_epochs=epochs, threads=threads)
     return stamps[1:]
 
 
@@ -188,7 +189,7 @@ def worker(args: argparse.Namespace) -> None:
     if args.worker == "bare":
         times = time_bare(fed, args.model, args.epochs, args.repeats)
     elif args.worker in ("fedavg", "ptopofl"):
-        times = time_topofl(fed, args.model, args.worker, args.epochs, args.repeats)
+        times = time_topofl(fed, args.model, args.worker, args.epochs, args.repeats, args.threads)
     elif args.worker == "flower":
         times = time_flower(args.clients, args.model, args.epochs, args.repeats, args.deployment_defaults)
     else:

@@ -15,15 +15,16 @@ Two parts, each configuration in a fresh process:
 * **Loop** — linear FedAvg against a hand-written NumPy loop at 8 and 1,000 clients (``--loop-clients``),
   on runs of the library's default 15 rounds and of 3 rounds (``--loop-rounds``; a run's setup —
   the configuration, the thread limits, the feature-scale check, the final models — weighs five times
-  more per round in the short one):
+  more per round in the short one; from the two lengths, each contender's run is also split into the
+  cost of a round and that of its setup):
   the same rounds written by hand — every client from the global model, the same mini-batches (the
   permutations topofl's client generators draw), the logistic gradient with the L2 term and a plain
   SGD step on ``w`` and ``b``, the sample-size weighted average, and every client's test split scored
   with the global model (log-loss, accuracy, AUC from average ranks: by one sort and two binary searches,
   the tightest floor, and again with ``scipy.stats.rankdata``, ten times slower, as a hand-written loop
-  commonly calls it). No messages, no reply checks, no records: the floor. The three run in the same
-  process, alternately (``--passes`` passes, after a warm-up
-  pass; a pass runs each contender's ``--rounds``-round run as many times as fill about 0.25 s, so
+  commonly calls it). No messages, no reply checks, no records: the floor. The three, on runs of every
+  length, run in the same process (one per client count), alternately (``--passes`` passes, after a warm-up
+  pass; a pass runs each contender's run of each length as many times as fill about 0.25 s, so
   that the 8-client runs of a few milliseconds are timed over dozens of runs); the medians of the
   wall and of the CPU seconds per round (the CPU ones are steadier on a shared machine: one thread,
   this process) and their ratios are printed, with the largest gap between topofl's global model and the
@@ -131,11 +132,12 @@ def hand_written_fedavg(clients: list[Any], rounds: int, seed: int, epochs: int,
     return np.append(w, b)
 
 
-def loop_worker(n_clients: int, rounds: int, passes: int) -> None:
-    """Run topofl's FedAvg and the hand-written loop alternately in this process; print a JSON line.
+def loop_worker(n_clients: int, lengths: list[int], passes: int) -> None:
+    """Run topofl's FedAvg and the hand-written loops alternately in this process, each on runs of every length in
+    ``lengths``; print a JSON line.
 
-    Each pass runs each contender ``repeats`` times in a row (chosen after the warm-up so that a pass takes
-    about 0.25 s: dozens of runs at 8 clients, one at 1,000) and records its wall and CPU seconds per round.
+    Each pass runs each contender's run of each length ``repeats`` times in a row (chosen after the warm-up so that
+    it takes about 0.25 s: dozens of runs at 8 clients, one at 1,000) and records its wall and CPU seconds per round.
     """
     import warnings
 
@@ -148,29 +150,33 @@ def loop_worker(n_clients: int, rounds: int, passes: int) -> None:
     fed = topofl.make_scenario("healthcare", 0, n_clients=n_clients)
     cfg = build_server("fedavg", {}).config
     hand_kw = dict(epochs=cfg.local_epochs, lr=cfg.lr, batch_size=cfg.batch_size, l2=cfg.l2)
-    contenders = {
-        "topofl": lambda: topofl.simulate(fed, "fedavg", rounds=rounds, seed=0, threads=1).server_params,
-        "hand": lambda: hand_written_fedavg(list(fed.clients), rounds, 0, **hand_kw),
-        "hand-scipy": lambda: hand_written_fedavg(list(fed.clients), rounds, 0, ranks="scipy", **hand_kw),
+    runs = {
+        "topofl": lambda r: topofl.simulate(fed, "fedavg", rounds=r, seed=0, threads=1).server_params,
+        "hand": lambda r: hand_written_fedavg(list(fed.clients), r, 0, **hand_kw),
+        "hand-scipy": lambda r: hand_written_fedavg(list(fed.clients), r, 0, ranks="scipy", **hand_kw),
     }
-    times: dict[str, dict[str, list[float]]] = {k: {"wall": [], "cpu": []} for k in contenders}
-    models: dict[str, Any] = {}
-    repeats = 1
-    for p in range(passes + 1):  # pass 0 warms up both and sets the repeats
-        for name, run in contenders.items():
+    keys = [(name, r) for r in lengths for name in runs]
+    times: dict[str, dict[str, list[float]]] = {f"{name}@{r}": {"wall": [], "cpu": []} for name, r in keys}
+    models: dict[tuple[str, int], Any] = {}
+    repeats = dict.fromkeys(lengths, 1)
+    for p in range(passes + 1):  # pass 0 warms up every contender and sets the repeats of each run length
+        for name, r in keys:
             wall, cpu = time.perf_counter(), time.process_time()
-            for _ in range(repeats):
-                models[name] = run()
+            for _ in range(repeats[r]):
+                models[name, r] = runs[name](r)
             wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
             if p:
-                times[name]["wall"].append(wall / (repeats * rounds))
-                times[name]["cpu"].append(cpu / (repeats * rounds))
+                times[f"{name}@{r}"]["wall"].append(wall / (repeats[r] * r))
+                times[f"{name}@{r}"]["cpu"].append(cpu / (repeats[r] * r))
             else:
-                repeats = max(repeats, math.ceil(0.25 / max(wall, 1e-6)))
-    gap = float(max(np.max(np.abs(models["topofl"] - models[k])) for k in ("hand", "hand-scipy")))
-    if not gap <= 1e-9:  # the same batches and steps: anything beyond rounding means they did different work
-        raise RuntimeError(f"topofl's global model and the hand loop's differ by {gap:.3g}: not the same rounds")
-    print(json.dumps({"times": times, "gap": gap, "repeats": repeats}), flush=True)
+                repeats[r] = max(repeats[r], math.ceil(0.25 / max(wall, 1e-6)))
+    gaps = {}
+    for r in lengths:
+        gaps[r] = float(max(np.max(np.abs(models["topofl", r] - models[k, r])) for k in ("hand", "hand-scipy")))
+        if not gaps[r] <= 1e-9:  # the same batches and steps: anything beyond rounding means they did different work
+            raise RuntimeError(f"topofl's global model and the hand loop's differ by {gaps[r]:.3g} after {r} rounds: "
+                               "not the same rounds")
+    print(json.dumps({"times": times, "gaps": gaps, "repeats": repeats}), flush=True)
 
 
 def _run(args: list[str]) -> dict[str, Any]:
@@ -199,22 +205,52 @@ def scale(methods: list[str], sizes: list[int], rounds: int) -> None:
                   f"{math.log(later[hi] / later[lo]) / math.log(hi / lo):.2f}", flush=True)
 
 
-def loop(sizes: list[int], rounds: int, passes: int) -> None:
-    """Linear FedAvg against the hand-written NumPy loop: seconds per round (wall and CPU) and their ratios."""
-    print(f"\nloop: linear FedAvg vs a hand-written NumPy loop, {rounds}-round runs, {passes} alternating passes "
-          "in one process (after a warm-up pass), medians per round; CPU seconds are this process's (one thread)")
-    print("(hand loop: AUC ranks by one sort, the tightest floor; 'SciPy ranks': the same loop with "
-          "scipy.stats.rankdata)")
-    print(f"{'clients':>7} {'runs/pass':>9} {'topofl':>10} {'hand loop':>10} {'ratio':>6} {'CPU ratio':>9} "
-          f"{'SciPy ranks':>11} {'ratio':>6} {'CPU ratio':>9} {'max |model gap|':>16}")
+def loop(sizes: list[int], lengths: list[int], passes: int) -> None:
+    """Linear FedAvg against the hand-written NumPy loop: seconds per round (wall and CPU) and their ratios, a table per
+    run length; with two or more lengths, each contender's cost split into a run's setup and a round's.
+    """
+    results = {n: _run(["--loop-worker", str(n), ",".join(map(str, lengths)), str(passes)]) for n in sizes}
+    med = {n: {k: {m: statistics.median(v) for m, v in t.items()} for k, t in r["times"].items()}
+           for n, r in results.items()}
+    for rounds in lengths:
+        print(f"\nloop: linear FedAvg vs a hand-written NumPy loop, {rounds}-round runs, {passes} alternating passes "
+              "in one process (after a warm-up pass), medians per round; CPU seconds are this process's (one thread)")
+        print("(hand loop: AUC ranks by one sort, the tightest floor; 'SciPy ranks': the same loop with "
+              "scipy.stats.rankdata)")
+        print(f"{'clients':>7} {'runs/pass':>9} {'topofl':>10} {'hand loop':>10} {'ratio':>6} {'CPU ratio':>9} "
+              f"{'SciPy ranks':>11} {'ratio':>6} {'CPU ratio':>9} {'max |model gap|':>16}")
+        for n in sizes:
+            ours, hand, scipy_ranks = (med[n][f"{k}@{rounds}"] for k in ("topofl", "hand", "hand-scipy"))
+            print(f"{n:>7} {results[n]['repeats'][str(rounds)]:>9} {ours['wall']:>9.4f}s {hand['wall']:>9.4f}s "
+                  f"{ours['wall'] / hand['wall']:>5.2f}x {ours['cpu'] / hand['cpu']:>8.2f}x "
+                  f"{scipy_ranks['wall']:>10.4f}s {ours['wall'] / scipy_ranks['wall']:>5.2f}x "
+                  f"{ours['cpu'] / scipy_ranks['cpu']:>8.2f}x {results[n]['gaps'][str(rounds)]:>16.2e}", flush=True)
+    if len(set(lengths)) < 2:
+        return
+    short, long = min(lengths), max(lengths)
+    print(f"\nloop: a run's cost split into its setup and its rounds, pass by pass from the {short}- and {long}-round "
+          f"runs above (wall): a round = (run_{long} - run_{short}) / {long - short}, the setup = run_{short} - "
+          f"{short} rounds; medians over the passes, [quartiles] of the setup gap — topofl's fixed cost per run "
+          "beyond the hand loop's (later rounds cost a little more than early ones, so the hand loop's own setup "
+          "can come out negative: compare the two). Where a run takes a tenth of a second or more, the setup is "
+          "within the runs' noise")
+    print(f"{'clients':>7} {'topofl round':>13} {'hand round':>11} {'ratio':>6} {'topofl setup':>13} "
+          f"{'hand setup':>11} {'setup gap [quartiles]':>28}")
     for n in sizes:
-        r = _run(["--loop-worker", str(n), str(rounds), str(passes)])
-        t = {k: {m: statistics.median(v) for m, v in r["times"][k].items()} for k in ("topofl", "hand", "hand-scipy")}
-        ours = t["topofl"]
-        print(f"{n:>7} {r['repeats']:>9} {ours['wall']:>9.4f}s {t['hand']['wall']:>9.4f}s "
-              f"{ours['wall'] / t['hand']['wall']:>5.2f}x {ours['cpu'] / t['hand']['cpu']:>8.2f}x "
-              f"{t['hand-scipy']['wall']:>10.4f}s {ours['wall'] / t['hand-scipy']['wall']:>5.2f}x "
-              f"{ours['cpu'] / t['hand-scipy']['cpu']:>8.2f}x {r['gap']:>16.2e}", flush=True)
+        times = results[n]["times"]
+        split: dict[str, tuple[list[float], list[float]]] = {}
+        for k in ("topofl", "hand"):
+            runs_short, runs_long = ([t * r for t in times[f"{k}@{r}"]["wall"]] for r in (short, long))
+            rounds_ = [(b - a) / (long - short) for a, b in zip(runs_short, runs_long, strict=True)]
+            split[k] = (rounds_, [a - short * x for a, x in zip(runs_short, rounds_, strict=True)])
+        (ours_round, ours_setup), (hand_round, hand_setup) = split["topofl"], split["hand"]
+        gaps = [a - b for a, b in zip(ours_setup, hand_setup, strict=True)]
+        q1, _, q3 = statistics.quantiles(gaps, n=4) if len(gaps) > 1 else (gaps[0], None, gaps[0])
+        mid = statistics.median
+        print(f"{n:>7} {mid(ours_round) * 1e3:>11.3f}ms {mid(hand_round) * 1e3:>9.3f}ms "
+              f"{mid(ours_round) / mid(hand_round):>5.2f}x {mid(ours_setup) * 1e3:>11.3f}ms "
+              f"{mid(hand_setup) * 1e3:>9.3f}ms {mid(gaps) * 1e3:>8.3f}ms [{q1 * 1e3:.3f}, {q3 * 1e3:.3f}]",
+              flush=True)
 
 
 def main() -> None:
@@ -236,17 +272,21 @@ def main() -> None:
         scale_worker(args.scale_worker[0], int(args.scale_worker[1]), int(args.scale_worker[2]))
         return
     if args.loop_worker:
-        loop_worker(*(int(v) for v in args.loop_worker))
+        loop_worker(int(args.loop_worker[0]), [int(r) for r in args.loop_worker[1].split(",")],
+                    int(args.loop_worker[2]))
         return
     if args.rounds < 2:
         ap.error("--rounds must be at least 2 (round 1 is reported apart)")
+    lengths = args.loop_rounds.split(",")
+    if not all(r.strip().isdigit() and int(r) >= 1 for r in lengths):
+        ap.error(f"--loop-rounds must be comma-separated run lengths of at least 1 round; got {args.loop_rounds!r}")
     if args.quick:
         args.clients, args.loop_clients, args.passes = QUICK_CLIENTS, QUICK_LOOP, min(args.passes, 3)
     if not args.no_scale:
         scale(args.methods.split(","), [int(c) for c in args.clients.split(",")], args.rounds)
     if not args.no_loop:
-        for rounds in (int(r) for r in args.loop_rounds.split(",")):
-            loop([int(c) for c in args.loop_clients.split(",")], rounds, args.passes)
+        loop([int(c) for c in args.loop_clients.split(",")], [int(r) for r in args.loop_rounds.split(",")],
+             args.passes)
 
 
 if __name__ == "__main__":
