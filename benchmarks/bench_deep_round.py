@@ -29,8 +29,10 @@ Each contender's pass runs in a fresh process (so its **peak RSS** is its own: `
 process; ``+rounds`` is the peak minus the resident size before its first round — what the rounds
 themselves held, to compare with K received vectors). Prints the median seconds per round over
 ``--passes`` alternating passes of ``--repeats`` measured rounds each (after one warm-up round per
-pass) and the ratios topofl / bare and topofl-on-Flower / Flower's FedAvg. Threads: torch and BLAS use
-``--threads`` (default 2, this machine's cores). Run:
+pass) and the ratios topofl / bare and topofl-on-Flower / Flower's FedAvg. Threads: the bare loop's torch and
+topofl's torch and BLAS (``topofl.simulate(..., threads=)``) use ``--threads`` (default 2, this machine's cores); on
+Flower each SuperNode is a Ray actor of one CPU, and Ray sets ``OMP_NUM_THREADS=1`` in it, which both Flower
+contenders' clients then use (two nodes train at once on two cores). Run:
 ``python benchmarks/bench_deep_round.py [--quick] [--no-flower] [--models cnn-small,convnet2,resnet18]``.
 """
 from __future__ import annotations
@@ -47,6 +49,7 @@ from round_timer import timed_rounds
 import topofl
 from topofl.data.loaders.mnist10k import mnist_federation
 from topofl.models.registry import build_model
+from topofl.threads import check_threads
 
 LR, BATCH, L2 = 0.05, 32, 1e-3
 
@@ -239,6 +242,10 @@ def main() -> None:
     ap.add_argument("--model", help=argparse.SUPPRESS)
     ap.add_argument("--clients", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    try:   # before any pass: topofl refuses more threads than the usable CPUs
+        check_threads(args.threads)
+    except ValueError as exc:
+        ap.error(f"--threads: {exc}")
     torch.set_num_threads(args.threads)
     warnings.simplefilter("ignore")
     if args.worker:

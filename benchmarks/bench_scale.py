@@ -209,7 +209,10 @@ def loop(sizes: list[int], lengths: list[int], passes: int) -> None:
     """Linear FedAvg against the hand-written NumPy loop: seconds per round (wall and CPU) and their ratios, a table per
     run length; with two or more lengths, each contender's cost split into a run's setup and a round's.
     """
-    results = {n: _run(["--loop-worker", str(n), ",".join(map(str, lengths)), str(passes)]) for n in sizes}
+    results = {}
+    for n in sizes:   # the tables need every client count: say where the run is meanwhile
+        print(f"loop: {n} clients, runs of {', '.join(map(str, lengths))} rounds ...", file=sys.stderr, flush=True)
+        results[n] = _run(["--loop-worker", str(n), ",".join(map(str, lengths)), str(passes)])
     med = {n: {k: {m: statistics.median(v) for m, v in t.items()} for k, t in r["times"].items()}
            for n, r in results.items()}
     for rounds in lengths:
@@ -225,17 +228,16 @@ def loop(sizes: list[int], lengths: list[int], passes: int) -> None:
                   f"{ours['wall'] / hand['wall']:>5.2f}x {ours['cpu'] / hand['cpu']:>8.2f}x "
                   f"{scipy_ranks['wall']:>10.4f}s {ours['wall'] / scipy_ranks['wall']:>5.2f}x "
                   f"{ours['cpu'] / scipy_ranks['cpu']:>8.2f}x {results[n]['gaps'][str(rounds)]:>16.2e}", flush=True)
-    if len(set(lengths)) < 2:
+    if len(lengths) < 2:
         return
     short, long = min(lengths), max(lengths)
+    spread = "quartiles" if passes >= 4 else "min, max"
     print(f"\nloop: a run's cost split into its setup and its rounds, pass by pass from the {short}- and {long}-round "
           f"runs above (wall): a round = (run_{long} - run_{short}) / {long - short}, the setup = run_{short} - "
-          f"{short} rounds; medians over the passes, [quartiles] of the setup gap — topofl's fixed cost per run "
-          "beyond the hand loop's (later rounds cost a little more than early ones, so the hand loop's own setup "
-          "can come out negative: compare the two). Where a run takes a tenth of a second or more, the setup is "
-          "within the runs' noise")
+          f"{short} rounds; medians over the passes, and the [{spread}] of the setup gap, topofl's setup less the "
+          "hand loop's in each pass ('unresolved' where that spread includes 0 or is wider than the gap itself)")
     print(f"{'clients':>7} {'topofl round':>13} {'hand round':>11} {'ratio':>6} {'topofl setup':>13} "
-          f"{'hand setup':>11} {'setup gap [quartiles]':>28}")
+          f"{'hand setup':>11}  setup gap [{spread}]")
     for n in sizes:
         times = results[n]["times"]
         split: dict[str, tuple[list[float], list[float]]] = {}
@@ -245,12 +247,14 @@ def loop(sizes: list[int], lengths: list[int], passes: int) -> None:
             split[k] = (rounds_, [a - short * x for a, x in zip(runs_short, rounds_, strict=True)])
         (ours_round, ours_setup), (hand_round, hand_setup) = split["topofl"], split["hand"]
         gaps = [a - b for a, b in zip(ours_setup, hand_setup, strict=True)]
-        q1, _, q3 = statistics.quantiles(gaps, n=4) if len(gaps) > 1 else (gaps[0], None, gaps[0])
+        lo, _, hi = statistics.quantiles(gaps, n=4, method="inclusive") if passes >= 4 else (min(gaps), 0, max(gaps))
         mid = statistics.median
+        gap = mid(gaps)
+        unresolved = lo <= 0 <= hi or hi - lo > abs(gap)
         print(f"{n:>7} {mid(ours_round) * 1e3:>11.3f}ms {mid(hand_round) * 1e3:>9.3f}ms "
               f"{mid(ours_round) / mid(hand_round):>5.2f}x {mid(ours_setup) * 1e3:>11.3f}ms "
-              f"{mid(hand_setup) * 1e3:>9.3f}ms {mid(gaps) * 1e3:>8.3f}ms [{q1 * 1e3:.3f}, {q3 * 1e3:.3f}]",
-              flush=True)
+              f"{mid(hand_setup) * 1e3:>9.3f}ms  {gap * 1e3:.3f}ms [{lo * 1e3:.3f}, {hi * 1e3:.3f}]"
+              + (" unresolved" if unresolved else ""), flush=True)
 
 
 def main() -> None:
@@ -277,16 +281,21 @@ def main() -> None:
         return
     if args.rounds < 2:
         ap.error("--rounds must be at least 2 (round 1 is reported apart)")
-    lengths = args.loop_rounds.split(",")
-    if not all(r.strip().isdigit() and int(r) >= 1 for r in lengths):
-        ap.error(f"--loop-rounds must be comma-separated run lengths of at least 1 round; got {args.loop_rounds!r}")
+    try:   # distinct run lengths, in the order given
+        lengths = list(dict.fromkeys(int(r) for r in args.loop_rounds.split(",") if r.strip().isascii()))
+    except ValueError:
+        lengths = []
+    if not lengths or len(lengths) != len(args.loop_rounds.split(",")) or min(lengths) < 1:
+        ap.error(f"--loop-rounds must be distinct comma-separated run lengths of at least 1 round; "
+                 f"got {args.loop_rounds!r}")
+    if args.passes < 1:
+        ap.error(f"--passes must be at least 1; got {args.passes}")
     if args.quick:
         args.clients, args.loop_clients, args.passes = QUICK_CLIENTS, QUICK_LOOP, min(args.passes, 3)
     if not args.no_scale:
         scale(args.methods.split(","), [int(c) for c in args.clients.split(",")], args.rounds)
     if not args.no_loop:
-        loop([int(c) for c in args.loop_clients.split(",")], [int(r) for r in args.loop_rounds.split(",")],
-             args.passes)
+        loop([int(c) for c in args.loop_clients.split(",")], lengths, args.passes)
 
 
 if __name__ == "__main__":
