@@ -137,7 +137,8 @@ def loop_worker(n_clients: int, lengths: list[int], passes: int) -> None:
     ``lengths``; print a JSON line.
 
     Each pass runs each contender's run of each length ``repeats`` times in a row (chosen after the warm-up so that
-    it takes about 0.25 s: dozens of runs at 8 clients, one at 1,000) and records its wall and CPU seconds per round.
+    it takes about 0.25 s: dozens of runs at 8 clients, one at 1,000) and records its wall and CPU seconds per round;
+    the three contenders run one length after the other, the lengths in an order that turns from pass to pass.
     """
     import warnings
 
@@ -155,12 +156,12 @@ def loop_worker(n_clients: int, lengths: list[int], passes: int) -> None:
         "hand": lambda r: hand_written_fedavg(list(fed.clients), r, 0, **hand_kw),
         "hand-scipy": lambda r: hand_written_fedavg(list(fed.clients), r, 0, ranks="scipy", **hand_kw),
     }
-    keys = [(name, r) for r in lengths for name in runs]
-    times: dict[str, dict[str, list[float]]] = {f"{name}@{r}": {"wall": [], "cpu": []} for name, r in keys}
+    times: dict[str, dict[str, list[float]]] = {f"{name}@{r}": {"wall": [], "cpu": []} for r in lengths for name in runs}
     models: dict[tuple[str, int], Any] = {}
     repeats = dict.fromkeys(lengths, 1)
     for p in range(passes + 1):  # pass 0 warms up every contender and sets the repeats of each run length
-        for name, r in keys:
+        turn = p % len(lengths)   # the lengths' order turns pass by pass: no run always follows the same one
+        for name, r in [(name, r) for r in lengths[turn:] + lengths[:turn] for name in runs]:
             wall, cpu = time.perf_counter(), time.process_time()
             for _ in range(repeats[r]):
                 models[name, r] = runs[name](r)
