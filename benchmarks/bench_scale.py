@@ -240,22 +240,36 @@ def loop(sizes: list[int], lengths: list[int], passes: int) -> None:
     print(f"{'clients':>7} {'topofl round':>13} {'hand round':>11} {'ratio':>6} {'topofl setup':>13} "
           f"{'hand setup':>11}  setup gap [{spread}]")
     for n in sizes:
-        times = results[n]["times"]
-        split: dict[str, tuple[list[float], list[float]]] = {}
-        for k in ("topofl", "hand"):
-            runs_short, runs_long = ([t * r for t in times[f"{k}@{r}"]["wall"]] for r in (short, long))
-            rounds_ = [(b - a) / (long - short) for a, b in zip(runs_short, runs_long, strict=True)]
-            split[k] = (rounds_, [a - short * x for a, x in zip(runs_short, rounds_, strict=True)])
-        (ours_round, ours_setup), (hand_round, hand_setup) = split["topofl"], split["hand"]
-        gaps = [a - b for a, b in zip(ours_setup, hand_setup, strict=True)]
-        lo, _, hi = statistics.quantiles(gaps, n=4, method="inclusive") if passes >= 4 else (min(gaps), 0, max(gaps))
-        mid = statistics.median
-        gap = mid(gaps)
-        unresolved = lo <= 0 <= hi or hi - lo > abs(gap)
-        print(f"{n:>7} {mid(ours_round) * 1e3:>11.3f}ms {mid(hand_round) * 1e3:>9.3f}ms "
-              f"{mid(ours_round) / mid(hand_round):>5.2f}x {mid(ours_setup) * 1e3:>11.3f}ms "
-              f"{mid(hand_setup) * 1e3:>9.3f}ms  {gap * 1e3:.3f}ms [{lo * 1e3:.3f}, {hi * 1e3:.3f}]"
-              + (" unresolved" if unresolved else ""), flush=True)
+        r = split_setup(results[n]["times"], short, long)
+        print(f"{n:>7} {r['round']['topofl'] * 1e3:>11.3f}ms {r['round']['hand'] * 1e3:>9.3f}ms "
+              f"{r['round']['topofl'] / r['round']['hand']:>5.2f}x {r['setup']['topofl'] * 1e3:>11.3f}ms "
+              f"{r['setup']['hand'] * 1e3:>9.3f}ms  {r['gap'] * 1e3:.3f}ms [{r['low'] * 1e3:.3f}, {r['high'] * 1e3:.3f}]"
+              + (" unresolved" if r["unresolved"] else ""), flush=True)
+
+
+def split_setup(times: dict[str, dict[str, list[float]]], short: int, long: int) -> dict[str, Any]:
+    """Each contender's run split into a round and a setup, pass by pass, from its wall seconds per round on runs of
+    ``short`` and ``long`` rounds (``times["topofl@3"]["wall"]``: one value a pass, the passes aligned across keys).
+
+    In each pass a run of r rounds takes ``t_r · r`` seconds; a round is ``(run_long − run_short) / (long − short)``
+    and the setup ``run_short − short · round``. Returns the medians over the passes of each contender's round and
+    setup (``"round"``, ``"setup"``: ``{"topofl": s, "hand": s}``), the median of the paired setup gaps (topofl's
+    setup less the hand loop's in the same pass, ``"gap"``), their spread (``"low"``, ``"high"``: the quartiles from 4
+    passes on, else the min and max) and whether the gap is ``"unresolved"``: the spread includes 0 or is wider than
+    the gap itself.
+    """
+    rounds: dict[str, list[float]] = {}
+    setups: dict[str, list[float]] = {}
+    for k in ("topofl", "hand"):
+        runs_short, runs_long = ([t * r for t in times[f"{k}@{r}"]["wall"]] for r in (short, long))
+        rounds[k] = [(b - a) / (long - short) for a, b in zip(runs_short, runs_long, strict=True)]
+        setups[k] = [a - short * x for a, x in zip(runs_short, rounds[k], strict=True)]
+    gaps = [a - b for a, b in zip(setups["topofl"], setups["hand"], strict=True)]
+    low, _, high = statistics.quantiles(gaps, n=4, method="inclusive") if len(gaps) >= 4 else (min(gaps), 0, max(gaps))
+    gap = statistics.median(gaps)
+    return {"round": {k: statistics.median(v) for k, v in rounds.items()},
+            "setup": {k: statistics.median(v) for k, v in setups.items()},
+            "gap": gap, "low": low, "high": high, "unresolved": low <= 0 <= high or high - low > abs(gap)}
 
 
 def main() -> None:
