@@ -37,6 +37,7 @@ Run: ``python benchmarks/bench_scale.py [--quick] [--clients 1000,5000,10000] [-
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -138,11 +139,13 @@ def loop_worker(n_clients: int, lengths: list[int], passes: int) -> None:
 
     Each pass runs each contender's run of each length ``repeats`` times in a row (chosen after the warm-up so that
     it takes about 0.25 s: dozens of runs at 8 clients, one at 1,000) and records its wall and CPU seconds per round;
-    the three contenders run one length after the other, the lengths in an order that turns from pass to pass.
+    the three contenders run one length after the other, the lengths in an order that turns from pass to pass
+    (:func:`round_timer.alternating_passes`).
     """
     import warnings
 
     import numpy as np
+    from round_timer import alternating_passes
 
     import topofl
     from topofl.methods import build_server
@@ -156,33 +159,25 @@ def loop_worker(n_clients: int, lengths: list[int], passes: int) -> None:
         "hand": lambda r: hand_written_fedavg(list(fed.clients), r, 0, **hand_kw),
         "hand-scipy": lambda r: hand_written_fedavg(list(fed.clients), r, 0, ranks="scipy", **hand_kw),
     }
-    times: dict[str, dict[str, list[float]]] = {f"{name}@{r}": {"wall": [], "cpu": []} for r in lengths for name in runs}
-    models: dict[tuple[str, int], Any] = {}
-    repeats = dict.fromkeys(lengths, 1)
-    for p in range(passes + 1):  # pass 0 warms up every contender and sets the repeats of each run length
-        turn = p % len(lengths)   # the lengths' order turns pass by pass: no run always follows the same one
-        for name, r in [(name, r) for r in lengths[turn:] + lengths[:turn] for name in runs]:
-            wall, cpu = time.perf_counter(), time.process_time()
-            for _ in range(repeats[r]):
-                models[name, r] = runs[name](r)
-            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-            if p:
-                times[f"{name}@{r}"]["wall"].append(wall / (repeats[r] * r))
-                times[f"{name}@{r}"]["cpu"].append(cpu / (repeats[r] * r))
-            else:
-                repeats[r] = max(repeats[r], math.ceil(0.25 / max(wall, 1e-6)))
+    groups = [{f"{name}@{r}": functools.partial(run, r) for name, run in runs.items()} for r in lengths]
+    per_run, models, repeats = alternating_passes(groups, passes)
+    times = {key: {clock: [t / int(key.split("@")[1]) for t in values] for clock, values in clocks.items()}
+             for key, clocks in per_run.items()}   # seconds per round
     gaps = {}
     for r in lengths:
-        gaps[r] = float(max(np.max(np.abs(models["topofl", r] - models[k, r])) for k in ("hand", "hand-scipy")))
+        gaps[r] = float(max(np.max(np.abs(models[f"topofl@{r}"] - models[f"{k}@{r}"])) for k in ("hand", "hand-scipy")))
         if not gaps[r] <= 1e-9:  # the same batches and steps: anything beyond rounding means they did different work
             raise RuntimeError(f"topofl's global model and the hand loop's differ by {gaps[r]:.3g} after {r} rounds: "
                                "not the same rounds")
-    print(json.dumps({"times": times, "gaps": gaps, "repeats": repeats}), flush=True)
+    print(json.dumps({"times": times, "gaps": gaps, "repeats": dict(zip(lengths, repeats, strict=True))}), flush=True)
 
 
-def _run(args: list[str]) -> dict[str, Any]:
+def _run(args: list[str], script: str = __file__) -> dict[str, Any]:
+    """Run ``script`` with ``args`` in a fresh process whose BLAS and OpenMP pools start with one thread; what it printed
+    last, as JSON.
+    """
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, check=False, env=env)
+    out = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, check=False, env=env)
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(args)} failed:\n{out.stderr[-3000:]}")
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
@@ -265,11 +260,21 @@ def split_setup(times: dict[str, dict[str, list[float]]], short: int, long: int)
         rounds[k] = [(b - a) / (long - short) for a, b in zip(runs_short, runs_long, strict=True)]
         setups[k] = [a - short * x for a, x in zip(runs_short, rounds[k], strict=True)]
     gaps = [a - b for a, b in zip(setups["topofl"], setups["hand"], strict=True)]
-    low, _, high = statistics.quantiles(gaps, n=4, method="inclusive") if len(gaps) >= 4 else (min(gaps), 0, max(gaps))
-    gap = statistics.median(gaps)
     return {"round": {k: statistics.median(v) for k, v in rounds.items()},
-            "setup": {k: statistics.median(v) for k, v in setups.items()},
-            "gap": gap, "low": low, "high": high, "unresolved": low <= 0 <= high or high - low > abs(gap)}
+            "setup": {k: statistics.median(v) for k, v in setups.items()}, **paired_spread(gaps)}
+
+
+def paired_spread(differences: list[float]) -> dict[str, Any]:
+    """The median of paired differences (one a pass, ``"gap"``), their spread (``"low"``, ``"high"``: the inclusive
+    quartiles from 4 values on, else the min and max) and whether the median is ``"unresolved"``: the spread includes 0
+    or is wider than the median itself.
+    """
+    if len(differences) >= 4:
+        low, _, high = statistics.quantiles(differences, n=4, method="inclusive")
+    else:
+        low, high = min(differences), max(differences)
+    gap = statistics.median(differences)
+    return {"gap": gap, "low": low, "high": high, "unresolved": low <= 0 <= high or high - low > abs(gap)}
 
 
 def main() -> None:
