@@ -29,10 +29,13 @@ Two parts, each configuration in a fresh process:
   wall and of the CPU seconds per round (the CPU ones are steadier on a shared machine: one thread,
   this process) and their ratios are printed, with the largest gap between topofl's global model and the
   hand loops' (they see the same batches: it is rounding, about 1e-16; above 1e-9 the benchmark fails).
+  The split prints each contender's round and setup (medians over the passes) and the setup gap, topofl's
+  setup less the hand loop's in the same pass: its median and the sign test's 95 % interval of it
+  (``round_timer.median_interval``, from 6 passes on), ``unresolved`` where the interval includes 0.
 
 ``--quick`` runs small sizes (scale 100 / 300 / 1,000; loop 8 / 100, 3 passes) for a smoke check.
 Run: ``python benchmarks/bench_scale.py [--quick] [--clients 1000,5000,10000] [--rounds 3]
-[--methods fedavg,ptopofl] [--loop-clients 8,1000] [--loop-rounds 15,3] [--passes 7] [--no-scale] [--no-loop]``.
+[--methods fedavg,ptopofl] [--loop-clients 8,1000] [--loop-rounds 15,3] [--passes 10] [--no-scale] [--no-loop]``.
 """
 from __future__ import annotations
 
@@ -40,12 +43,12 @@ import argparse
 import functools
 import json
 import math
-import os
 import statistics
-import subprocess
 import sys
 import time
 from typing import Any
+
+from round_timer import alternating_passes, interval_text, median_interval, run_worker
 
 QUICK_CLIENTS, QUICK_LOOP = "100,300,1000", "8,100"
 
@@ -133,6 +136,14 @@ def hand_written_fedavg(clients: list[Any], rounds: int, seed: int, epochs: int,
     return np.append(w, b)
 
 
+def hand_options() -> dict[str, Any]:
+    """FedAvg's defaults as :func:`hand_written_fedavg`'s keywords: local epochs, learning rate, batch size, L2."""
+    from topofl.methods import build_server
+
+    cfg = build_server("fedavg", {}).config
+    return {"epochs": cfg.local_epochs, "lr": cfg.lr, "batch_size": cfg.batch_size, "l2": cfg.l2}
+
+
 def loop_worker(n_clients: int, lengths: list[int], passes: int) -> None:
     """Run topofl's FedAvg and the hand-written loops alternately in this process, each on runs of every length in
     ``lengths``; print a JSON line.
@@ -145,23 +156,21 @@ def loop_worker(n_clients: int, lengths: list[int], passes: int) -> None:
     import warnings
 
     import numpy as np
-    from round_timer import alternating_passes
 
     import topofl
-    from topofl.methods import build_server
 
     warnings.simplefilter("ignore")
     fed = topofl.make_scenario("healthcare", 0, n_clients=n_clients)
-    cfg = build_server("fedavg", {}).config
-    hand_kw = dict(epochs=cfg.local_epochs, lr=cfg.lr, batch_size=cfg.batch_size, l2=cfg.l2)
+    hand_kw = hand_options()
     runs = {
         "topofl": lambda r: topofl.simulate(fed, "fedavg", rounds=r, seed=0, threads=1).server_params,
         "hand": lambda r: hand_written_fedavg(list(fed.clients), r, 0, **hand_kw),
         "hand-scipy": lambda r: hand_written_fedavg(list(fed.clients), r, 0, ranks="scipy", **hand_kw),
     }
+    rounds_of = {f"{name}@{r}": r for r in lengths for name in runs}
     groups = [{f"{name}@{r}": functools.partial(run, r) for name, run in runs.items()} for r in lengths]
     per_run, models, repeats = alternating_passes(groups, passes)
-    times = {key: {clock: [t / int(key.split("@")[1]) for t in values] for clock, values in clocks.items()}
+    times = {key: {clock: [t / rounds_of[key] for t in values] for clock, values in clocks.items()}
              for key, clocks in per_run.items()}   # seconds per round
     gaps = {}
     for r in lengths:
@@ -172,18 +181,6 @@ def loop_worker(n_clients: int, lengths: list[int], passes: int) -> None:
     print(json.dumps({"times": times, "gaps": gaps, "repeats": dict(zip(lengths, repeats, strict=True))}), flush=True)
 
 
-def _run(args: list[str], script: str = __file__) -> dict[str, Any]:
-    """Run ``script`` with ``args`` in a fresh process whose BLAS and OpenMP pools start with one thread; what it printed
-    last, as JSON.
-    """
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, check=False, env=env)
-    if out.returncode != 0:
-        raise RuntimeError(f"{' '.join(args)} failed:\n{out.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    return result
-
-
 def scale(methods: list[str], sizes: list[int], rounds: int) -> None:
     """The scale table and each method's growth exponent."""
     print(f"\nscale: healthcare, logistic regression, {rounds} rounds per run, one fresh process per run")
@@ -191,7 +188,7 @@ def scale(methods: list[str], sizes: list[int], rounds: int) -> None:
     for method in methods:
         later: dict[int, float] = {}
         for n in sizes:
-            r = _run(["--scale-worker", method, str(n), str(rounds)])
+            r = run_worker(__file__, ["--scale-worker", method, str(n), str(rounds)])
             later[n] = statistics.median(r["times"][1:])
             print(f"{method:<8} {n:>7} {r['times'][0]:>8.2f}s {later[n]:>12.3f}s {r['peaks'][0] / 2**30:>11.2f}G "
                   f"{r['peaks'][-1] / 2**30:>8.2f}G", flush=True)
@@ -208,11 +205,11 @@ def loop(sizes: list[int], lengths: list[int], passes: int) -> None:
     results = {}
     for n in sizes:   # the tables need every client count: say where the run is meanwhile
         print(f"loop: {n} clients, runs of {', '.join(map(str, lengths))} rounds ...", file=sys.stderr, flush=True)
-        results[n] = _run(["--loop-worker", str(n), ",".join(map(str, lengths)), str(passes)])
+        results[n] = run_worker(__file__, ["--loop-worker", str(n), ",".join(map(str, lengths)), str(passes)])
     med = {n: {k: {m: statistics.median(v) for m, v in t.items()} for k, t in r["times"].items()}
            for n, r in results.items()}
     for rounds in lengths:
-        print(f"\nloop: linear FedAvg vs a hand-written NumPy loop, {rounds}-round runs, {passes} alternating passes "
+        print(f"\nloop: linear FedAvg vs a hand-written NumPy loop, {rounds}-round runs, {_passes(passes)} "
               "in one process (after a warm-up pass), medians per round; CPU seconds are this process's (one thread)")
         print("(hand loop: AUC ranks by one sort, the tightest floor; 'SciPy ranks': the same loop with "
               "scipy.stats.rankdata)")
@@ -227,19 +224,22 @@ def loop(sizes: list[int], lengths: list[int], passes: int) -> None:
     if len(lengths) < 2:
         return
     short, long = min(lengths), max(lengths)
-    spread = "quartiles" if passes >= 4 else "min, max"
     print(f"\nloop: a run's cost split into its setup and its rounds, pass by pass from the {short}- and {long}-round "
           f"runs above (wall): a round = (run_{long} - run_{short}) / {long - short}, the setup = run_{short} - "
-          f"{short} rounds; medians over the passes, and the [{spread}] of the setup gap, topofl's setup less the "
-          "hand loop's in each pass ('unresolved' where that spread includes 0 or is wider than the gap itself)")
+          f"{short} rounds; medians over the passes, and the setup gap, topofl's setup less the hand loop's in the "
+          "same pass: its median and the sign test's 95 % interval of it (from 6 passes on; 'unresolved' where the "
+          "interval includes 0 or there is none)")
     print(f"{'clients':>7} {'topofl round':>13} {'hand round':>11} {'ratio':>6} {'topofl setup':>13} "
-          f"{'hand setup':>11}  setup gap [{spread}]")
+          f"{'hand setup':>11}  setup gap [95 % interval]")
     for n in sizes:
         r = split_setup(results[n]["times"], short, long)
         print(f"{n:>7} {r['round']['topofl'] * 1e3:>11.3f}ms {r['round']['hand'] * 1e3:>9.3f}ms "
               f"{r['round']['topofl'] / r['round']['hand']:>5.2f}x {r['setup']['topofl'] * 1e3:>11.3f}ms "
-              f"{r['setup']['hand'] * 1e3:>9.3f}ms  {r['gap'] * 1e3:.3f}ms [{r['low'] * 1e3:.3f}, {r['high'] * 1e3:.3f}]"
-              + (" unresolved" if r["unresolved"] else ""), flush=True)
+              f"{r['setup']['hand'] * 1e3:>9.3f}ms  {interval_text(r['gap'])}", flush=True)
+
+
+def _passes(n: int) -> str:
+    return f"{n} alternating pass{'' if n == 1 else 'es'}"
 
 
 def split_setup(times: dict[str, dict[str, list[float]]], short: int, long: int) -> dict[str, Any]:
@@ -248,10 +248,8 @@ def split_setup(times: dict[str, dict[str, list[float]]], short: int, long: int)
 
     In each pass a run of r rounds takes ``t_r · r`` seconds; a round is ``(run_long − run_short) / (long − short)``
     and the setup ``run_short − short · round``. Returns the medians over the passes of each contender's round and
-    setup (``"round"``, ``"setup"``: ``{"topofl": s, "hand": s}``), the median of the paired setup gaps (topofl's
-    setup less the hand loop's in the same pass, ``"gap"``), their spread (``"low"``, ``"high"``: the quartiles from 4
-    passes on, else the min and max) and whether the gap is ``"unresolved"``: the spread includes 0 or is wider than
-    the gap itself.
+    setup (``"round"``, ``"setup"``: ``{"topofl": s, "hand": s}``) and, in ``"gap"``, the paired setup gaps' (topofl's
+    setup less the hand loop's in the same pass) median and 95 % interval (:func:`round_timer.median_interval`).
     """
     rounds: dict[str, list[float]] = {}
     setups: dict[str, list[float]] = {}
@@ -261,20 +259,7 @@ def split_setup(times: dict[str, dict[str, list[float]]], short: int, long: int)
         setups[k] = [a - short * x for a, x in zip(runs_short, rounds[k], strict=True)]
     gaps = [a - b for a, b in zip(setups["topofl"], setups["hand"], strict=True)]
     return {"round": {k: statistics.median(v) for k, v in rounds.items()},
-            "setup": {k: statistics.median(v) for k, v in setups.items()}, **paired_spread(gaps)}
-
-
-def paired_spread(differences: list[float]) -> dict[str, Any]:
-    """The median of paired differences (one a pass, ``"gap"``), their spread (``"low"``, ``"high"``: the inclusive
-    quartiles from 4 values on, else the min and max) and whether the median is ``"unresolved"``: the spread includes 0
-    or is wider than the median itself.
-    """
-    if len(differences) >= 4:
-        low, _, high = statistics.quantiles(differences, n=4, method="inclusive")
-    else:
-        low, high = min(differences), max(differences)
-    gap = statistics.median(differences)
-    return {"gap": gap, "low": low, "high": high, "unresolved": low <= 0 <= high or high - low > abs(gap)}
+            "setup": {k: statistics.median(v) for k, v in setups.items()}, "gap": median_interval(gaps)}
 
 
 def main() -> None:
@@ -285,7 +270,8 @@ def main() -> None:
     ap.add_argument("--loop-clients", default="8,1000", help="loop: comma-separated client counts")
     ap.add_argument("--loop-rounds", default="15,3",
                     help="loop: comma-separated run lengths (15: the library's default run; 3: setup weighs more)")
-    ap.add_argument("--passes", type=int, default=7, help="loop: measured passes of each contender")
+    ap.add_argument("--passes", type=int, default=10,
+                    help="loop: measured passes of each contender (6 or more for the split's interval)")
     ap.add_argument("--quick", action="store_true", help=f"small sizes: scale {QUICK_CLIENTS}, loop {QUICK_LOOP}")
     ap.add_argument("--no-scale", action="store_true", help="skip the scale part")
     ap.add_argument("--no-loop", action="store_true", help="skip the loop part")

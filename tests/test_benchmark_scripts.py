@@ -30,25 +30,26 @@ def _times(per_run: dict[str, tuple[list[float], float]], lengths: tuple[int, ..
 
 
 def test_split_recovers_a_known_round_and_setup(bench_scale) -> None:
-    # topofl: 0.3 ms of setup and 1.3 ms a round; the hand loop: 0.05 ms and 1.1 ms; five passes
-    times = _times({"topofl": ([3.0e-4, 3.1e-4, 2.9e-4, 3.0e-4, 3.2e-4], 1.3e-3),
-                    "hand": ([5.0e-5] * 5, 1.1e-3)}, (3, 15))
+    # topofl: 0.3 ms of setup and 1.3 ms a round; the hand loop: 0.05 ms and 1.1 ms; six passes
+    times = _times({"topofl": ([3.0e-4, 3.1e-4, 2.9e-4, 3.0e-4, 3.2e-4, 3.0e-4], 1.3e-3),
+                    "hand": ([5.0e-5] * 6, 1.1e-3)}, (3, 15))
     r = bench_scale.split_setup(times, 3, 15)
     assert r["round"]["topofl"] == pytest.approx(1.3e-3) and r["round"]["hand"] == pytest.approx(1.1e-3)
     assert r["setup"]["topofl"] == pytest.approx(3.0e-4) and r["setup"]["hand"] == pytest.approx(5.0e-5)
-    assert r["gap"] == pytest.approx(2.5e-4)
-    assert (r["low"], r["high"]) == (pytest.approx(2.5e-4), pytest.approx(2.6e-4))   # inclusive quartiles
-    assert not r["unresolved"]
+    gap = r["gap"]
+    assert gap["median"] == pytest.approx(2.5e-4)
+    assert (gap["low"], gap["high"]) == (pytest.approx(2.4e-4), pytest.approx(2.7e-4))   # 6 passes: the min and max
+    assert gap["resolved"]
 
 
 def test_split_marks_a_gap_it_cannot_resolve(bench_scale) -> None:
-    # the setup gap changes sign from pass to pass: its spread includes 0
-    times = _times({"topofl": ([2e-3, -1e-3, 3e-3, -2e-3], 0.13), "hand": ([0.0] * 4, 0.12)}, (3, 15))
-    assert bench_scale.split_setup(times, 3, 15)["unresolved"]
-    # under 4 passes the spread is the min and the max
-    few = _times({"topofl": ([1e-4, 3e-4], 1e-3), "hand": ([0.0, 0.0], 1e-3)}, (3, 15))
-    r = bench_scale.split_setup(few, 3, 15)
-    assert (r["low"], r["high"]) == (pytest.approx(1e-4), pytest.approx(3e-4))
+    # the setup gap changes sign from pass to pass: its interval includes 0
+    times = _times({"topofl": ([2e-3, -1e-3, 3e-3, -2e-3, 1e-3, 2e-3], 0.13), "hand": ([0.0] * 6, 0.12)}, (3, 15))
+    assert not bench_scale.split_setup(times, 3, 15)["gap"]["resolved"]
+    # under 6 passes there is no 95 % interval: nothing is resolved, however steady
+    few = _times({"topofl": ([1e-4, 1e-4, 1e-4, 1e-4, 1e-4], 1e-3), "hand": ([0.0] * 5, 1e-3)}, (3, 15))
+    gap = bench_scale.split_setup(few, 3, 15)["gap"]
+    assert gap["low"] is None and not gap["resolved"]
 
 
 @pytest.mark.parametrize("option", [("--loop-rounds", "3,3"), ("--loop-rounds", "0"), ("--loop-rounds", "x"),
@@ -111,24 +112,55 @@ def test_alternating_passes_turns_the_order_and_pairs_the_passes(round_timer) ->
                      "c", "d", "a", "b",   # pass 1 starts with the second group
                      "d", "a", "b", "c",   # pass 2 with the third
                      "a", "b", "c", "d"]   # pass 3 with the first again
-    assert {k: len(v["wall"]) for k, v in times.items()} == dict.fromkeys("abcd", 3)
-    assert all(len(v["cpu"]) == 3 and min(v["wall"]) >= 0 for v in times.values())
+    assert {k: (len(v["wall"]), len(v["cpu"])) for k, v in times.items()} == dict.fromkeys("abcd", (3, 3))
     assert last == {"a": "a17", "b": "b18", "c": "c19", "d": "d20"}
 
 
-def test_alternating_passes_fills_a_pass_and_refuses_bad_arguments(round_timer, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_alternating_passes_fills_a_pass_and_times_one_call(round_timer, monkeypatch: pytest.MonkeyPatch) -> None:
     clock = [0.0]
     monkeypatch.setattr(round_timer.time, "perf_counter", lambda: clock[0])
+    calls = {"slow": 0, "fast": 0}
 
-    def slow() -> None:   # 0.01 s a call on the patched clock
-        clock[0] += 0.01
+    def contender(name: str, seconds: float):
+        def call() -> None:   # ``seconds`` a call on the patched clock
+            calls[name] += 1
+            clock[0] += seconds
+        return call
 
-    _, _, repeats = round_timer.alternating_passes([{"slow": slow}], 1, fill=0.25)
-    assert repeats == [25]
+    # the group's repeats: what its faster contender needs to fill 0.25 s, whichever runs first
+    for order in (("slow", "fast"), ("fast", "slow")):
+        calls.update(dict.fromkeys(calls, 0))
+        group = {name: contender(name, {"slow": 0.01, "fast": 0.001}[name]) for name in order}
+        times, _, repeats = round_timer.alternating_passes([group], 2, fill=0.25)
+        assert repeats == [250]
+        assert times["slow"]["wall"] == pytest.approx([0.01, 0.01]) and times["fast"]["wall"] == pytest.approx([0.001] * 2)
+        # pass 0: the first contender's untimed call and one timed call (25 calls of slow or 250 of fast fill 0.25 s);
+        # the second's untimed call and that many calls; then 250 calls each in each of the 2 passes
+        assert calls[order[0]] == 1 + 1 + 2 * 250
+        assert calls[order[1]] == 1 + {"slow": 25, "fast": 250}[order[0]] + 2 * 250
+
+
+def test_alternating_passes_refuses_bad_arguments(round_timer) -> None:
     with pytest.raises(ValueError, match="passes must be at least 1"):
-        round_timer.alternating_passes([{"a": slow}], 0)
+        round_timer.alternating_passes([{"a": lambda: None}], 0)
     with pytest.raises(ValueError, match="distinct names"):
-        round_timer.alternating_passes([{"a": slow}, {"a": slow}], 1)
+        round_timer.alternating_passes([{"a": lambda: None}, {"a": lambda: None}], 1)
+    with pytest.raises(ValueError, match="at least one contender"):
+        round_timer.alternating_passes([], 1)
+
+
+def test_median_interval_is_the_sign_tests(round_timer) -> None:
+    r = round_timer.median_interval([7.0, 1.0, 5.0, 3.0, 2.0, 6.0, 4.0])
+    # 7 values: [x(2), x(6)] covers 87.5 % only, [x(1), x(7)] 1 - 2/128
+    assert (r["median"], r["low"], r["high"]) == (4.0, 1.0, 7.0) and r["coverage"] == pytest.approx(1 - 2 / 128)
+    assert r["resolved"]
+    r = round_timer.median_interval([float(v) for v in range(1, 11)])   # 10 values: [x(2), x(9)], 1 - 2 * 11/1024
+    assert (r["low"], r["high"]) == (2.0, 9.0) and r["coverage"] == pytest.approx(1 - 22 / 1024)
+    assert not round_timer.median_interval([-1.0, 2.0, 3.0, 4.0, 5.0, 6.0])["resolved"]   # the interval holds 0
+    few = round_timer.median_interval([1.0, 2.0, 3.0, 4.0, 5.0])   # 5 values: 1 - 2/32 < 95 %
+    assert few["low"] is None and few["coverage"] is None and not few["resolved"]
+    assert round_timer.interval_text(few) == "3000.000ms [too few passes] unresolved"
+    assert round_timer.interval_text(r, scale=1.0, unit="s") == "5.500s [2.000, 9.000]"
 
 
 @pytest.fixture
@@ -136,74 +168,152 @@ def bench_ablation(monkeypatch: pytest.MonkeyPatch):
     return _script("bench_ablation", monkeypatch)
 
 
-def test_bench_ablation_knocks_out_only_the_setup_and_puts_the_library_back(bench_ablation,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bench_ablation_times_every_contender_on_one_thread(bench_ablation) -> None:
     from threadpoolctl import threadpool_limits
 
+    bench_ablation.contenders(8, 1)   # the BLAS libraries that the runs load, loaded before the limit
+    with threadpool_limits(1):
+        result = bench_ablation.worker(8, 2, 1, fill=0.0)
+    assert list(result["times"]) == list(bench_ablation.CONTENDERS)
+    assert all(len(t["wall"]) == len(t["cpu"]) == 1 for t in result["times"].values())
+    assert result["repeats"] == dict.fromkeys(bench_ablation.CONTENDERS, 1)
+
+
+def test_bench_ablation_knocks_out_each_part_and_only_it(bench_ablation, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the pools' limits, the job's checks and both reply checks, counted run by run (the spies in place before the
+    # contenders are made: a knock-out puts back what it found)
     from topofl import api, threads
+    from topofl.federation import runner
     from topofl.job import Job
 
-    bench_ablation.contenders(8, 1)["hand loop"]()   # the BLAS that SciPy loads when first used: loaded before the limit
-    with threadpool_limits(1):
-        result = bench_ablation.worker(8, 2, 1, fill=0.0)   # fails itself if a knock-out changed the global model
-    assert api.limited_threads is threads.limited_threads and api.Job is Job
-    assert set(result["wall"]) == set(bench_ablation.CONTENDERS)
-    assert all(len(v) == 1 and v[0] > 0 for v in result["wall"].values())
-    assert result["hand_gap"] <= 1e-9
-    # each knock-out skips its part and only it: the pools' limits, the job's checks and the replies' checks,
-    # counted run by run (the spies in place before the contenders are made: a knock-out puts back what it found)
-    from topofl.federation import runner
+    counts = {"pools": 0, "job checks": 0, "update checks": 0, "evaluation checks": 0}
 
-    counts = {"pools": 0, "job checks": 0, "reply checks": 0}
-    real_pools, real_checks, real_screen = threads._threadpool_limits, Job.__post_init__, runner.screen_updates
+    def spy(name: str, real):
+        def counted(*args: object, **kwargs: object):
+            counts[name] += 1
+            return real(*args, **kwargs)
+        return counted
 
-    def pools(n: int):
-        counts["pools"] += 1
-        return real_pools(n)
-
-    def checks(self: Job) -> None:
-        counts["job checks"] += 1
-        real_checks(self)
-
-    def screen(*args: object):
-        counts["reply checks"] += 1
-        return real_screen(*args)
-
-    monkeypatch.setattr(threads, "_threadpool_limits", pools)
-    monkeypatch.setattr(Job, "__post_init__", checks)
-    monkeypatch.setattr(runner, "screen_updates", screen)
+    monkeypatch.setattr(threads, "_threadpool_limits", spy("pools", threads._threadpool_limits))
+    monkeypatch.setattr(Job, "__post_init__", spy("job checks", Job.__post_init__))
+    monkeypatch.setattr(runner, "screen_updates", spy("update checks", runner.screen_updates))
+    monkeypatch.setattr(runner, "_screen_evaluations", spy("evaluation checks", runner._screen_evaluations))
+    spies = bench_ablation._parts()
     calls = bench_ablation.contenders(8, 2)
     seen = {}
     for name in bench_ablation.CONTENDERS[:-1]:
         counts.update(dict.fromkeys(counts, 0))
         calls[name]()
-        seen[name] = dict(counts)
-    assert seen == {"topofl as shipped": {"pools": 1, "job checks": 1, "reply checks": 2},
-                    "no thread policy": {"pools": 0, "job checks": 1, "reply checks": 2},
-                    "no job checks": {"pools": 1, "job checks": 0, "reply checks": 2},
-                    "neither of the two": {"pools": 0, "job checks": 0, "reply checks": 2},
-                    "no reply checks": {"pools": 1, "job checks": 1, "reply checks": 0},
-                    "none of the three": {"pools": 0, "job checks": 0, "reply checks": 0}}
-    assert runner.screen_updates is screen and api.limited_threads is threads.limited_threads and api.Job is Job
+        seen[name] = tuple(counts.values())
+    assert seen == {"topofl as shipped": (1, 1, 2, 2), "no thread policy": (0, 1, 2, 2), "no job checks": (1, 0, 2, 2),
+                    "neither of the two": (0, 0, 2, 2), "no reply checks": (1, 1, 0, 0),
+                    "none of the three": (0, 0, 0, 0)}
+    assert bench_ablation._parts() == spies and api.Job is Job
 
 
-def test_bench_ablation_refuses_pools_above_one_thread(bench_ablation, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bench_ablation_refuses_a_knockout_that_changes_the_run(bench_ablation, monkeypatch: pytest.MonkeyPatch) -> None:
+    import numpy as np
+
     from topofl import threads
 
-    monkeypatch.setattr(threads, "thread_info", lambda: {"blas": [{"api": "openblas", "num_threads": 2}]})
-    with pytest.raises(RuntimeError, match="one thread before timing"):
+    class Run:
+        def __init__(self, last: float, rounds: str = "rounds") -> None:
+            self.server_params, self.rounds = np.array([0.0, last]), rounds
+            self.records, self.failures, self.server_logs = [], [], []
+
+    def fake(changed: str):
+        def contenders(n_clients: int, rounds: int) -> dict[str, object]:
+            runs = {name: (lambda: Run(0.0)) for name in bench_ablation.CONTENDERS}
+            runs["hand loop"] = lambda: np.zeros(2)
+            runs["no reply checks"] = {"model": lambda: Run(1e-300), "rounds": lambda: Run(0.0, "other rounds"),
+                                       "nothing": lambda: Run(0.0)}[changed]
+            return runs
+        return contenders
+
+    monkeypatch.setattr(threads, "thread_info", lambda: {"blas": [{"api": "openblas", "num_threads": 1}]})
+    for changed in ("model", "rounds"):
+        monkeypatch.setattr(bench_ablation, "contenders", fake(changed))
+        with pytest.raises(RuntimeError, match="'no reply checks' changed the run"):
+            bench_ablation.worker(8, 1, 1, fill=0.0)
+    monkeypatch.setattr(bench_ablation, "contenders", fake("nothing"))
+    assert bench_ablation.worker(8, 1, 1, fill=0.0)["hand_gap"] == 0.0
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_bench_ablation_refuses_pools_above_one_thread(bench_ablation, monkeypatch: pytest.MonkeyPatch,
+                                                       when: str) -> None:
+    from topofl import threads
+
+    reads = []
+
+    def thread_info() -> dict[str, list[dict[str, object]]]:
+        reads.append(1)
+        n = 2 if (when == "before") == (len(reads) == 1) else 1
+        return {"blas": [{"api": "openblas", "num_threads": 1}, {"api": "openblas", "num_threads": n}]}
+
+    monkeypatch.setattr(threads, "thread_info", thread_info)
+    with pytest.raises(RuntimeError, match=f"one thread {when} timing"):
         bench_ablation.worker(8, 1, 1, fill=0.0)
 
 
-@pytest.mark.parametrize("option", [("--clients", "1"), ("--rounds", "0"), ("--passes", "0")])
+def test_bench_ablation_report_pairs_each_knockout_with_the_shipped_run(bench_ablation,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    names = bench_ablation.CONTENDERS
+    # per pass: shipped 4.0 ms, each knock-out 0.1 ms less except in pass 3 (0.3 ms less), the hand loop 3.0 ms;
+    # the hand loop's passes are the reverse order of the others': a report pairing against it would see that
+    walls = {name: [4e-3 - (0.3e-3 if p == 2 else 0.1e-3) for p in range(7)] for name in names}
+    walls["topofl as shipped"] = [4e-3] * 7
+    walls["hand loop"] = [3e-3 + 1e-6 * p for p in range(7)]
+    result = {"clients": 8, "rounds": 3, "passes": 7, "hand_gap": 0.0, "repeats": dict.fromkeys(names, 60),
+              "times": {name: {"wall": w, "cpu": [2 * x for x in w]} for name, w in walls.items()}}
+    bench_ablation.report(result)
+    lines = capsys.readouterr().out.splitlines()
+    assert "topofl as shipped         60   4.000ms 1.332x    1.332x" in lines   # no saving of its own
+    for name in names[1:-1]:   # shipped less the knock-out, pass by pass: 0.1 ms but once 0.3 ms; 7 passes: min, max
+        assert f"{name:<18}        60   3.900ms 1.299x    1.299x  0.100ms [0.100, 0.300]" in lines
+    assert "hand loop                 60   3.003ms 1.000x    1.000x" in lines
+
+
+def test_bench_ablation_quick_runs_two_passes(bench_ablation, monkeypatch: pytest.MonkeyPatch) -> None:
+    given = []
+    monkeypatch.setattr(bench_ablation, "run_worker", lambda script, args: given.append(args))
+    monkeypatch.setattr(bench_ablation, "report", lambda result: None)
+    bench_ablation.main(["--quick"])
+    assert given == [["--worker", "--clients=8", "--rounds=3", "--passes=2"]]
+
+
+@pytest.mark.parametrize("option", [("--clients", "1"), ("--clients", "10001"), ("--rounds", "0"),
+                                    ("--rounds", "100001"), ("--passes", "0")])
 def test_bench_ablation_refuses_bad_options_before_running(bench_ablation, monkeypatch: pytest.MonkeyPatch,
-                                                        capsys: pytest.CaptureFixture[str],
-                                                        option: tuple[str, str]) -> None:
+                                                           capsys: pytest.CaptureFixture[str],
+                                                           option: tuple[str, str]) -> None:
     def ran(*args: object, **kwargs: object) -> None:
         raise AssertionError(f"the benchmark ran with {args}")
 
-    monkeypatch.setattr(bench_ablation, "_run", ran)
+    monkeypatch.setattr(bench_ablation, "run_worker", ran)
     with pytest.raises(SystemExit) as exit_:
         bench_ablation.main([f"{option[0]}={option[1]}"])
     assert exit_.value.code == 2
-    assert f"{option[0]} must be at least" in capsys.readouterr().err
+    assert f"{option[0]} must be from" in capsys.readouterr().err
+
+
+def test_bench_scale_loop_worker_times_a_round_of_each_length(bench_scale, round_timer, monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    import numpy as np
+
+    seen = {}
+
+    def alternating_passes(groups, passes, fill=0.25):
+        seen["groups"] = [list(g) for g in groups]
+        # every contender's run of r rounds takes r seconds: the worker must report 1 s a round
+        times = {k: {"wall": [float(k.split("@")[1])] * passes, "cpu": [float(k.split("@")[1])] * passes}
+                 for g in groups for k in g}
+        return times, {k: np.zeros(21) for g in groups for k in g}, [5, 9]
+
+    monkeypatch.setattr(round_timer, "alternating_passes", alternating_passes)
+    monkeypatch.setattr(bench_scale, "alternating_passes", alternating_passes)
+    bench_scale.loop_worker(8, [15, 3], 2)
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert seen["groups"] == [["topofl@15", "hand@15", "hand-scipy@15"], ["topofl@3", "hand@3", "hand-scipy@3"]]
+    assert all(t == {"wall": [1.0, 1.0], "cpu": [1.0, 1.0]} for t in out["times"].values())
+    assert out["repeats"] == {"15": 5, "3": 9} and out["gaps"] == {"15": 0.0, "3": 0.0}
