@@ -1,7 +1,8 @@
 """Benchmark (ablation): what topofl's thread policy, job checks and reply checks cost in a short linear FedAvg run.
 
 ``bench_scale.py``'s loop finds topofl's linear FedAvg at 8 clients 1.2x the hand-written loop a round, and its run's
-setup 0.2-0.3 ms longer: on 3-round runs (about 4 ms) the ratio comes to about 1.3. This script measures what three
+setup longer than the loop's (medians of 0.14-0.30 ms over its runs, not always resolved): on 3-round runs (about
+4 ms) the ratio comes to about 1.3. This script measures what three
 parts of topofl's run cost where they run, inside the run, by knocking them out of topofl's own runs one at a time,
 the rest of each run as shipped:
 
@@ -29,7 +30,7 @@ the contenders' order turning from pass to pass). Printed: the medians of the wa
 ratio to the hand loop's median (wall, and CPU: steadier on a busy machine), and per pass what a knock-out saves
 against the shipped run of the same pass: the median and the sign test's 95 % interval of it
 (``round_timer.median_interval``; from 6 passes on), marked ``unresolved`` where the interval includes 0 or there is
-none. Savings do not add up: a run without two parts saves less than the two knock-outs apart. Every knock-out's
+none. Savings do not add up (each is the median of its own noisy paired differences). Every knock-out's
 run must equal the shipped run's (the global model bit for bit; each round's summary, records, failures and server
 log as printed), and the hand loop's model must agree with topofl's to 1e-9, or the benchmark fails.
 
@@ -120,7 +121,9 @@ def contenders(n_clients: int, rounds: int) -> dict[str, Callable[[], Any]]:
     hand_kw = hand_options()
     calls = {SHIPPED: simulate, **{name: knocked_out(*out) for name, out in KNOCKOUTS.items()},
              HAND: lambda: hand_written_fedavg(list(fed.clients), rounds, 0, **hand_kw)}
-    calls[HAND]()   # its first call imports SciPy's statistics: not within the timing (it would renew caches there)
+    # its first call imports SciPy's statistics (a new module renews topofl's view of the BLAS pools): made here, so
+    # that the pool check before timing sees every library the runs load
+    calls[HAND]()
     return calls
 
 

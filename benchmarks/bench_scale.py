@@ -31,7 +31,8 @@ Two parts, each configuration in a fresh process:
   hand loops' (they see the same batches: it is rounding, about 1e-16; above 1e-9 the benchmark fails).
   The split prints each contender's round and setup (medians over the passes) and the setup gap, topofl's
   setup less the hand loop's in the same pass: its median and the sign test's 95 % interval of it
-  (``round_timer.median_interval``, from 6 passes on), ``unresolved`` where the interval includes 0.
+  (``round_timer.median_interval``, from 6 passes on), ``unresolved`` where the interval includes 0 or there is
+  none.
 
 ``--quick`` runs small sizes (scale 100 / 300 / 1,000; loop 8 / 100, 3 passes) for a smoke check.
 Run: ``python benchmarks/bench_scale.py [--quick] [--clients 1000,5000,10000] [--rounds 3]
@@ -263,6 +264,8 @@ def split_setup(times: dict[str, dict[str, list[float]]], short: int, long: int)
 
 
 def main() -> None:
+    from topofl.limits import MAX_ROUNDS
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--clients", default="1000,5000,10000", help="scale: comma-separated client counts (ascending)")
     ap.add_argument("--rounds", type=int, default=3, help="scale: rounds per run (the first is reported apart)")
@@ -291,11 +294,12 @@ def main() -> None:
         lengths = list(dict.fromkeys(int(r) for r in args.loop_rounds.split(",") if r.strip().isascii()))
     except ValueError:
         lengths = []
-    if not lengths or len(lengths) != len(args.loop_rounds.split(",")) or min(lengths) < 1:
-        ap.error(f"--loop-rounds must be distinct comma-separated run lengths of at least 1 round; "
+    if (not lengths or len(lengths) != len(args.loop_rounds.split(",")) or min(lengths) < 1
+            or max(lengths) > MAX_ROUNDS):
+        ap.error(f"--loop-rounds must be distinct comma-separated run lengths of 1 to {MAX_ROUNDS} rounds; "
                  f"got {args.loop_rounds!r}")
-    if args.passes < 1:
-        ap.error(f"--passes must be at least 1; got {args.passes}")
+    if not 1 <= args.passes <= 1000:
+        ap.error(f"--passes must be from 1 to 1000; got {args.passes}")
     if args.quick:
         args.clients, args.loop_clients, args.passes = QUICK_CLIENTS, QUICK_LOOP, min(args.passes, 3)
     if not args.no_scale:

@@ -66,6 +66,8 @@ def alternating_passes(groups: list[dict[str, Callable[[], Any]]], passes: int, 
     """
     if passes < 1:
         raise ValueError(f"passes must be at least 1; got {passes}")
+    if not 0 <= fill < math.inf:
+        raise ValueError(f"fill must be a finite number of seconds >= 0; got {fill}")
     names = [name for group in groups for name in group]
     if not names:
         raise ValueError("there must be at least one contender")
@@ -89,7 +91,7 @@ def alternating_passes(groups: list[dict[str, Callable[[], Any]]], passes: int, 
                     times[name]["wall"].append(wall)
                     times[name]["cpu"].append(cpu)
                 else:
-                    repeats[g] = max(repeats[g], math.ceil(fill / max(wall, 1e-9)))
+                    repeats[g] = max(repeats[g], math.ceil(fill / max(wall, 1e-6)))   # a clock that reads 0: 1 µs
     return times, last, repeats
 
 

@@ -54,7 +54,8 @@ def test_split_marks_a_gap_it_cannot_resolve(bench_scale) -> None:
 
 @pytest.mark.parametrize("option", [("--loop-rounds", "3,3"), ("--loop-rounds", "0"), ("--loop-rounds", "x"),
                                     ("--loop-rounds", ""), ("--loop-rounds", "15,,3"), ("--loop-rounds", "-1"),
-                                    ("--loop-rounds", "\u00b3"), ("--passes", "0")])
+                                    ("--loop-rounds", "\u00b3"), ("--loop-rounds", "3,100001"), ("--passes", "0"),
+                                    ("--passes", "1001")])
 def test_bench_scale_refuses_bad_loop_options_before_running(bench_scale, monkeypatch: pytest.MonkeyPatch,
                                                              capsys: pytest.CaptureFixture[str],
                                                              option: tuple[str, str]) -> None:
@@ -147,6 +148,9 @@ def test_alternating_passes_refuses_bad_arguments(round_timer) -> None:
         round_timer.alternating_passes([{"a": lambda: None}, {"a": lambda: None}], 1)
     with pytest.raises(ValueError, match="at least one contender"):
         round_timer.alternating_passes([], 1)
+    for fill in (float("nan"), float("inf"), -1.0):
+        with pytest.raises(ValueError, match="fill must be"):
+            round_timer.alternating_passes([{"a": lambda: None}], 1, fill=fill)
 
 
 def test_median_interval_is_the_sign_tests(round_timer) -> None:
@@ -157,6 +161,7 @@ def test_median_interval_is_the_sign_tests(round_timer) -> None:
     r = round_timer.median_interval([float(v) for v in range(1, 11)])   # 10 values: [x(2), x(9)], 1 - 2 * 11/1024
     assert (r["low"], r["high"]) == (2.0, 9.0) and r["coverage"] == pytest.approx(1 - 22 / 1024)
     assert not round_timer.median_interval([-1.0, 2.0, 3.0, 4.0, 5.0, 6.0])["resolved"]   # the interval holds 0
+    assert not round_timer.median_interval([0.0, 2.0, 3.0, 4.0, 5.0, 6.0])["resolved"]   # ... at its end too
     few = round_timer.median_interval([1.0, 2.0, 3.0, 4.0, 5.0])   # 5 values: 1 - 2/32 < 95 %
     assert few["low"] is None and few["coverage"] is None and not few["resolved"]
     assert round_timer.interval_text(few) == "3000.000ms [too few passes] unresolved"
@@ -217,21 +222,26 @@ def test_bench_ablation_refuses_a_knockout_that_changes_the_run(bench_ablation, 
     from topofl import threads
 
     class Run:
-        def __init__(self, last: float, rounds: str = "rounds") -> None:
+        def __init__(self, last: float, rounds: str = "rounds", field: str = "") -> None:
             self.server_params, self.rounds = np.array([0.0, last]), rounds
             self.records, self.failures, self.server_logs = [], [], []
+            if field:
+                setattr(self, field, ["one more"])
 
     def fake(changed: str):
         def contenders(n_clients: int, rounds: int) -> dict[str, object]:
             runs = {name: (lambda: Run(0.0)) for name in bench_ablation.CONTENDERS}
             runs["hand loop"] = lambda: np.zeros(2)
             runs["no reply checks"] = {"model": lambda: Run(1e-300), "rounds": lambda: Run(0.0, "other rounds"),
+                                       "records": lambda: Run(0.0, field="records"),
+                                       "failures": lambda: Run(0.0, field="failures"),
+                                       "server_logs": lambda: Run(0.0, field="server_logs"),
                                        "nothing": lambda: Run(0.0)}[changed]
             return runs
         return contenders
 
     monkeypatch.setattr(threads, "thread_info", lambda: {"blas": [{"api": "openblas", "num_threads": 1}]})
-    for changed in ("model", "rounds"):
+    for changed in ("model", "rounds", "records", "failures", "server_logs"):
         monkeypatch.setattr(bench_ablation, "contenders", fake(changed))
         with pytest.raises(RuntimeError, match="'no reply checks' changed the run"):
             bench_ablation.worker(8, 1, 1, fill=0.0)
@@ -259,19 +269,53 @@ def test_bench_ablation_refuses_pools_above_one_thread(bench_ablation, monkeypat
 def test_bench_ablation_report_pairs_each_knockout_with_the_shipped_run(bench_ablation,
                                                                         capsys: pytest.CaptureFixture[str]) -> None:
     names = bench_ablation.CONTENDERS
-    # per pass: shipped 4.0 ms, each knock-out 0.1 ms less except in pass 3 (0.3 ms less), the hand loop 3.0 ms;
-    # the hand loop's passes are the reverse order of the others': a report pairing against it would see that
-    walls = {name: [4e-3 - (0.3e-3 if p == 2 else 0.1e-3) for p in range(7)] for name in names}
-    walls["topofl as shipped"] = [4e-3] * 7
-    walls["hand loop"] = [3e-3 + 1e-6 * p for p in range(7)]
+    # the shipped run's passes differ; each knock-out runs 0.1 ms less than it in the same pass (0.5 ms less in the
+    # third, which sorting would move): only pairing pass with pass gives 0.1 ms [0.1, 0.5], and only shipped minus
+    # knock-out its sign
+    shipped = [4.0e-3, 4.6e-3, 3.8e-3, 4.4e-3, 4.2e-3, 3.6e-3, 4.8e-3]
+    walls = {name: [w - (0.5e-3 if p == 2 else 0.1e-3) for p, w in enumerate(shipped)] for name in names}
+    walls["topofl as shipped"] = shipped
+    walls["hand loop"] = [3.0e-3 + 1e-6 * p for p in range(7)]
+    # CPU seconds: the wall's in the knock-outs and the shipped run, half the wall's in the hand loop
+    cpus = {name: list(w) for name, w in walls.items()}
+    cpus["hand loop"] = [w / 2 for w in walls["hand loop"]]
     result = {"clients": 8, "rounds": 3, "passes": 7, "hand_gap": 0.0, "repeats": dict.fromkeys(names, 60),
-              "times": {name: {"wall": w, "cpu": [2 * x for x in w]} for name, w in walls.items()}}
+              "times": {name: {"wall": walls[name], "cpu": cpus[name]} for name in names}}
     bench_ablation.report(result)
     lines = capsys.readouterr().out.splitlines()
-    assert "topofl as shipped         60   4.000ms 1.332x    1.332x" in lines   # no saving of its own
-    for name in names[1:-1]:   # shipped less the knock-out, pass by pass: 0.1 ms but once 0.3 ms; 7 passes: min, max
-        assert f"{name:<18}        60   3.900ms 1.299x    1.299x  0.100ms [0.100, 0.300]" in lines
+    # medians 4.2 ms (shipped), 4.1 ms (each knock-out), 3.003 ms (the hand loop)
+    assert "topofl as shipped         60   4.200ms 1.399x    2.797x" in lines   # no saving of its own
+    for name in names[1:-1]:   # 7 passes: the interval is the min and the max
+        assert f"{name:<18}        60   4.100ms 1.365x    2.731x  0.100ms [0.100, 0.500]" in lines
     assert "hand loop                 60   3.003ms 1.000x    1.000x" in lines
+
+
+def test_bench_ablation_puts_the_library_back_when_a_run_fails(bench_ablation, monkeypatch: pytest.MonkeyPatch) -> None:
+    import topofl
+
+    real = bench_ablation._parts()
+    calls = bench_ablation.contenders(8, 1)
+
+    def fails(*args: object, **kwargs: object) -> None:
+        assert bench_ablation._parts() != real   # inside the knock-out's run
+        raise RuntimeError("a run that fails")
+
+    monkeypatch.setattr(topofl, "simulate", fails)
+    for name in bench_ablation.KNOCKOUTS:
+        with pytest.raises(RuntimeError, match="a run that fails"):
+            calls[name]()
+        assert bench_ablation._parts() == real, name
+
+
+def test_bench_ablation_library_check_sees_a_knockout_left_in_place(bench_ablation) -> None:
+    from topofl import api
+
+    real = bench_ablation._parts()
+    try:
+        with pytest.raises(RuntimeError, match="left in place"), bench_ablation._library_intact():
+            api.Job = object
+    finally:
+        bench_ablation._put(real)
 
 
 def test_bench_ablation_quick_runs_two_passes(bench_ablation, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -283,7 +327,7 @@ def test_bench_ablation_quick_runs_two_passes(bench_ablation, monkeypatch: pytes
 
 
 @pytest.mark.parametrize("option", [("--clients", "1"), ("--clients", "10001"), ("--rounds", "0"),
-                                    ("--rounds", "100001"), ("--passes", "0")])
+                                    ("--rounds", "100001"), ("--passes", "0"), ("--passes", "1001")])
 def test_bench_ablation_refuses_bad_options_before_running(bench_ablation, monkeypatch: pytest.MonkeyPatch,
                                                            capsys: pytest.CaptureFixture[str],
                                                            option: tuple[str, str]) -> None:
