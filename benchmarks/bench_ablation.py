@@ -2,9 +2,8 @@
 
 ``bench_scale.py``'s loop finds topofl's linear FedAvg at 8 clients 1.2x the hand-written loop a round, and its run's
 setup longer than the loop's (medians of 0.14-0.30 ms over its runs, not always resolved): on 3-round runs (about
-4 ms) the ratio comes to about 1.3. This script measures what three
-parts of topofl's run cost where they run, inside the run, by knocking them out of topofl's own runs one at a time,
-the rest of each run as shipped:
+4 ms) the ratio comes to about 1.3. This script measures what three parts of topofl's run cost inside the run, by
+knocking them out of topofl's own runs one at a time, the rest of each run as shipped:
 
 * **topofl as shipped** - ``topofl.simulate(fed, "fedavg", rounds=R, seed=0, threads=1)``, as ``bench_scale.py``;
 * **no thread policy** (a run's setup) - ``topofl.api.limited_threads`` replaced by a block that sets nothing:
@@ -47,7 +46,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from bench_scale import hand_options, hand_written_fedavg
-from round_timer import alternating_passes, interval_text, median_interval, run_worker
+from round_timer import alternating_passes, interval_text, median_interval, passes_text, run_worker
 
 SHIPPED, HAND = "topofl as shipped", "hand loop"
 #: the knock-outs: name → (thread policy out, job checks out, reply checks out)
@@ -186,9 +185,8 @@ def report(result: dict[str, Any]) -> None:
     """Print the ablation table of :func:`worker`'s result."""
     times = result["times"]
     med = {name: {clock: statistics.median(v) for clock, v in times[name].items()} for name in CONTENDERS}
-    passes = result["passes"]
     print(f"\nablation: linear FedAvg, healthcare, {result['clients']} clients, {result['rounds']}-round runs, "
-          f"{passes} alternating pass{'' if passes == 1 else 'es'} in one process (after a warm-up pass); medians of "
+          f"{passes_text(result['passes'])} in one process (after a warm-up pass); medians of "
           "the wall seconds per run, ratios of medians to the hand loop's (wall, CPU), and what each knock-out saves "
           "against topofl as shipped in the same pass: median [the sign test's 95 % interval, from 6 passes on] "
           "('unresolved' where the interval includes 0 or there is none; savings do not add up)")

@@ -49,7 +49,7 @@ import sys
 import time
 from typing import Any
 
-from round_timer import alternating_passes, interval_text, median_interval, run_worker
+from round_timer import alternating_passes, interval_text, median_interval, passes_text, run_worker
 
 QUICK_CLIENTS, QUICK_LOOP = "100,300,1000", "8,100"
 
@@ -210,7 +210,7 @@ def loop(sizes: list[int], lengths: list[int], passes: int) -> None:
     med = {n: {k: {m: statistics.median(v) for m, v in t.items()} for k, t in r["times"].items()}
            for n, r in results.items()}
     for rounds in lengths:
-        print(f"\nloop: linear FedAvg vs a hand-written NumPy loop, {rounds}-round runs, {_passes(passes)} "
+        print(f"\nloop: linear FedAvg vs a hand-written NumPy loop, {rounds}-round runs, {passes_text(passes)} "
               "in one process (after a warm-up pass), medians per round; CPU seconds are this process's (one thread)")
         print("(hand loop: AUC ranks by one sort, the tightest floor; 'SciPy ranks': the same loop with "
               "scipy.stats.rankdata)")
@@ -237,10 +237,6 @@ def loop(sizes: list[int], lengths: list[int], passes: int) -> None:
         print(f"{n:>7} {r['round']['topofl'] * 1e3:>11.3f}ms {r['round']['hand'] * 1e3:>9.3f}ms "
               f"{r['round']['topofl'] / r['round']['hand']:>5.2f}x {r['setup']['topofl'] * 1e3:>11.3f}ms "
               f"{r['setup']['hand'] * 1e3:>9.3f}ms  {interval_text(r['gap'])}", flush=True)
-
-
-def _passes(n: int) -> str:
-    return f"{n} alternating pass{'' if n == 1 else 'es'}"
 
 
 def split_setup(times: dict[str, dict[str, list[float]]], short: int, long: int) -> dict[str, Any]:

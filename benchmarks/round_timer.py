@@ -95,6 +95,11 @@ def alternating_passes(groups: list[dict[str, Callable[[], Any]]], passes: int, 
     return times, last, repeats
 
 
+def passes_text(n: int) -> str:
+    """``"1 alternating pass"``, ``"7 alternating passes"``: how the benchmarks name their timed passes."""
+    return f"{n} alternating pass{'' if n == 1 else 'es'}"
+
+
 def median_interval(differences: Sequence[float], level: float = 0.95) -> dict[str, Any]:
     """The median of paired differences (one a pass) and its distribution-free confidence interval.
 
